@@ -1,0 +1,485 @@
+"""The Bookie: the store's public interface (leveled's ``leveled_bookie``), an async Ray actor.
+
+PUT: changes are validated by the client, given SQNs here, and grouped: every change that arrives
+while a journal write is in flight joins the next group, which the Inker writes as one journal
+file. All changes of a group are acknowledged once that file is durable. Their Ledger entries
+then enter the Bookie's cache of recent changes (a ``SortedDict``) and are pushed to the
+Penciller in batches.
+
+GET/HEAD: the cache, then the Ledger's SSTs, then the value by SQN from the Journal. The Bookie
+reads the files itself through its file clerks, so a lookup costs no extra actor hop. Cache
+entries leave once the Penciller reports them persisted in an SST.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedDict
+
+from ..codec import (
+    ACTIVE,
+    IF_ABSENT,
+    NO_CONDITION,
+    OP_PUT,
+    Change,
+    Head,
+    LedgerRows,
+    entry_to_head,
+    now_ms,
+    split_object_key,
+)
+from ..errors import (
+    ConditionFailedError,
+    FencedError,
+    InvalidArgumentError,
+    ObjectStoreError,
+    StoreClosedError,
+)
+from ..files.clerk import ClerkHost, LruCache
+from ..files.store import ObjectStore
+from ..manifest.model import Manifest
+from ..manifest.store import ManifestStore
+from ..manifest.transitions import bump_epoch
+from ..options import Options
+from ..views import JournalIndex, LedgerFiles, journal_fetch, ledger_get
+from . import inker as inker_mod
+from . import penciller as penciller_mod
+from .remote import NAMESPACE, LocalHandle, call
+
+_GATHER = 256  # concurrent lookups per get_many chunk
+
+
+def is_live(entry: tuple | None, now_s: float) -> bool:
+    """Whether a Ledger entry is a current object (not a tombstone, not expired)."""
+    if entry is None or entry[1] != ACTIVE:
+        return False
+    expiry = entry[2]
+    return not expiry or expiry > now_s
+
+
+@dataclass
+class _Group:
+    """One caller's changes, waiting for their journal file to be durable."""
+
+    sqns: list[int]
+    records: list[tuple]
+    rows: LedgerRows
+    values: list[tuple[int, bytes]]
+    pending: list[tuple[bytes, int]]
+    nbytes: int
+    future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class Bookie:
+    """Plain-object logic of the Bookie; :func:`make_actor` gives its Ray actor."""
+
+    def __init__(self, url: str, options: Options, name: str | None = None, *,
+                 store: ObjectStore | None = None, local: bool = False):
+        self.url = url
+        self.options = options
+        self.name = name
+        self.local = local
+        self.store = store if store is not None else ObjectStore.from_url(url, options)
+        file_budget = options.cache_size - options.cache_size // 4
+        self.host = ClerkHost(self.store, file_budget)
+        self.values = LruCache(options.cache_size // 4)
+        self.cache: SortedDict = SortedDict()  # ledger key -> entry, not yet in an SST
+        self.cache_log: deque[tuple[int, bytes]] = deque()  # (sqn, key) in SQN order
+        self.pending: dict[bytes, tuple[int, bool]] = {}  # key -> (sqn, live), not yet durable
+        self.queue: deque[_Group] = deque()
+        self.queued_bytes = 0
+        self.unpushed = LedgerRows()
+        self.durable_sqn = 0
+        self.next_sqn = 1
+        self.epoch = 0
+        self.files = LedgerFiles(-1, ((),), 0)
+        self.journal = JournalIndex()
+        self.inker = self.penciller = None
+        self.broken: BaseException | None = None
+        self.closing = self.closed = False
+        self._wake_writer = asyncio.Event()
+        self._wake_pusher = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._push_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task] = []
+        self.counters = {"groups": 0, "changes": 0, "replayed": 0, "gets": 0, "heads": 0,
+                         "journal_reads": 0}
+
+    # -- start-up ------------------------------------------------------------------------------
+
+    async def start(self) -> dict:
+        """Claim the store (new writer epoch), fence older writers, replay the Journal tail."""
+        manifests = ManifestStore(self.store)
+        latest = await manifests.latest()
+        if latest is None:
+            latest = await manifests.create_initial(Manifest.new())
+        mid, m = await manifests.update(bump_epoch, latest)
+        self.epoch = m.writer_epoch
+        self.inker = self._spawn(inker_mod, "inker", (mid, m))
+        self.penciller = self._spawn(penciller_mod, "penciller", (mid, m))
+        opened = await call(self.inker.open)
+        self.journal = JournalIndex(opened["files"])
+        self.files = LedgerFiles(mid, m.levels, m.ledger_sqn)
+        self.durable_sqn = m.ledger_sqn
+        self._tasks = [asyncio.ensure_future(t()) for t in
+                       (self._journal_writer, self._pusher, self._watch_ledger)]
+        started = time.monotonic()
+        cursor: int | None = 0
+        while cursor is not None:
+            batch, top, cursor = await call(self.inker.replay, m.ledger_sqn, cursor)
+            rows = LedgerRows.from_batch(batch)
+            self._add_durable_rows(rows)
+            self._append_unpushed(rows)
+            self.durable_sqn = max(self.durable_sqn, top)
+            self.counters["replayed"] += batch.num_rows
+            await self._push()  # replay waits for the Penciller: memory stays bounded
+        self.next_sqn = max(self.durable_sqn, opened["max_sqn"], m.ledger_sqn) + 1
+        return {"epoch": self.epoch, "manifest_id": mid, "replayed": self.counters["replayed"],
+                "replay_s": round(time.monotonic() - started, 3), "next_sqn": self.next_sqn}
+
+    def _spawn(self, module, role: str, manifest):
+        cls = module.Inker if role == "inker" else module.Penciller
+        args = (self.store, self.options, self.epoch, manifest)
+        if self.local:
+            return LocalHandle(cls(*args))
+        opts = {"namespace": NAMESPACE}
+        if self.name:
+            opts["name"] = f"{self.name}.{role}"
+        return module.make_actor().options(**opts).remote(*args)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if isinstance(self.broken, FencedError):
+            raise FencedError(str(self.broken), epoch=self.broken.epoch,
+                              current_epoch=self.broken.current_epoch)
+        if self.broken is not None:
+            raise StoreClosedError(f"the store stopped after an error: {self.broken}")
+        if self.closing or self.closed:
+            raise StoreClosedError("the store is closed")
+
+    async def put_many(self, changes: list[Change]) -> list[int]:
+        """Write changes as one atomic, durable group; returns their SQNs in order."""
+        self._check_usable()
+        if not changes:
+            return []
+        if any(c.condition != NO_CONDITION for c in changes):
+            group = await self._admit_conditional(changes)
+        else:
+            group = self._allocate(changes)
+        return await group.future
+
+    async def _admit_conditional(self, changes: list[Change]) -> _Group:
+        """Check ``if_sqn``/``if_absent`` and allocate in one step, with no await between."""
+        keys = {c.lkey for c in changes if c.condition != NO_CONDITION}
+        while True:
+            version = self.files.version
+            stored = {}
+            for lkey in keys:
+                if lkey not in self.pending and lkey not in self.cache:
+                    stored[lkey] = await ledger_get(self.host, self.files, lkey)
+            self._check_usable()
+            if self.files.version == version:  # else an SST landed meanwhile: look again
+                break
+        now_s = time.time()
+        shadow: dict[bytes, tuple[int, bool]] = {}
+        failures = []
+        sqn = self.next_sqn
+        for change in changes:
+            if change.condition != NO_CONDITION:
+                current = self._current(change.lkey, shadow, stored, now_s)
+                if (change.condition == IF_ABSENT and current is not None) or (
+                    change.condition >= 0 and current != change.condition
+                ):
+                    bucket, key = split_object_key(change.lkey)
+                    expected = None if change.condition == IF_ABSENT else change.condition
+                    failures.append((bucket, key, expected, current))
+            shadow[change.lkey] = (sqn, change.op == OP_PUT)
+            sqn += 1
+        if failures:
+            raise ConditionFailedError(f"{len(failures)} condition(s) failed: {failures[:5]}",
+                                       tuple(failures))
+        return self._allocate(changes)
+
+    def _current(self, lkey, shadow, stored, now_s) -> int | None:
+        """The live SQN of a key as seen by a new change (``None`` when absent)."""
+        state = shadow.get(lkey) or self.pending.get(lkey)
+        if state is not None:
+            return state[0] if state[1] else None
+        entry = self.cache.get(lkey, stored.get(lkey))
+        return entry[0] if is_live(entry, now_s) else None
+
+    def _allocate(self, changes: list[Change]) -> _Group:
+        """Give the changes SQNs and queue them for the next journal group."""
+        lm = now_ms()
+        first = self.next_sqn
+        self.next_sqn += len(changes)
+        sqns = list(range(first, first + len(changes)))
+        records, values, pending = [], [], []
+        rows = LedgerRows()
+        nbytes = 0
+        for sqn, c in zip(sqns, changes):
+            records.append((sqn, c.op, c.lkey, c.value, c.indexes, c.expiry, c.extra, lm))
+            rows.add_change(c.op, c.lkey, sqn, c.value, c.indexes, c.expiry, c.extra, lm)
+            live = c.op == OP_PUT
+            self.pending[c.lkey] = (sqn, live)
+            pending.append((c.lkey, sqn))
+            if live:
+                values.append((sqn, c.value))
+                nbytes += len(c.value) + len(c.lkey)
+            else:
+                nbytes += len(c.lkey)
+        group = _Group(sqns, records, rows, values, pending, nbytes)
+        self.queue.append(group)
+        self.queued_bytes += nbytes
+        self._idle.clear()
+        self._wake_writer.set()
+        return group
+
+    async def _journal_writer(self) -> None:
+        """Group commit: one journal file for everything queued while the last one was written."""
+        while True:
+            if not self.queue:
+                self._idle.set()
+                self._wake_writer.clear()
+                await self._wake_writer.wait()
+                continue
+            flush_s = self.options.journal_flush_ms / 1000.0
+            if flush_s and self.queued_bytes < self.options.journal_flush_bytes:
+                await asyncio.sleep(flush_s)
+            taken, size = [], 0
+            while self.queue and (not taken or (
+                size + self.queue[0].nbytes <= self.options.max_journal_bytes
+                and size < self.options.journal_flush_bytes
+            )):
+                group = self.queue.popleft()
+                taken.append(group)
+                size += group.nbytes
+            self.queued_bytes -= size
+            records = [r for g in taken for r in g.records]
+            try:
+                info = await call(self.inker.append, records)
+            except BaseException as exc:
+                self._fail_groups(taken, exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            self.journal.extend([info])
+            for group in taken:
+                self._commit(group)
+            self.counters["groups"] += 1
+
+    def _fail_groups(self, taken: list[_Group], exc: BaseException) -> None:
+        # Queued groups were admitted assuming the failed ones would land: fail them too.
+        failed = taken + list(self.queue)
+        self.queue.clear()
+        self.queued_bytes = 0
+        for group in failed:
+            for lkey, sqn in group.pending:
+                if self.pending.get(lkey, (None,))[0] == sqn:
+                    del self.pending[lkey]
+            if not group.future.done():
+                group.future.set_exception(exc)
+        if isinstance(exc, FencedError) or (
+            isinstance(exc, ObjectStoreError) and not exc.definite
+        ) or isinstance(exc, StoreClosedError):
+            self.broken = exc
+
+    def _commit(self, group: _Group) -> None:
+        """A group is durable: make it visible, queue its Ledger changes, acknowledge it."""
+        self._add_durable_rows(group.rows)
+        self._append_unpushed(group.rows)
+        for sqn, value in group.values:
+            self.values.put(("v", sqn), value, len(value) + 64)
+        for lkey, sqn in group.pending:
+            if self.pending.get(lkey, (None,))[0] == sqn:
+                del self.pending[lkey]
+        self.durable_sqn = max(self.durable_sqn, group.sqns[-1])
+        self.counters["changes"] += len(group.sqns)
+        if not group.future.done():
+            group.future.set_result(group.sqns)
+
+    def _add_durable_rows(self, rows: LedgerRows) -> None:
+        if not len(rows):
+            return
+        self.cache.update(zip(rows.key, zip(rows.sqn, rows.status, rows.expiry, rows.hash,
+                                            rows.size, rows.last_modified, rows.extra)))
+        self.cache_log.extend(zip(rows.sqn, rows.key))
+
+    def _append_unpushed(self, rows: LedgerRows) -> None:
+        for name in LedgerRows.__slots__:
+            getattr(self.unpushed, name).extend(getattr(rows, name))
+        if len(self.unpushed) >= self.options.push_keys:
+            self._wake_pusher.set()
+
+    # -- keeping the Penciller up to date ------------------------------------------------------
+
+    async def _push(self) -> None:
+        async with self._push_lock:  # one push in flight keeps pushes in SQN order
+            rows, upto = self.unpushed, self.durable_sqn
+            self.unpushed = LedgerRows()
+            await call(self.penciller.push, rows.to_batch(), upto)
+
+    async def _pusher(self) -> None:
+        """Push recent Ledger changes to the Penciller: every ``push_keys`` or ``push_ms``."""
+        while True:
+            try:
+                await asyncio.wait_for(self._wake_pusher.wait(), self.options.push_ms / 1000.0)
+            except asyncio.TimeoutError:
+                pass
+            self._wake_pusher.clear()
+            if len(self.unpushed):
+                try:
+                    await self._push()
+                except Exception as exc:  # the Penciller failed: stop taking writes
+                    self.broken = exc
+
+    async def _watch_ledger(self) -> None:
+        """Adopt each new set of Ledger files, and drop the cache entries they now hold."""
+        while True:
+            try:
+                files = await call(self.penciller.wait_view, self.files.version)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.broken = self.broken or exc
+                return
+            if files is not None:
+                self._adopt(files)
+
+    def _adopt(self, files: LedgerFiles) -> None:
+        self.files = files
+        log, cache = self.cache_log, self.cache
+        while log and log[0][0] <= files.persisted_sqn:
+            sqn, lkey = log.popleft()
+            entry = cache.get(lkey)
+            if entry is not None and entry[0] == sqn:
+                del cache[lkey]
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def _entry(self, lkey: bytes) -> tuple | None:
+        entry = self.cache.get(lkey)
+        if entry is not None:
+            return entry
+        return await ledger_get(self.host, self.files, lkey)
+
+    async def _value(self, sqn: int) -> bytes:
+        value = self.values.get(("v", sqn))
+        if value is not None:
+            return value
+        self.counters["journal_reads"] += 1
+        record = await journal_fetch(self.host, self.journal, sqn)
+        if record is None or record.value is None:
+            raise ObjectStoreError(f"the Journal has no value for SQN {sqn}", definite=True)
+        return record.value
+
+    async def get(self, lkey: bytes) -> bytes | None:
+        self._check_readable()
+        self.counters["gets"] += 1
+        entry = await self._entry(lkey)
+        if not is_live(entry, time.time()):
+            return None
+        return await self._value(entry[0])
+
+    async def head(self, lkey: bytes) -> Head | None:
+        self._check_readable()
+        self.counters["heads"] += 1
+        entry = await self._entry(lkey)
+        return None if entry is None else entry_to_head(*entry)
+
+    async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for i in range(0, len(lkeys), _GATHER):
+            out.extend(await asyncio.gather(*(self.get(k) for k in lkeys[i : i + _GATHER])))
+        return out
+
+    async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
+        out: list[Head | None] = []
+        for i in range(0, len(lkeys), _GATHER):
+            out.extend(await asyncio.gather(*(self.head(k) for k in lkeys[i : i + _GATHER])))
+        return out
+
+    def _check_readable(self) -> None:
+        if self.closed:
+            raise StoreClosedError("the store is closed")
+        if isinstance(self.broken, FencedError):
+            self._check_usable()
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    def get_options(self) -> Options:
+        return self.options
+
+    async def stats(self) -> dict:
+        inker = await call(self.inker.stats) if self.inker else {}
+        penciller = await call(self.penciller.stats) if self.penciller else {}
+        return {
+            "url": self.url,
+            "name": self.name,
+            "epoch": self.epoch,
+            "next_sqn": self.next_sqn,
+            "durable_sqn": self.durable_sqn,
+            "cache_keys": len(self.cache),
+            "pending_keys": len(self.pending),
+            "queued_groups": len(self.queue),
+            "unpushed_keys": len(self.unpushed),
+            "ledger_files": self.files.file_count,
+            "journal_files": len(self.journal),
+            "file_cache": {"bytes": self.host.cache.used, "items": len(self.host.cache),
+                           "hits": self.host.cache.hits, "misses": self.host.cache.misses},
+            "value_cache": {"bytes": self.values.used, "items": len(self.values),
+                            "hits": self.values.hits, "misses": self.values.misses},
+            "clerks": self.host.states(),
+            **self.counters,
+            "io": self.store.stats.as_dict(),
+            "inker": inker,
+            "penciller": penciller,
+            "state": "closed" if self.closed else ("broken" if self.broken else "open"),
+        }
+
+    async def close(self) -> None:
+        """Finish queued writes, persist L0 memory and the journal catalog, stop the actors."""
+        if self.closed:
+            return
+        self.closing = True
+        await self._idle.wait()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            if self.broken is None:
+                await self._push()
+                await call(self.penciller.close)
+                await call(self.inker.close)
+        finally:
+            self.closed = True
+            if not self.local:
+                import ray
+
+                for handle in (self.inker, self.penciller):
+                    if handle is not None:
+                        ray.kill(handle, no_restart=True)
+
+    def actor_handles(self) -> list:
+        return [] if self.local else [self.inker, self.penciller]
+
+
+def make_actor():
+    import ray
+
+    return ray.remote(num_cpus=0, max_concurrency=1000)(Bookie)
+
+
+def check_put_size(changes: list[Change], options: Options) -> None:
+    total = sum(len(c.value or b"") + len(c.lkey) for c in changes)
+    if total > options.max_journal_bytes:
+        raise InvalidArgumentError(
+            f"put_many of {total} bytes is over max_journal_bytes={options.max_journal_bytes}: "
+            "one group is one journal file; split it or raise the option"
+        )

@@ -1,0 +1,213 @@
+"""The Inker: owns the Journal (leveled's ``leveled_inker``).
+
+Each group commit from the Bookie becomes one journal file in the next journal *slot*, claimed
+with put-if-absent. Slots are consecutive and claimed one at a time, which makes them the
+writer-fencing sequence of SlateDB's manifest RFC: a new writer writes an empty *fence* file into
+the first free slot, and an older writer's next claim collides with it and fails with
+``FencedError`` before anything of it becomes visible. Fences are never deleted, so a fenced
+writer can never claim a slot again (SlateDB #352).
+
+New files are recorded in the manifest in batches (``catalog_files`` / ``catalog_s``); recovery
+lists the slots after the last recorded one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..codec import LedgerRows
+from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
+from ..files import journal as jfmt
+from ..files.framing import codec_id
+from ..files.names import JOURNAL_PREFIX, journal_slot_name, journal_slot_of
+from ..files.store import ObjectStore
+from ..manifest.store import ManifestStore, Versioned
+from ..manifest.transitions import catalog_journal
+from ..options import Options
+
+
+class Inker:
+    """Plain-object logic of the Inker; :data:`InkerActor` is its Ray actor."""
+
+    def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
+        self.store = store
+        self.options = options
+        self.codec = codec_id(options.compression)
+        self.epoch = epoch
+        self.manifests = ManifestStore(store)
+        self.manifest: Versioned = manifest
+        self.files: list[jfmt.JournalInfo] = list(manifest[1].journal)
+        self.uncatalogued: list[jfmt.JournalInfo] = []
+        self.next_slot = manifest[1].journal_next_slot
+        self.broken: BaseException | None = None
+        self.closed = False
+        self._write_lock = asyncio.Lock()
+        self._catalog_lock = asyncio.Lock()
+        self._oldest_uncatalogued = 0.0
+        self.counters = {"groups": 0, "entries": 0, "bytes": 0, "fence_slot": -1}
+
+    # -- opening: fence older writers and find the uncatalogued tail --
+
+    async def open(self) -> dict:
+        """Fence every older writer; returns the journal files and the highest SQN."""
+        m = self.manifest[1]
+        listed = await self.store.list_async(
+            JOURNAL_PREFIX,
+            offset=journal_slot_name(m.journal_next_slot - 1) if m.journal_next_slot else None,
+        )
+        slots = sorted(s for s in (journal_slot_of(x.path) for x in listed)
+                       if s is not None and s >= m.journal_next_slot)
+        tail = [await self._read_info(s) for s in slots]
+        slot = (slots[-1] + 1) if slots else m.journal_next_slot
+        while True:
+            name = journal_slot_name(slot)
+            data, info = jfmt.build_journal(name, self.epoch, slot, [], kind=jfmt.KIND_FENCE)
+            if await self.store.put_if_absent_async(name, data):
+                break
+            other = await self._read_info(slot)
+            if other.epoch >= self.epoch:
+                raise FencedError(f"writer epoch {self.epoch} lost the journal to epoch "
+                                  f"{other.epoch}", epoch=self.epoch, current_epoch=other.epoch)
+            tail.append(other)  # an older writer's last group, written before our fence
+            slot += 1
+        self.counters["fence_slot"] = slot
+        self.next_slot = slot + 1
+        await self._catalog(tail + [info])
+        return {"files": self.data_files(), "max_sqn": self.max_sqn()}
+
+    async def _read_info(self, slot: int) -> jfmt.JournalInfo:
+        name = journal_slot_name(slot)
+        data = await self.store.get_async(name)
+        epoch, s, kind = jfmt.parse_header(data, name)
+        footer = jfmt.parse_footer(len(data), data, name)
+        if s != slot:
+            raise CorruptObjectError(name, 0, f"file claims slot {s}")
+        sqns = footer.sqns
+        return jfmt.JournalInfo(name, slot, epoch, kind, len(data), len(sqns),
+                                sqns[0] if sqns else 0, sqns[-1] if sqns else 0)
+
+    # -- writing --
+
+    async def append(self, records: list) -> jfmt.JournalInfo:
+        """Write one group of records as the next journal file; returns once it is durable."""
+        if self.closed:
+            raise StoreClosedError("the Inker is closed")
+        if isinstance(self.broken, FencedError):
+            raise FencedError(str(self.broken), epoch=self.broken.epoch,
+                              current_epoch=self.broken.current_epoch)
+        if self.broken is not None:
+            raise StoreClosedError(f"the Inker stopped after an uncertain write: {self.broken}")
+        async with self._write_lock:
+            slot = self.next_slot
+            name = journal_slot_name(slot)
+            data, info = await asyncio.to_thread(
+                jfmt.build_journal, name, self.epoch, slot, records, codec=self.codec
+            )
+            try:
+                created = await self.store.put_if_absent_async(name, data)
+            except ObjectStoreError as exc:
+                if not exc.definite:
+                    self.broken = exc  # the file may exist: only recovery can tell
+                raise
+            if not created:
+                await self._resolve_collision(slot, data)
+            self.next_slot = slot + 1
+            self.files.append(info)
+            self.uncatalogued.append(info)
+            if len(self.uncatalogued) == 1:
+                self._oldest_uncatalogued = time.monotonic()
+            self.counters["groups"] += 1
+            self.counters["entries"] += info.entries
+            self.counters["bytes"] += info.size
+        if (len(self.uncatalogued) >= self.options.catalog_files
+                or time.monotonic() - self._oldest_uncatalogued >= self.options.catalog_s):
+            asyncio.ensure_future(self.catalog())
+        return info
+
+    async def _resolve_collision(self, slot: int, data: bytes) -> None:
+        """Our slot was taken: by a newer writer (we are fenced) or by our own retried write."""
+        name = journal_slot_name(slot)
+        head = await self.store.get_range_async(name, 0, jfmt.HEADER_SIZE)
+        epoch, _, _ = jfmt.parse_header(head, name)
+        if epoch > self.epoch:
+            self.broken = FencedError(f"writer epoch {self.epoch} was fenced by epoch {epoch}",
+                                      epoch=self.epoch, current_epoch=epoch)
+            raise self.broken
+        if epoch == self.epoch and await self.store.get_async(name) == data:
+            return  # a retried request had already created it
+        raise CorruptObjectError(name, 0, f"slot {slot} holds another file of epoch {epoch}")
+
+    # -- the manifest --
+
+    async def catalog(self) -> None:
+        """Record the uncatalogued journal files in the manifest."""
+        async with self._catalog_lock:
+            if self.uncatalogued:
+                await self._catalog(list(self.uncatalogued))
+
+    async def _catalog(self, files: list[jfmt.JournalInfo]) -> None:
+        next_slot = max([self.next_slot] + [f.slot + 1 for f in files])
+        self.manifest = await self.manifests.update(
+            lambda m: catalog_journal(m, self.epoch, tuple(files), next_slot), self.manifest
+        )
+        names = {f.name for f in files}
+        self.uncatalogued = [f for f in self.uncatalogued if f.name not in names]
+        known = {f.name for f in self.files}
+        self.files.extend(f for f in files if f.name not in known)
+        self.files.sort(key=lambda f: (f.slot, f.min_sqn))
+
+    # -- reading --
+
+    def data_files(self) -> list[jfmt.JournalInfo]:
+        return [f for f in self.files if f.kind == jfmt.KIND_DATA and f.entries]
+
+    def max_sqn(self) -> int:
+        return max((f.max_sqn for f in self.data_files()), default=0)
+
+    async def replay(self, after_sqn: int, cursor: int = 0) -> tuple[object, int, int | None]:
+        """Ledger changes above ``after_sqn`` from one journal file, in SQN order.
+
+        Returns ``(ledger rows as an Arrow batch, max SQN, next cursor or None when done)``.
+        Call again with the cursor until it is ``None``; memory stays bounded by one file.
+        """
+        files = sorted((f for f in self.data_files() if f.max_sqn > after_sqn),
+                       key=lambda f: f.min_sqn)
+        if cursor >= len(files):
+            return LedgerRows().to_batch(), 0, None
+        info = files[cursor]
+        data = await self.store.get_async(info.name)
+        rows = LedgerRows()
+        top = 0
+        for rec in jfmt.iter_records(data, info.name, after_sqn):
+            rows.add_change(rec.op, rec.lkey, rec.sqn, rec.value or b"", rec.indexes,
+                            rec.expiry, rec.extra, rec.last_modified)
+            top = rec.sqn
+        nxt = cursor + 1 if cursor + 1 < len(files) else None
+        return rows.to_batch(), top, nxt
+
+    def stats(self) -> dict:
+        return {
+            **self.counters,
+            "epoch": self.epoch,
+            "journal_files": len(self.data_files()),
+            "uncatalogued": len(self.uncatalogued),
+            "next_slot": self.next_slot,
+            "manifest_id": self.manifest[0],
+            "io": self.store.stats.as_dict(),
+        }
+
+    async def close(self) -> None:
+        if not self.closed:
+            if self.broken is None:
+                await self.catalog()
+            self.closed = True
+
+    def manifest_version(self) -> Versioned:
+        return self.manifest
+
+
+def make_actor():
+    import ray
+
+    return ray.remote(num_cpus=0, max_concurrency=64)(Inker)

@@ -1,0 +1,139 @@
+"""The Penciller: owns the Ledger (leveled's ``leveled_penciller``).
+
+The Bookie pushes batches of Ledger changes, in SQN order, into the Penciller's L0 memory. Once
+L0 memory holds ``l0_max_keys`` keys it is sorted, written as an L0 SST and added to the manifest
+with the new persisted SQN. The Bookie long-polls :meth:`Penciller.wait_view` to learn of new
+files, so it can drop the changes they hold from its own cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow as pa
+
+from ..codec import LEDGER_SCHEMA
+from ..files import sst as sfmt
+from ..files.framing import codec_id
+from ..files.names import sst_name
+from ..files.store import ObjectStore
+from ..manifest.store import ManifestStore, Versioned
+from ..manifest.transitions import add_l0, persist_ledger_sqn
+from ..options import Options
+from ..views import LedgerFiles
+
+
+class Penciller:
+    """Plain-object logic of the Penciller; :func:`make_actor` gives its Ray actor."""
+
+    def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
+        self.store = store
+        self.options = options
+        self.codec = codec_id(options.compression)
+        self.epoch = epoch
+        self.manifests = ManifestStore(store)
+        self.manifest: Versioned = manifest
+        self.l0_memory: list[pa.RecordBatch] = []
+        self.l0_keys = 0
+        self.pushed_sqn = manifest[1].ledger_sqn
+        self._flush_task: asyncio.Task | None = None
+        self._flush_lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self.error: BaseException | None = None
+        self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0}
+
+    def files(self) -> LedgerFiles:
+        mid, m = self.manifest
+        return LedgerFiles(mid, m.levels, m.ledger_sqn)
+
+    async def push(self, batch: pa.RecordBatch, max_sqn: int) -> int:
+        """Add Ledger changes (every SQN up to ``max_sqn``) to L0 memory; returns L0 key count."""
+        if self.error is not None:
+            raise self.error
+        if batch.num_rows:
+            self.l0_memory.append(batch)
+            self.l0_keys += batch.num_rows
+        self.pushed_sqn = max(self.pushed_sqn, max_sqn)
+        self.counters["pushes"] += 1
+        if self.l0_keys >= self.options.l0_max_keys and (
+            self._flush_task is None or self._flush_task.done()
+        ):
+            self._flush_task = asyncio.ensure_future(self._flush_background())
+        return self.l0_keys
+
+    async def _flush_background(self) -> None:
+        try:
+            await self.flush()
+        except BaseException as exc:  # surfaced to the Bookie on its next push
+            self.error = exc
+
+    async def flush(self) -> None:
+        """Write all of L0 memory to one L0 SST and commit it to the manifest."""
+        async with self._flush_lock:
+            batches, upto = list(self.l0_memory), self.pushed_sqn
+            if not batches:
+                if upto > self.manifest[1].ledger_sqn:
+                    self.manifest = await self.manifests.update(
+                        lambda m: persist_ledger_sqn(m, self.epoch, upto), self.manifest
+                    )
+                    self._notify()
+                return
+            table = await asyncio.to_thread(self._sorted, batches)
+            name = sst_name()
+            data, info = await asyncio.to_thread(
+                sfmt.build_sst, name, table, codec=self.codec,
+                block_bytes=self.options.sst_block_bytes,
+                bloom_bits_per_key=self.options.bloom_bits_per_key,
+            )
+            await self.store.put_if_absent_async(name, data)
+            self.manifest = await self.manifests.update(
+                lambda m: add_l0(m, self.epoch, info, upto), self.manifest
+            )
+            # Only now may the flushed batches leave memory: the manifest holds them.
+            del self.l0_memory[: len(batches)]
+            self.l0_keys -= sum(b.num_rows for b in batches)
+            self.counters["l0_flushes"] += 1
+            self.counters["sst_bytes"] += info.size
+            self._notify()
+
+    @staticmethod
+    def _sorted(batches: list[pa.RecordBatch]) -> pa.Table:
+        return sfmt.sort_and_dedupe(pa.Table.from_batches(batches, schema=LEDGER_SCHEMA))
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_view(self, known_version: int, timeout: float = 30.0) -> LedgerFiles | None:
+        """The Ledger's files once their version differs from ``known_version`` (a long poll);
+        ``None`` if nothing changed within ``timeout`` seconds."""
+        if self.manifest[0] == known_version:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except asyncio.TimeoutError:
+                return None
+        return self.files() if self.manifest[0] != known_version else None
+
+    def stats(self) -> dict:
+        levels = self.manifest[1].levels
+        return {
+            **self.counters,
+            "l0_memory_keys": self.l0_keys,
+            "l0_files": len(levels[0]),
+            "level_files": [len(level) for level in levels],
+            "ledger_sqn": self.manifest[1].ledger_sqn,
+            "manifest_id": self.manifest[0],
+            "io": self.store.stats.as_dict(),
+        }
+
+    async def close(self) -> None:
+        """Persist L0 memory so that a clean restart replays nothing."""
+        if self._flush_task is not None:
+            await asyncio.gather(self._flush_task, return_exceptions=True)
+        await self.flush()
+
+
+def make_actor():
+    import ray
+
+    return ray.remote(num_cpus=0, max_concurrency=64)(Penciller)

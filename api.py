@@ -1,0 +1,285 @@
+"""The client handle: ``lr.open``, ``lr.connect`` and :class:`Store`.
+
+A :class:`Store` is a thin, picklable handle on the store's Bookie actor. It validates every
+change before sending it (a rejected call changes nothing), batches where it can, and raises
+leveled-ray's own errors rather than Ray's. Every call has an awaitable ``*_async`` twin for
+asyncio applications.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Iterable, Sequence
+
+from .actors import bookie as bookie_mod
+from .actors.remote import NAMESPACE, unwrap
+from .codec import Change, Delete, Head, Put, delete_change, make_change, object_key, put_change
+from .codec import check_name
+from .errors import InvalidArgumentError, StoreClosedError
+from .files.store import ObjectStore, parse_url
+from .options import Options
+
+
+def ensure_ray() -> None:
+    """Start (or join, with ``RAY_ADDRESS``) a Ray cluster in namespace ``leveled``."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+                 configure_logging=True, logging_level="WARNING",
+                 address=os.environ.get("RAY_ADDRESS"))
+
+
+def _get(ref):
+    import ray
+
+    try:
+        return ray.get(ref)
+    except Exception as exc:
+        raise unwrap(exc) from None
+
+
+async def _await(ref):
+    try:
+        return await ref
+    except Exception as exc:
+        raise unwrap(exc) from None
+
+
+def open(url: str, options: Options | None = None, *, name: str | None = None,
+         detached: bool = False, store: ObjectStore | None = None) -> "Store":
+    """Open (or create) the store at ``url`` for writing, with its actors on Ray.
+
+    ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes the
+    actors named (``name``, ``name.inker``, ``name.penciller``) in namespace ``leveled`` so other
+    drivers can :func:`connect`; ``detached=True`` keeps them alive after this driver exits.
+    Opening fences any other writer of the same store (its later writes fail with
+    ``FencedError``). ``store`` overrides the object store client built from ``url`` (for
+    example a fault-injecting wrapper).
+
+    Cost: about one Ray actor start-up per actor (a few seconds on first use) plus the replay of
+    journal entries not yet persisted in the Ledger.
+    """
+    options = options if options is not None else Options()
+    if not isinstance(options, Options):
+        raise InvalidArgumentError(f"options must be an lr.Options, not {type(options).__name__}")
+    parse_url(url)
+    if name is not None and (not isinstance(name, str) or not name or "/" in name):
+        raise InvalidArgumentError(f"name must be a non-empty str without '/', not {name!r}")
+    if detached and name is None:
+        raise InvalidArgumentError("a detached store needs a name, so it can be reached again")
+    ensure_ray()
+    import ray
+
+    if name is not None:
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            pass
+        else:
+            raise InvalidArgumentError(f"a store named {name!r} is already running: use "
+                                       f"lr.connect({name!r})")
+    opts = {"namespace": NAMESPACE}
+    if name is not None:
+        opts["name"] = name
+    if detached:
+        opts["lifetime"] = "detached"
+    actor = bookie_mod.make_actor().options(**opts).remote(url, options, name, store=store)
+    try:
+        info = _get(actor.start.remote())
+    except BaseException:
+        ray.kill(actor, no_restart=True)
+        raise
+    return Store(actor, options, url, name, info)
+
+
+def connect(name: str) -> "Store":
+    """A handle on a running store that was opened with ``name`` (from any driver)."""
+    ensure_ray()
+    import ray
+
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        raise InvalidArgumentError(f"no running store named {name!r}") from None
+    stats = _get(actor.stats.remote())
+    return Store(actor, _get(actor.get_options.remote()), stats["url"], name, {})
+
+
+class Store:
+    """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
+
+    Example::
+
+        store = lr.open("file:///tmp/db")
+        sqn = store.put("users", "alice", b"v1", indexes=[("add", "city_bin", "paris")])
+        assert store.get("users", "alice") == b"v1"
+        store.put("users", "alice", b"v2", if_sqn=sqn)
+        store.close()
+    """
+
+    def __init__(self, actor, options: Options, url: str, name: str | None, info: dict):
+        self._actor = actor
+        self.options = options
+        self.url = url
+        self.name = name
+        self.open_info = info
+
+    def __reduce__(self):
+        return (Store, (self._actor, self.options, self.url, self.name, self.open_info))
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r}, name={self.name!r})"
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- building requests (validation happens here, before anything is sent) --
+
+    def _put_ref(self, bucket, key, value, indexes, ttl, metadata, if_sqn, if_absent):
+        change = put_change(bucket, key, value, self.options, time.time(), indexes=indexes,
+                            ttl=ttl, metadata=metadata, if_sqn=if_sqn, if_absent=if_absent)
+        return self._actor.put_many.remote([change])
+
+    def _delete_ref(self, bucket, key, indexes, if_sqn):
+        change = delete_change(bucket, key, self.options, indexes=indexes, if_sqn=if_sqn)
+        return self._actor.put_many.remote([change])
+
+    def _put_many_ref(self, items: Iterable[Put | Delete]):
+        if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
+            raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
+        now_s = time.time()
+        changes: list[Change] = [make_change(item, self.options, now_s) for item in items]
+        bookie_mod.check_put_size(changes, self.options)
+        return self._actor.put_many.remote(changes)
+
+    def _keys(self, pairs: Iterable[Sequence]) -> list[bytes]:
+        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+            raise InvalidArgumentError("expected a list of (bucket, key) pairs")
+        out = []
+        for pair in pairs:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
+            out.append(self._key(*pair))
+        return out
+
+    def _key(self, bucket, key) -> bytes:
+        return object_key(check_name(bucket, "bucket", self.options.max_key_bytes),
+                          check_name(key, "key", self.options.max_key_bytes))
+
+    # -- synchronous API --
+
+    def put(self, bucket, key, value: bytes, *, indexes=(), ttl: float | None = None,
+            metadata: dict | None = None, if_sqn: int | None = None,
+            if_absent: bool = False) -> int:
+        """Write ``value`` under ``(bucket, key)``; returns the SQN once the change is durable.
+
+        ``indexes`` is a list of ``("add"|"remove", field, term)`` (``_bin`` fields take str
+        terms, ``_int`` fields int terms). ``ttl`` expires the object after that many seconds.
+        ``if_sqn`` / ``if_absent`` make the write conditional: ``ConditionFailedError`` and no
+        change when the key's current SQN differs / the key exists. Cost: one round trip to the
+        Bookie plus one journal write, shared with concurrent writers (group commit).
+        """
+        return _get(self._put_ref(bucket, key, value, indexes, ttl, metadata, if_sqn,
+                                  if_absent))[0]
+
+    def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
+        """Delete ``(bucket, key)`` (writes a tombstone); returns the change's SQN."""
+        return _get(self._delete_ref(bucket, key, indexes, if_sqn))[0]
+
+    def put_many(self, items: Iterable[Put | Delete]) -> list[int]:
+        """Write many changes as one atomic, durable group (one journal file); returns SQNs.
+
+        If any item's condition fails, nothing is written. The group must fit in
+        ``max_journal_bytes``. Cost: one round trip and one journal write for the whole group.
+        """
+        return _get(self._put_many_ref(items))
+
+    def get(self, bucket, key) -> bytes | None:
+        """The value of ``(bucket, key)``, or ``None``. Cost: one round trip; inside the Bookie,
+        at most one ranged GET per candidate SST plus one for the value (footers cached)."""
+        return _get(self._actor.get.remote(self._key(bucket, key)))
+
+    def head(self, bucket, key) -> Head | None:
+        """The object's :class:`Head` (SQN, size, last modified, hash, ...) without its value."""
+        return _get(self._actor.head.remote(self._key(bucket, key)))
+
+    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """Values of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
+        return _get(self._actor.get_many.remote(self._keys(pairs)))
+
+    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        return _get(self._actor.head_many.remote(self._keys(pairs)))
+
+    def stats(self) -> dict:
+        """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests)."""
+        return _get(self._actor.stats.remote())
+
+    def close(self) -> None:
+        """Finish writes, persist the Ledger's memory and stop the store's actors.
+
+        A clean close means the next open replays nothing. Closing twice is harmless.
+        """
+        import ray
+
+        try:
+            _get(self._actor.close.remote())
+        except StoreClosedError:
+            pass
+        ray.kill(self._actor, no_restart=True)
+
+    # -- asyncio API --
+
+    async def put_async(self, bucket, key, value: bytes, *, indexes=(), ttl=None, metadata=None,
+                        if_sqn=None, if_absent=False) -> int:
+        """Awaitable :meth:`put`."""
+        return (await _await(self._put_ref(bucket, key, value, indexes, ttl, metadata, if_sqn,
+                                           if_absent)))[0]
+
+    async def delete_async(self, bucket, key, *, indexes=(), if_sqn=None) -> int:
+        """Awaitable :meth:`delete`."""
+        return (await _await(self._delete_ref(bucket, key, indexes, if_sqn)))[0]
+
+    async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
+        """Awaitable :meth:`put_many`."""
+        return await _await(self._put_many_ref(items))
+
+    async def get_async(self, bucket, key) -> bytes | None:
+        """Awaitable :meth:`get`."""
+        return await _await(self._actor.get.remote(self._key(bucket, key)))
+
+    async def head_async(self, bucket, key) -> Head | None:
+        """Awaitable :meth:`head`."""
+        return await _await(self._actor.head.remote(self._key(bucket, key)))
+
+    async def get_many_async(self, pairs) -> list[bytes | None]:
+        """Awaitable :meth:`get_many`."""
+        return await _await(self._actor.get_many.remote(self._keys(pairs)))
+
+    async def head_many_async(self, pairs) -> list[Head | None]:
+        """Awaitable :meth:`head_many`."""
+        return await _await(self._actor.head_many.remote(self._keys(pairs)))
+
+    async def stats_async(self) -> dict:
+        """Awaitable :meth:`stats`."""
+        return await _await(self._actor.stats.remote())
+
+    async def close_async(self) -> None:
+        """Awaitable :meth:`close`."""
+        import ray
+
+        try:
+            await _await(self._actor.close.remote())
+        except StoreClosedError:
+            pass
+        ray.kill(self._actor, no_restart=True)
+
+    # -- for operators and tests --
+
+    def actors(self) -> list:
+        """Ray handles of the Bookie, Inker and Penciller (to inspect them, or kill them)."""
+        return [self._actor, *_get(self._actor.actor_handles.remote())]

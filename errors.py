@@ -1,0 +1,118 @@
+"""Typed errors of leveled-ray.
+
+Every error a caller can act on is a subclass of :class:`LeveledError`. Errors raised inside the
+Bookie, Inker or Penciller actors reach the caller as these types (the client handle unwraps Ray's
+wrapper exceptions). A call rejected with an error changes nothing in the store, except where an
+:class:`ObjectStoreError` says ``definite=False``: then the change may or may not have happened.
+"""
+
+from __future__ import annotations
+
+
+class LeveledError(Exception):
+    """Base class of every leveled-ray error."""
+
+    def __reduce__(self):
+        # Errors cross Ray process boundaries: rebuild them from their constructor arguments.
+        return (self.__class__, self._args())
+
+    def _args(self) -> tuple:
+        return self.args
+
+
+class InvalidArgumentError(LeveledError, ValueError):
+    """A call was used wrongly: a wrong type, an empty bucket or key, a value too large.
+
+    Nothing was changed.
+    """
+
+
+class StoreClosedError(LeveledError):
+    """The store was closed, or its actors are gone; open it again to continue."""
+
+
+class FencedError(LeveledError):
+    """Another writer opened the store with a newer writer epoch.
+
+    This writer can no longer change the store: none of the writes that raised this are visible.
+    """
+
+    def __init__(self, message: str, *, epoch: int = 0, current_epoch: int = 0):
+        super().__init__(message)
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+
+    def _args(self) -> tuple:
+        return (self.args[0],)
+
+    def __reduce__(self):
+        return (_rebuild_fenced, (self.args[0], self.epoch, self.current_epoch))
+
+
+def _rebuild_fenced(message: str, epoch: int, current_epoch: int) -> FencedError:
+    return FencedError(message, epoch=epoch, current_epoch=current_epoch)
+
+
+class ConditionFailedError(LeveledError):
+    """A conditional change (``if_sqn`` or ``if_absent``) found another state; nothing was written.
+
+    ``failures`` lists ``(bucket, key, expected, actual)`` for each condition that failed, where
+    ``expected`` is the SQN asked for (``None`` for ``if_absent``) and ``actual`` the current SQN
+    (``None`` when the key is absent).
+    """
+
+    def __init__(self, message: str, failures: tuple = ()):
+        super().__init__(message)
+        self.failures = tuple(failures)
+
+    def _args(self) -> tuple:
+        return (self.args[0], self.failures)
+
+
+class CorruptObjectError(LeveledError):
+    """An object in the store failed validation (magic, version, length or checksum).
+
+    ``path`` is the object's name, ``offset`` the byte offset where the problem was found.
+    Decoders raise this instead of returning wrong data.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str):
+        super().__init__(f"corrupt object {path!r} at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+    def _args(self) -> tuple:
+        return (self.path, self.offset, self.reason)
+
+
+class ObjectStoreError(LeveledError):
+    """The object store failed a request.
+
+    ``definite`` follows Materialize persist's two tiers: ``True`` means the operation surely did
+    not happen (safe to retry), ``False`` means it may have happened (an indeterminate outcome,
+    such as a timeout on a write).
+    """
+
+    def __init__(self, message: str, *, definite: bool, path: str | None = None):
+        super().__init__(message)
+        self.definite = definite
+        self.path = path
+
+    def __reduce__(self):
+        return (_rebuild_store_error, (self.args[0], self.definite, self.path))
+
+
+def _rebuild_store_error(message: str, definite: bool, path: str | None) -> ObjectStoreError:
+    return ObjectStoreError(message, definite=definite, path=path)
+
+
+__all__ = [
+    "LeveledError",
+    "InvalidArgumentError",
+    "StoreClosedError",
+    "FencedError",
+    "ConditionFailedError",
+    "CorruptObjectError",
+    "ObjectStoreError",
+]

@@ -1,0 +1,1 @@
+"""Object store access and the immutable file formats (SST, journal file) with their clerks."""

@@ -1,0 +1,253 @@
+"""File clerks: one small state machine per file, hosted inside a Ray actor (leveled's file clerks).
+
+A clerk moves ``writing -> reading -> delete_pending -> deleted`` and every read of its file goes
+through it. Clerks cache their file's footer (index and bloom) and blocks in their host's cache,
+one LRU with a byte budget shared by every clerk in the host, so memory stays bounded however
+many files there are. Clerks know nothing of levels: the manifest says which file is where.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable
+
+from ..errors import LeveledError
+from . import journal as jfmt
+from . import sst as sfmt
+from .journal import JournalInfo, JournalRecord
+from .sst import SstInfo
+from .store import ObjectStore
+
+
+class FileState(str, enum.Enum):
+    WRITING = "writing"
+    READING = "reading"
+    DELETE_PENDING = "delete_pending"
+    DELETED = "deleted"
+
+
+#: The only moves a clerk can make.
+TRANSITIONS: dict[FileState, frozenset[FileState]] = {
+    FileState.WRITING: frozenset({FileState.READING, FileState.DELETED}),
+    FileState.READING: frozenset({FileState.DELETE_PENDING}),
+    FileState.DELETE_PENDING: frozenset({FileState.DELETED}),
+    FileState.DELETED: frozenset(),
+}
+
+
+class FileStateError(LeveledError):
+    """A clerk was asked for a move its state machine does not allow (an internal bug)."""
+
+
+class LruCache:
+    """Least-recently-used cache with a byte budget (the budget may be 0: cache nothing)."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.used = 0
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+
+    def get(self, key):
+        item = self._items.get(key)
+        if item is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._items.move_to_end(key)
+        return item[0]
+
+    def put(self, key, value, nbytes: int) -> None:
+        if nbytes > self.budget:
+            return
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.used -= old[1]
+        self._items[key] = (value, nbytes)
+        self.used += nbytes
+        while self.used > self.budget:
+            _, (_, size) = self._items.popitem(last=False)
+            self.used -= size
+
+    def drop_prefix(self, name: str) -> None:
+        """Forget everything cached for one file (after it is deleted)."""
+        for key in [k for k in self._items if k[0] == name]:
+            self.used -= self._items.pop(key)[1]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class FileClerk:
+    """The state machine of one file, plus its cached reads."""
+
+    kind = "file"
+
+    def __init__(self, host: "ClerkHost", name: str, size: int,
+                 state: FileState = FileState.READING):
+        self.host = host
+        self.name = name
+        self.size = size
+        self.state = state
+        self.removed_in: int | None = None  # manifest id whose change removed this file
+        self._loading: dict[Any, asyncio.Future] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.state.value})"
+
+    def move(self, new: FileState) -> None:
+        if new not in TRANSITIONS[self.state]:
+            raise FileStateError(f"{self.name}: cannot move from {self.state.value} to {new.value}")
+        self.state = new
+
+    def _check_readable(self) -> None:
+        if self.state not in (FileState.READING, FileState.DELETE_PENDING):
+            raise FileStateError(f"{self.name} is {self.state.value}: it cannot be read")
+
+    async def _cached(self, part, load: Callable[[], Awaitable[Any]], nbytes) -> Any:
+        """A cached part of this file, loading it once even when many readers ask at once."""
+        key = (self.name, part)
+        value = self.host.cache.get(key)
+        if value is not None:
+            return value
+        pending = self._loading.get(part)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut = asyncio.get_running_loop().create_future()
+        self._loading[part] = fut
+        try:
+            value = await load()
+            self.host.cache.put(key, value, nbytes(value))
+            fut.set_result(value)
+            return value
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: the caller re-raises it
+            raise
+        finally:
+            del self._loading[part]
+
+    async def _tail(self) -> bytes:
+        store = self.host.store
+        start = max(0, self.size - sfmt.FOOTER_READ)
+        return await store.get_range_async(self.name, start, self.size)
+
+
+class SstClerk(FileClerk):
+    """Reads one Ledger SST: footer (bloom, block index) once, then one block per lookup."""
+
+    kind = "sst"
+
+    def __init__(self, host, info: SstInfo, state=FileState.READING):
+        super().__init__(host, info.name, info.size, state)
+        self.info = info
+
+    async def footer(self) -> sfmt.SstFooter:
+        self._check_readable()
+
+        async def load():
+            tail = await self._tail()
+            foff, flen = sfmt.footer_span(self.size, tail, self.name)
+            if flen + sfmt.TRAILER_SIZE > len(tail):
+                tail = await self.host.store.get_range_async(self.name, foff, self.size)
+            return sfmt.parse_footer(self.size, tail, self.name)
+
+        return await self._cached("footer", load, lambda f: f.nbytes)
+
+    async def block(self, i: int) -> sfmt.Block:
+        footer = await self.footer()
+
+        async def load():
+            lo, hi = footer.block_range(i)
+            raw = await self.host.store.get_range_async(self.name, lo, hi)
+            return sfmt.decode_block(raw, footer.checksums[i], self.name, lo)
+
+        return await self._cached(("block", i), load, lambda b: b.nbytes)
+
+    async def get(self, lkey: bytes, khash: int) -> tuple | None:
+        """The entry for ``lkey`` in this file, or ``None``: at most one ranged GET."""
+        footer = await self.footer()
+        if not footer.bloom.may_contain_hash(khash):
+            return None
+        i = footer.block_for(lkey)
+        if i is None:
+            return None
+        return (await self.block(i)).get(lkey)
+
+    async def read_table(self):
+        """Every entry of the file, validated (bulk reads: merges, verification)."""
+        self._check_readable()
+        data = await self.host.store.get_async(self.name)
+        return sfmt.read_all(data, self.name)[1]
+
+
+class JournalClerk(FileClerk):
+    """Reads one journal file: the SQN index once, then one ranged GET per value."""
+
+    kind = "journal"
+
+    def __init__(self, host, info: JournalInfo, state=FileState.READING):
+        super().__init__(host, info.name, info.size, state)
+        self.info = info
+
+    async def footer(self) -> jfmt.JournalFooter:
+        self._check_readable()
+
+        async def load():
+            tail = await self._tail()
+            footer = None
+            try:
+                footer = jfmt.parse_footer(self.size, tail, self.name)
+            except LeveledError:
+                if len(tail) >= self.size:
+                    raise
+            if footer is None:  # the footer is larger than the speculative tail read
+                tail = await self.host.store.get_async(self.name)
+                footer = jfmt.parse_footer(self.size, tail, self.name)
+            return footer
+
+        return await self._cached("footer", load, lambda f: f.nbytes)
+
+    async def fetch(self, sqn: int) -> JournalRecord | None:
+        footer = await self.footer()
+        where = footer.locate(sqn)
+        if where is None:
+            return None
+        off, length = where
+        raw = await self.host.store.get_range_async(self.name, off, off + length)
+        return jfmt.decode_entry(raw, self.name, off, sqn)
+
+    async def read_records(self, after_sqn: int = 0) -> list[JournalRecord]:
+        self._check_readable()
+        data = await self.host.store.get_async(self.name)
+        return list(jfmt.iter_records(data, self.name, after_sqn))
+
+
+class ClerkHost:
+    """The clerks of every file one actor reads, sharing one byte-bounded cache."""
+
+    def __init__(self, store: ObjectStore, cache_bytes: int):
+        self.store = store
+        self.cache = LruCache(cache_bytes)
+        self.clerks: dict[str, FileClerk] = {}
+
+    def sst(self, info: SstInfo) -> SstClerk:
+        clerk = self.clerks.get(info.name)
+        if clerk is None:
+            clerk = self.clerks[info.name] = SstClerk(self, info)
+        return clerk  # type: ignore[return-value]
+
+    def journal(self, info: JournalInfo) -> JournalClerk:
+        clerk = self.clerks.get(info.name)
+        if clerk is None:
+            clerk = self.clerks[info.name] = JournalClerk(self, info)
+        return clerk  # type: ignore[return-value]
+
+    def states(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for clerk in self.clerks.values():
+            out[clerk.state.value] = out.get(clerk.state.value, 0) + 1
+        return out

@@ -1,0 +1,110 @@
+"""Checksums, codecs and a bounds-checked reader shared by every file format.
+
+Each compressed payload carries its codec id, so a store can switch compression and keep old data
+readable. Decoders read through :class:`Reader`, which raises :class:`CorruptObjectError` on any
+out-of-bounds length instead of allocating from it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import lz4.block
+import xxhash
+import zstandard
+
+from ..errors import CorruptObjectError, InvalidArgumentError
+
+CODEC_NONE = 0
+CODEC_LZ4 = 1
+CODEC_ZSTD = 2
+CODECS = {"none": CODEC_NONE, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
+
+#: No single block, entry or footer may declare more than this many uncompressed bytes.
+MAX_PAYLOAD = 1 << 30
+
+_zstd_c = zstandard.ZstdCompressor(level=3)
+_zstd_d = zstandard.ZstdDecompressor()
+
+
+def checksum(*parts: bytes | memoryview) -> int:
+    """xxh3-64 over the concatenation of ``parts``."""
+    h = xxhash.xxh3_64()
+    for p in parts:
+        h.update(p)
+    return h.intdigest()
+
+
+def codec_id(name: str) -> int:
+    try:
+        return CODECS[name]
+    except KeyError:
+        raise InvalidArgumentError(f"unknown compression {name!r}") from None
+
+
+def compress(codec: int, raw: bytes) -> tuple[int, bytes]:
+    """Compress ``raw``; returns ``(codec actually used, payload)``.
+
+    Falls back to no compression when compressing does not save space (small or random data).
+    """
+    if codec == CODEC_LZ4 and len(raw) > 32:
+        out = lz4.block.compress(raw, store_size=False)
+    elif codec == CODEC_ZSTD and len(raw) > 32:
+        out = _zstd_c.compress(raw)
+    else:
+        return CODEC_NONE, raw
+    if len(out) >= len(raw):
+        return CODEC_NONE, raw
+    return codec, out
+
+
+def decompress(codec: int, payload: bytes | memoryview, raw_len: int, path: str, offset: int):
+    """Decompress a payload whose uncompressed length was declared as ``raw_len``."""
+    if raw_len > MAX_PAYLOAD:
+        raise CorruptObjectError(path, offset, f"declared length {raw_len} is over the limit")
+    try:
+        if codec == CODEC_NONE:
+            out = payload
+        elif codec == CODEC_LZ4:
+            out = lz4.block.decompress(payload, uncompressed_size=raw_len)
+        elif codec == CODEC_ZSTD:
+            out = _zstd_d.decompress(bytes(payload), max_output_size=raw_len)
+        else:
+            raise CorruptObjectError(path, offset, f"unknown codec {codec}")
+    except CorruptObjectError:
+        raise
+    except Exception as exc:  # the codec libraries raise their own error types
+        raise CorruptObjectError(path, offset, f"cannot decompress: {exc}") from None
+    if len(out) != raw_len:
+        raise CorruptObjectError(path, offset, f"decompressed {len(out)} bytes, not {raw_len}")
+    return out
+
+
+class Reader:
+    """A cursor over untrusted bytes: every read is bounds-checked against the buffer."""
+
+    __slots__ = ("buf", "pos", "end", "path", "base")
+
+    def __init__(self, buf: bytes | memoryview, path: str, base: int = 0, pos: int = 0,
+                 end: int | None = None):
+        self.buf = memoryview(buf)
+        self.pos = pos
+        self.end = len(buf) if end is None else end
+        self.path = path
+        self.base = base  # offset of buf[0] inside the object, for error messages
+
+    def fail(self, reason: str, at: int | None = None) -> CorruptObjectError:
+        return CorruptObjectError(self.path, self.base + (self.pos if at is None else at), reason)
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > self.end:
+            raise self.fail(f"length {n} runs past the end ({self.end - self.pos} bytes left)")
+        out = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: struct.Struct) -> tuple:
+        return fmt.unpack(self.take(fmt.size))
+
+    def remaining(self) -> int:
+        return self.end - self.pos

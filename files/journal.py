@@ -1,0 +1,263 @@
+"""Journal file: one immutable object of the Journal, covering a range of SQNs (leveled's CDB file).
+
+Layout::
+
+    header (36 bytes) | entry | entry | ... | footer | trailer (36 bytes)
+
+The header holds the writer epoch and the journal slot (used for fencing). Each entry is
+``sqn u64 | op u8 | codec u8 | raw_len u32 | stored_len u32 | checksum u64 | payload`` where the
+payload is one change, compressed on its own, and the checksum covers the entry header and the
+payload. The footer (msgpack, compressed) is the SQN index: the SQN, offset and length of every
+entry, so fetching a value by SQN is one ranged GET once the footer is cached.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass
+from typing import Iterator
+
+import msgpack
+import numpy as np
+
+from ..errors import CorruptObjectError
+from .framing import CODEC_LZ4, Reader, checksum, compress, decompress
+
+MAGIC = b"LRJNL\x00\x00\x01"
+VERSION = 1
+KIND_DATA = 0
+KIND_FENCE = 1
+NO_SLOT = (1 << 64) - 1  # journal files written by compaction have no slot
+
+_HEADER = struct.Struct("<8sHBxQQQ")  # magic, version, kind, epoch, slot, header checksum
+HEADER_SIZE = _HEADER.size
+_TRAILER = struct.Struct("<8sHBxIQIQ")
+TRAILER_SIZE = _TRAILER.size
+_ENTRY = struct.Struct("<QBBII")
+_ENTRY_SUM = struct.Struct("<Q")
+ENTRY_HEAD = _ENTRY.size + _ENTRY_SUM.size
+_RECORD = struct.Struct("<qIII")  # last_modified, expiry, key_len, extra_len
+_VALUE_LEN = struct.Struct("<I")
+_NO_VALUE = 0xFFFFFFFF
+FOOTER_READ = 64 * 1024
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    """One change as the Journal keeps it."""
+
+    sqn: int
+    op: int
+    lkey: bytes
+    value: bytes | None
+    indexes: tuple
+    expiry: int
+    extra: bytes
+    last_modified: int  # unix ms
+
+
+@dataclass(frozen=True)
+class JournalInfo:
+    """What the manifest records of a journal file."""
+
+    name: str
+    slot: int
+    epoch: int
+    kind: int
+    size: int
+    entries: int
+    min_sqn: int
+    max_sqn: int
+
+
+@dataclass(frozen=True)
+class JournalFooter:
+    epoch: int
+    slot: int
+    kind: int
+    sqns: list
+    offsets: list
+    lengths: list
+
+    def locate(self, sqn: int) -> tuple[int, int] | None:
+        """``(offset, length)`` of the entry with this SQN, if the file holds it."""
+        i = bisect.bisect_left(self.sqns, sqn)
+        if i < len(self.sqns) and self.sqns[i] == sqn:
+            return self.offsets[i], self.lengths[i]
+        return None
+
+    @property
+    def nbytes(self) -> int:
+        return 24 * len(self.sqns) + 64
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def encode_header(epoch: int, slot: int, kind: int) -> bytes:
+    body = _HEADER.pack(MAGIC, VERSION, kind, epoch, slot, 0)[: HEADER_SIZE - 8]
+    return body + struct.pack("<Q", checksum(body))
+
+
+def encode_record(op, lkey, value, indexes, expiry, extra, last_modified) -> bytes:
+    vlen = _NO_VALUE if value is None else len(value)
+    idx = msgpack.packb([list(i) for i in indexes]) if indexes else b""
+    return b"".join((
+        _RECORD.pack(last_modified, expiry, len(lkey), len(extra)), lkey, extra,
+        _VALUE_LEN.pack(vlen), value or b"", idx,
+    ))
+
+
+def build_journal(name: str, epoch: int, slot: int, records, *, codec: int = CODEC_LZ4,
+                  kind: int = KIND_DATA) -> tuple[bytes, JournalInfo]:
+    """Encode ``records`` (each ``(sqn, op, lkey, value, indexes, expiry, extra, last_modified)``,
+    in SQN order) as one journal file; returns its bytes and info."""
+    parts = [encode_header(epoch, slot, kind)]
+    pos = HEADER_SIZE
+    sqns, offsets, lengths = [], [], []
+    for sqn, op, lkey, value, indexes, expiry, extra, lm in records:
+        raw = encode_record(op, lkey, value, indexes, expiry, extra, lm)
+        used, payload = compress(codec, raw)
+        head = _ENTRY.pack(sqn, op, used, len(raw), len(payload))
+        entry_sum = _ENTRY_SUM.pack(checksum(head, payload))
+        parts += (head, entry_sum, payload)
+        size = ENTRY_HEAD + len(payload)
+        sqns.append(sqn)
+        offsets.append(pos)
+        lengths.append(size)
+        pos += size
+    if sqns and any(a >= b for a, b in zip(sqns, sqns[1:])):
+        raise ValueError("journal records must be in increasing SQN order")
+    footer_raw = msgpack.packb({
+        "v": VERSION, "epoch": epoch, "slot": slot, "kind": kind,
+        "sqn": np.asarray(sqns, dtype="<u8").tobytes(),
+        "off": np.asarray(offsets, dtype="<u8").tobytes(),
+        "len": np.asarray(lengths, dtype="<u4").tobytes(),
+    }, use_bin_type=True)
+    fcodec, footer = compress(codec, footer_raw)
+    parts.append(footer)
+    parts.append(_TRAILER.pack(MAGIC, VERSION, fcodec, len(footer_raw), pos, len(footer),
+                               checksum(footer)))
+    data = b"".join(parts)
+    info = JournalInfo(name, slot, epoch, kind, len(data), len(sqns),
+                       sqns[0] if sqns else 0, sqns[-1] if sqns else 0)
+    return data, info
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def parse_header(data: bytes, path: str) -> tuple[int, int, int]:
+    """``(epoch, slot, kind)`` from a journal file's first bytes."""
+    if len(data) < HEADER_SIZE:
+        raise CorruptObjectError(path, 0, "too short to be a journal file")
+    magic, version, kind, epoch, slot, hsum = _HEADER.unpack(data[:HEADER_SIZE])
+    if magic != MAGIC:
+        raise CorruptObjectError(path, 0, "bad journal magic")
+    if version != VERSION:
+        raise CorruptObjectError(path, 0, f"unsupported journal format version {version}")
+    if checksum(data[: HEADER_SIZE - 8]) != hsum:
+        raise CorruptObjectError(path, 0, "journal header checksum mismatch")
+    return epoch, slot, kind
+
+
+def parse_footer(size: int, tail: bytes, path: str) -> JournalFooter:
+    """Parse the footer from the object's last bytes (which must cover footer and trailer)."""
+    if size < HEADER_SIZE + TRAILER_SIZE or len(tail) < TRAILER_SIZE:
+        raise CorruptObjectError(path, 0, f"object of {size} bytes is too short for a journal")
+    at = size - TRAILER_SIZE
+    magic, version, fcodec, raw_len, foff, flen, fsum = _TRAILER.unpack(tail[-TRAILER_SIZE:])
+    if magic != MAGIC:
+        raise CorruptObjectError(path, at, "bad journal trailer magic")
+    if version != VERSION:
+        raise CorruptObjectError(path, at, f"unsupported journal format version {version}")
+    if foff + flen != at or foff < HEADER_SIZE:
+        raise CorruptObjectError(path, at, "footer does not end where the trailer starts")
+    start = len(tail) - TRAILER_SIZE - flen
+    if start < 0:
+        raise CorruptObjectError(path, foff, "footer not covered by the bytes read")
+    stored = memoryview(tail)[start : start + flen]
+    if checksum(stored) != fsum:
+        raise CorruptObjectError(path, foff, "footer checksum mismatch")
+    raw = decompress(fcodec, stored, raw_len, path, foff)
+    try:
+        doc = msgpack.unpackb(raw, raw=False)
+        footer = JournalFooter(
+            epoch=int(doc["epoch"]), slot=int(doc["slot"]), kind=int(doc["kind"]),
+            sqns=np.frombuffer(doc["sqn"], dtype="<u8").tolist(),
+            offsets=np.frombuffer(doc["off"], dtype="<u8").tolist(),
+            lengths=np.frombuffer(doc["len"], dtype="<u4").tolist(),
+        )
+    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+        raise CorruptObjectError(path, foff, f"malformed footer: {exc}") from None
+    n = len(footer.sqns)
+    if doc.get("v") != VERSION or len(footer.offsets) != n or len(footer.lengths) != n:
+        raise CorruptObjectError(path, foff, "SQN index lengths disagree")
+    # Entries must tile [header, footer) exactly, in increasing SQN order.
+    expect = HEADER_SIZE
+    for i in range(n):
+        if footer.offsets[i] != expect or footer.lengths[i] < ENTRY_HEAD:
+            raise CorruptObjectError(path, foff, f"SQN index entry {i} is out of place")
+        expect += footer.lengths[i]
+        if i and footer.sqns[i] <= footer.sqns[i - 1]:
+            raise CorruptObjectError(path, foff, "SQN index is not increasing")
+    if expect != foff:
+        raise CorruptObjectError(path, foff, "entries do not end where the footer starts")
+    return footer
+
+
+def decode_entry(data: bytes | memoryview, path: str, offset: int,
+                 expect_sqn: int | None = None) -> JournalRecord:
+    """Validate and decode one entry (its bytes, read from ``offset``)."""
+    r = Reader(data, path, base=offset)
+    head = r.take(_ENTRY.size)
+    sqn, op, codec, raw_len, stored_len = _ENTRY.unpack(head)
+    (esum,) = r.unpack(_ENTRY_SUM)
+    payload = r.take(stored_len)
+    if r.remaining():
+        raise r.fail("entry length does not match its header")
+    if checksum(head, payload) != esum:
+        raise CorruptObjectError(path, offset, "entry checksum mismatch")
+    if expect_sqn is not None and sqn != expect_sqn:
+        raise CorruptObjectError(path, offset, f"entry holds SQN {sqn}, not {expect_sqn}")
+    raw = decompress(codec, payload, raw_len, path, offset)
+    rr = Reader(raw, path, base=offset)
+    lm, expiry, key_len, extra_len = rr.unpack(_RECORD)
+    lkey = bytes(rr.take(key_len))
+    extra = bytes(rr.take(extra_len))
+    (vlen,) = rr.unpack(_VALUE_LEN)
+    value = None if vlen == _NO_VALUE else bytes(rr.take(vlen))
+    idx = rr.take(rr.remaining())
+    indexes: tuple = ()
+    if idx:
+        try:
+            indexes = tuple((int(a), str(b), c) for a, b, c in msgpack.unpackb(idx, raw=False))
+        except (TypeError, ValueError, msgpack.UnpackException) as exc:
+            raise CorruptObjectError(path, offset, f"malformed index changes: {exc}") from None
+    return JournalRecord(sqn, op, lkey, value, indexes, expiry, extra, lm)
+
+
+def read_all(data: bytes, path: str) -> tuple[tuple[int, int, int], JournalFooter,
+                                              list[JournalRecord]]:
+    """Validate a whole journal file held in memory: header, footer and every entry."""
+    header = parse_header(data, path)
+    footer = parse_footer(len(data), data, path)
+    if (footer.epoch, footer.slot, footer.kind) != header:
+        raise CorruptObjectError(path, 0, "header and footer disagree")
+    records = [
+        decode_entry(memoryview(data)[off : off + ln], path, off, sqn)
+        for sqn, off, ln in zip(footer.sqns, footer.offsets, footer.lengths)
+    ]
+    return header, footer, records
+
+
+def iter_records(data: bytes, path: str, after_sqn: int = 0) -> Iterator[JournalRecord]:
+    """Records of a whole journal file with SQN above ``after_sqn``, validated as they go."""
+    parse_header(data, path)
+    footer = parse_footer(len(data), data, path)
+    start = bisect.bisect_right(footer.sqns, after_sqn)
+    view = memoryview(data)
+    for i in range(start, len(footer.sqns)):
+        off, ln = footer.offsets[i], footer.lengths[i]
+        yield decode_entry(view[off : off + ln], path, off, footer.sqns[i])

@@ -1,0 +1,48 @@
+"""Object names. A name is never reused: journal slots are claimed with put-if-absent, and every
+other file gets a ULID (48-bit milliseconds plus 80 random bits)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+MANIFEST_PREFIX = "manifest/"
+JOURNAL_PREFIX = "journal/"
+LEDGER_PREFIX = "ledger/"
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_SLOT_RE = re.compile(r"^journal/(\d{20})\.jnl$")
+_MANIFEST_RE = re.compile(r"^manifest/(\d{20})$")
+
+
+def ulid() -> str:
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def manifest_name(manifest_id: int) -> str:
+    return f"{MANIFEST_PREFIX}{manifest_id:020d}"
+
+
+def manifest_id_of(path: str) -> int | None:
+    m = _MANIFEST_RE.match(path)
+    return int(m.group(1)) if m else None
+
+
+def journal_slot_name(slot: int) -> str:
+    """Group-commit journal files take consecutive slots: the writer-fencing sequence."""
+    return f"{JOURNAL_PREFIX}{slot:020d}.jnl"
+
+
+def journal_slot_of(path: str) -> int | None:
+    m = _SLOT_RE.match(path)
+    return int(m.group(1)) if m else None
+
+
+def compacted_journal_name() -> str:
+    return f"{JOURNAL_PREFIX}c/{ulid()}.jnl"
+
+
+def sst_name() -> str:
+    return f"{LEDGER_PREFIX}{ulid()}.sst"

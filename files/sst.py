@@ -1,0 +1,292 @@
+"""Ledger SST: one immutable, sorted file of Ledger entries (leveled's ``leveled_sst``).
+
+Layout::
+
+    block 0 | block 1 | ... | footer | trailer (36 bytes)
+
+A block is ``codec u8 | raw_len u32 | payload``: an Arrow IPC record batch of
+:data:`~leveled_ray.codec.LEDGER_SCHEMA` rows, compressed on its own. Its checksum sits in the
+footer's block index. The footer (msgpack, compressed) holds the format version, the first key of
+each block, the bloom filter, the key range, the SQN range and counts. The trailer points at the
+footer and holds its checksum. Once the footer is cached, a point lookup reads one block: one
+ranged GET.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass
+
+import msgpack
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..codec import LEDGER_SCHEMA, TOMBSTONE
+from ..errors import CorruptObjectError
+from .bloom import Bloom
+from .framing import CODEC_LZ4, Reader, checksum, compress, decompress
+
+MAGIC = b"LRSST\x00\x00\x01"
+VERSION = 1
+_TRAILER = struct.Struct("<8sHBxIQIQ")
+TRAILER_SIZE = _TRAILER.size
+_BLOCK_HEAD = struct.Struct("<BI")
+#: Bytes read from the end of an SST to get its footer in one request, most of the time.
+FOOTER_READ = 64 * 1024
+#: Fixed bytes of one row besides its key and extra columns (for block sizing).
+_FIXED_ROW = 8 + 1 + 4 + 8 + 8 + 8 + 8
+
+
+@dataclass(frozen=True)
+class SstInfo:
+    """What the manifest records of an SST."""
+
+    name: str
+    size: int
+    entries: int
+    tombstones: int
+    min_key: bytes
+    max_key: bytes
+    min_sqn: int
+    max_sqn: int
+
+
+@dataclass(frozen=True)
+class SstFooter:
+    entries: int
+    tombstones: int
+    min_key: bytes
+    max_key: bytes
+    min_sqn: int
+    max_sqn: int
+    first_keys: list
+    offsets: list  # block start offsets, plus the footer offset at the end
+    checksums: list
+    bloom: Bloom
+
+    @property
+    def block_count(self) -> int:
+        return len(self.first_keys)
+
+    def block_for(self, key: bytes) -> int | None:
+        """Index of the only block that can hold ``key``, or ``None`` when out of range."""
+        if not self.first_keys or key < self.min_key or key > self.max_key:
+            return None
+        return bisect.bisect_right(self.first_keys, key) - 1
+
+    def block_range(self, i: int) -> tuple[int, int]:
+        return self.offsets[i], self.offsets[i + 1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.bloom.nbytes + sum(len(k) for k in self.first_keys) + 24 * len(self.offsets)
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def sort_and_dedupe(table: pa.Table | pa.RecordBatch) -> pa.Table:
+    """Sort Ledger rows by key, keeping only the highest SQN of each key (newest wins)."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if table.num_rows == 0:
+        return table
+    table = table.sort_by([("key", "ascending"), ("sqn", "descending")])
+    keys = table.column("key").combine_chunks()
+    if len(keys) > 1:
+        changed = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+        keep = pa.concat_arrays([pa.array([True]), changed])
+        if not pc.all(keep).as_py():
+            table = table.filter(keep)
+    return table
+
+
+def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes: int = 32768,
+              bloom_bits_per_key: int = 10) -> tuple[bytes, SstInfo]:
+    """Encode sorted, deduplicated Ledger rows as an SST; returns the object bytes and its info."""
+    n = table.num_rows
+    if n == 0:
+        raise ValueError("an SST needs at least one entry")
+    table = table.cast(LEDGER_SCHEMA) if table.schema != LEDGER_SCHEMA else table
+    keys = table.column("key").combine_chunks()
+    key_list = keys.to_pylist()
+    row_bytes = (
+        pc.binary_length(keys).to_numpy().astype(np.int64)
+        + pc.binary_length(table.column("extra").combine_chunks()).to_numpy().astype(np.int64)
+        + _FIXED_ROW
+    )
+    block_of_row = (np.cumsum(row_bytes) - 1) // block_bytes
+    starts = np.flatnonzero(np.diff(block_of_row, prepend=-1)).tolist()
+    bounds = starts + [n]
+
+    parts: list[bytes] = []
+    offsets: list[int] = []
+    checksums: list[int] = []
+    first_keys: list[bytes] = []
+    pos = 0
+    for b in range(len(starts)):
+        lo, hi = bounds[b], bounds[b + 1]
+        batch = table.slice(lo, hi - lo).combine_chunks().to_batches()[0]
+        raw = batch.serialize().to_pybytes()
+        used, payload = compress(codec, raw)
+        block = _BLOCK_HEAD.pack(used, len(raw)) + payload
+        parts.append(block)
+        offsets.append(pos)
+        checksums.append(checksum(block))
+        first_keys.append(key_list[lo])
+        pos += len(block)
+    footer_offset = pos
+    offsets.append(footer_offset)
+
+    sqns = table.column("sqn")
+    tombstones = pc.sum(pc.equal(table.column("status"), TOMBSTONE)).as_py() or 0
+    bloom = Bloom.build(key_list, n, bloom_bits_per_key)
+    min_key, max_key = key_list[0], key_list[-1]
+    min_sqn, max_sqn = pc.min(sqns).as_py(), pc.max(sqns).as_py()
+    footer_raw = msgpack.packb(
+        {
+            "v": VERSION, "n": n, "tomb": tombstones, "kmin": min_key, "kmax": max_key,
+            "smin": min_sqn, "smax": max_sqn, "first": first_keys,
+            "off": np.asarray(offsets, dtype="<u8").tobytes(),
+            "sum": np.asarray(checksums, dtype="<u8").tobytes(),
+            "bloom": bloom.bits, "bk": bloom.k,
+        },
+        use_bin_type=True,
+    )
+    fcodec, footer = compress(codec, footer_raw)
+    trailer = _TRAILER.pack(MAGIC, VERSION, fcodec, len(footer_raw), footer_offset, len(footer),
+                            checksum(footer))
+    data = b"".join(parts) + footer + trailer
+    info = SstInfo(name, len(data), n, tombstones, min_key, max_key, min_sqn, max_sqn)
+    return data, info
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def footer_span(size: int, tail: bytes, path: str) -> tuple[int, int]:
+    """From the object's last bytes, where its footer is: ``(offset, length)``."""
+    if size < TRAILER_SIZE or len(tail) < TRAILER_SIZE:
+        raise CorruptObjectError(path, 0, f"object of {size} bytes is too short to be an SST")
+    magic, version, _, _, foff, flen, _ = _TRAILER.unpack(tail[-TRAILER_SIZE:])
+    at = size - TRAILER_SIZE
+    if magic != MAGIC:
+        raise CorruptObjectError(path, at, "bad SST magic")
+    if version != VERSION:
+        raise CorruptObjectError(path, at, f"unsupported SST format version {version}")
+    if foff + flen != at:
+        raise CorruptObjectError(path, at, "footer does not end where the trailer starts")
+    return foff, flen
+
+
+def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
+    """Parse the footer from the object's last bytes (which must cover footer and trailer)."""
+    foff, flen = footer_span(size, tail, path)
+    _, _, fcodec, raw_len, _, _, fsum = _TRAILER.unpack(tail[-TRAILER_SIZE:])
+    start = len(tail) - TRAILER_SIZE - flen
+    if start < 0:
+        raise CorruptObjectError(path, foff, "footer not covered by the bytes read")
+    stored = memoryview(tail)[start : start + flen]
+    if checksum(stored) != fsum:
+        raise CorruptObjectError(path, foff, "footer checksum mismatch")
+    raw = decompress(fcodec, stored, raw_len, path, foff)
+    try:
+        doc = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        offsets = np.frombuffer(doc["off"], dtype="<u8").tolist()
+        checksums = np.frombuffer(doc["sum"], dtype="<u8").tolist()
+        first = doc["first"]
+        footer = SstFooter(
+            entries=int(doc["n"]), tombstones=int(doc["tomb"]), min_key=doc["kmin"],
+            max_key=doc["kmax"], min_sqn=int(doc["smin"]), max_sqn=int(doc["smax"]),
+            first_keys=first, offsets=offsets, checksums=checksums,
+            bloom=Bloom(doc["bloom"], int(doc["bk"])),
+        )
+    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+        raise CorruptObjectError(path, foff, f"malformed footer: {exc}") from None
+    if doc.get("v") != VERSION:
+        raise CorruptObjectError(path, foff, "footer version does not match the trailer")
+    blocks = len(first)
+    if blocks == 0 or len(offsets) != blocks + 1 or len(checksums) != blocks:
+        raise CorruptObjectError(path, foff, "block index lengths disagree")
+    if offsets[0] != 0 or offsets[-1] != foff or any(
+        offsets[i] >= offsets[i + 1] for i in range(blocks)
+    ):
+        raise CorruptObjectError(path, foff, "block offsets do not tile the data region")
+    if not all(isinstance(k, bytes) for k in first) or first != sorted(first):
+        raise CorruptObjectError(path, foff, "block first keys are not sorted bytes")
+    return footer
+
+
+class BlockKeys:
+    """Sorted keys of a decoded block, indexable without converting the whole column."""
+
+    __slots__ = ("off", "data")
+
+    def __init__(self, arr: pa.Array):
+        bufs = arr.buffers()
+        off = np.frombuffer(bufs[1], dtype=np.int32, count=arr.offset + len(arr) + 1)
+        self.off = off[arr.offset :].tolist()
+        self.data = memoryview(bufs[2]) if bufs[2] is not None else memoryview(b"")
+
+    def __len__(self) -> int:
+        return len(self.off) - 1
+
+    def __getitem__(self, i: int) -> bytes:
+        return bytes(self.data[self.off[i] : self.off[i + 1]])
+
+    def find(self, key: bytes) -> int | None:
+        i = bisect.bisect_left(self, key)
+        if i < len(self) and self[i] == key:
+            return i
+        return None
+
+
+class Block:
+    """A decoded block: its Arrow batch plus numpy views for row access."""
+
+    __slots__ = ("batch", "keys", "cols", "nbytes")
+
+    def __init__(self, batch: pa.RecordBatch):
+        self.batch = batch
+        self.keys = BlockKeys(batch.column(0))
+        self.cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(1, 7)]
+        self.nbytes = batch.nbytes + 8 * len(self.keys)
+
+    def entry(self, i: int) -> tuple:
+        """``(sqn, status, expiry, hash, size, last_modified, extra)`` of row ``i``."""
+        sqn, status, expiry, vhash, size, lm = (int(c[i]) for c in self.cols)
+        return sqn, status, expiry, vhash, size, lm, self.batch.column(7)[i].as_py()
+
+    def get(self, key: bytes) -> tuple | None:
+        i = self.keys.find(key)
+        return None if i is None else self.entry(i)
+
+
+def decode_block(raw_block: bytes, expected_sum: int, path: str, offset: int) -> Block:
+    """Validate and decode one block read from ``offset``."""
+    if checksum(raw_block) != expected_sum:
+        raise CorruptObjectError(path, offset, "block checksum mismatch")
+    r = Reader(raw_block, path, base=offset)
+    codec, raw_len = r.unpack(_BLOCK_HEAD)
+    raw = decompress(codec, r.take(r.remaining()), raw_len, path, offset)
+    try:
+        batch = pa.ipc.read_record_batch(pa.py_buffer(raw), LEDGER_SCHEMA)
+        batch.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowException, ValueError) as exc:
+        raise CorruptObjectError(path, offset, f"malformed block: {exc}") from None
+    return Block(batch)
+
+
+def read_all(data: bytes, path: str) -> tuple[SstFooter, pa.Table]:
+    """Validate a whole SST held in memory; returns its footer and all its rows."""
+    footer = parse_footer(len(data), data, path)
+    batches = []
+    for i in range(footer.block_count):
+        lo, hi = footer.block_range(i)
+        batches.append(decode_block(data[lo:hi], footer.checksums[i], path, lo).batch)
+    table = pa.Table.from_batches(batches, schema=LEDGER_SCHEMA)
+    if table.num_rows != footer.entries:
+        raise CorruptObjectError(path, 0, "entry count does not match the footer")
+    return footer, table

@@ -1,0 +1,159 @@
+"""The manifest: an immutable, numbered object that describes the whole store.
+
+``manifest/<20-digit id>`` is created with put-if-absent; the highest id is current (SlateDB's
+manifest RFC). A manifest holds the writer epoch, the catalogued journal files and the next
+journal slot, the Ledger's levels and persisted SQN, checkpoints and the clone parent.
+
+Encoding: ``magic | version u16 | codec u8 | pad | raw_len u32 | checksum u64 | payload`` where
+the payload is a compressed msgpack document whose ``id`` must match the object's name.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+
+import msgpack
+
+from ..errors import CorruptObjectError
+from ..files.framing import CODEC_LZ4, Reader, checksum, compress, decompress
+from ..files.journal import JournalInfo
+from ..files.sst import SstInfo
+
+MAGIC = b"LRMAN\x00\x00\x01"
+VERSION = 1
+_HEAD = struct.Struct("<8sHBxIQ")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A durable pin of one manifest version (SlateDB), with an optional expiry."""
+
+    id: str
+    manifest_id: int
+    expires_at: float | None
+    created_at: float
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class CloneParent:
+    """Where a clone's shared files come from: the parent store and the checkpoint it owns there."""
+
+    url: str
+    checkpoint_id: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    store_id: str
+    writer_epoch: int = 0
+    #: Catalogued journal files (data and fences), in slot / SQN order.
+    journal: tuple[JournalInfo, ...] = ()
+    #: Every slot below this is catalogued; recovery lists the slots from here on.
+    journal_next_slot: int = 0
+    #: Every change up to this SQN is in the Ledger's SSTs.
+    ledger_sqn: int = 0
+    #: ``levels[0]`` is L0 (newest file first); deeper levels are sorted by key range.
+    levels: tuple[tuple[SstInfo, ...], ...] = ((),)
+    checkpoints: tuple[Checkpoint, ...] = ()
+    parent: CloneParent | None = None
+    initialized: bool = True
+    destroyed_at: float | None = None
+    created_at: float = field(default_factory=time.time)
+    #: Store-wide settings fixed at creation (for example the head_only mode).
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def new(cls, **settings: str) -> "Manifest":
+        return cls(store_id=str(uuid.uuid4()), settings=tuple(sorted(settings.items())))
+
+    def with_changes(self, **changes) -> "Manifest":
+        return replace(self, **changes)
+
+    @property
+    def max_journal_sqn(self) -> int:
+        return max((j.max_sqn for j in self.journal if j.entries), default=0)
+
+    def sst_files(self):
+        for level in self.levels:
+            yield from level
+
+    def setting(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.settings).get(name, default)
+
+
+def _sst_row(s: SstInfo) -> list:
+    return [s.name, s.size, s.entries, s.tombstones, s.min_key, s.max_key, s.min_sqn, s.max_sqn]
+
+
+def _journal_row(j: JournalInfo) -> list:
+    return [j.name, j.slot, j.epoch, j.kind, j.size, j.entries, j.min_sqn, j.max_sqn]
+
+
+def encode(manifest: Manifest, manifest_id: int, codec: int = CODEC_LZ4) -> bytes:
+    doc = {
+        "v": VERSION,
+        "id": manifest_id,
+        "store": manifest.store_id,
+        "epoch": manifest.writer_epoch,
+        "journal": [_journal_row(j) for j in manifest.journal],
+        "next_slot": manifest.journal_next_slot,
+        "ledger_sqn": manifest.ledger_sqn,
+        "levels": [[_sst_row(s) for s in level] for level in manifest.levels],
+        "checkpoints": [
+            [c.id, c.manifest_id, c.expires_at, c.created_at, c.name] for c in manifest.checkpoints
+        ],
+        "parent": None if manifest.parent is None else [manifest.parent.url,
+                                                        manifest.parent.checkpoint_id],
+        "initialized": manifest.initialized,
+        "destroyed_at": manifest.destroyed_at,
+        "created_at": manifest.created_at,
+        "settings": [list(kv) for kv in manifest.settings],
+    }
+    raw = msgpack.packb(doc, use_bin_type=True)
+    used, payload = compress(codec, raw)
+    return _HEAD.pack(MAGIC, VERSION, used, len(raw), checksum(payload)) + payload
+
+
+def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
+    """Validate and decode a manifest object."""
+    r = Reader(data, path)
+    if len(data) < _HEAD.size:
+        raise CorruptObjectError(path, 0, "too short to be a manifest")
+    magic, version, codec, raw_len, psum = r.unpack(_HEAD)
+    if magic != MAGIC:
+        raise CorruptObjectError(path, 0, "bad manifest magic")
+    if version != VERSION:
+        raise CorruptObjectError(path, 8, f"unsupported manifest format version {version}")
+    payload = r.take(r.remaining())
+    if checksum(payload) != psum:
+        raise CorruptObjectError(path, _HEAD.size, "manifest checksum mismatch")
+    raw = decompress(codec, payload, raw_len, path, _HEAD.size)
+    try:
+        doc = msgpack.unpackb(raw, raw=False)
+        if doc["v"] != VERSION:
+            raise ValueError("body version does not match the header")
+        if expect_id is not None and doc["id"] != expect_id:
+            raise ValueError(f"holds id {doc['id']}, not {expect_id}")
+        parent = doc["parent"]
+        return Manifest(
+            store_id=str(doc["store"]),
+            writer_epoch=int(doc["epoch"]),
+            journal=tuple(JournalInfo(*row) for row in doc["journal"]),
+            journal_next_slot=int(doc["next_slot"]),
+            ledger_sqn=int(doc["ledger_sqn"]),
+            levels=tuple(tuple(SstInfo(*row) for row in level) for level in doc["levels"]),
+            checkpoints=tuple(Checkpoint(*row) for row in doc["checkpoints"]),
+            parent=None if parent is None else CloneParent(*parent),
+            initialized=bool(doc["initialized"]),
+            destroyed_at=doc["destroyed_at"],
+            created_at=float(doc["created_at"]),
+            settings=tuple(tuple(kv) for kv in doc["settings"]),
+        )
+    except CorruptObjectError:
+        raise
+    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+        raise CorruptObjectError(path, _HEAD.size, f"malformed manifest: {exc}") from None

@@ -1,0 +1,63 @@
+"""Pure manifest transitions: each takes a manifest and returns the next one, or raises.
+
+The CAS loop in :mod:`.store` calls these again on the newest manifest after every conflict,
+so each must be a function of its inputs alone.
+"""
+
+from __future__ import annotations
+
+from ..errors import FencedError, InvalidArgumentError
+from ..files.journal import JournalInfo
+from ..files.sst import SstInfo
+from .model import Manifest
+
+
+def require_writer(manifest: Manifest, epoch: int) -> None:
+    """Fencing: only the writer holding the manifest's epoch may change the store's data."""
+    if manifest.writer_epoch != epoch:
+        raise FencedError(
+            f"writer epoch {epoch} was fenced by epoch {manifest.writer_epoch}",
+            epoch=epoch, current_epoch=manifest.writer_epoch,
+        )
+
+
+def require_usable(manifest: Manifest) -> None:
+    if manifest.destroyed_at is not None:
+        raise InvalidArgumentError("the store was destroyed")
+    if not manifest.initialized:
+        raise InvalidArgumentError("the store's clone initialization has not finished")
+
+
+def bump_epoch(manifest: Manifest) -> Manifest:
+    """A new writer claims the store: every older writer is fenced from here on."""
+    require_usable(manifest)
+    return manifest.with_changes(writer_epoch=manifest.writer_epoch + 1)
+
+
+def catalog_journal(manifest: Manifest, epoch: int, files: tuple[JournalInfo, ...],
+                    next_slot: int) -> Manifest:
+    """Record journal files in the manifest and move the catalogued-slot boundary forward."""
+    require_writer(manifest, epoch)
+    known = {j.name for j in manifest.journal}
+    added = tuple(f for f in files if f.name not in known)
+    if not added and next_slot <= manifest.journal_next_slot:
+        return manifest
+    return manifest.with_changes(
+        journal=manifest.journal + added,
+        journal_next_slot=max(manifest.journal_next_slot, next_slot),
+    )
+
+
+def add_l0(manifest: Manifest, epoch: int, sst: SstInfo, ledger_sqn: int) -> Manifest:
+    """Add an L0 file (newest first) holding every change up to ``ledger_sqn``."""
+    require_writer(manifest, epoch)
+    levels = ((sst,) + manifest.levels[0],) + manifest.levels[1:]
+    return manifest.with_changes(levels=levels, ledger_sqn=max(manifest.ledger_sqn, ledger_sqn))
+
+
+def persist_ledger_sqn(manifest: Manifest, epoch: int, ledger_sqn: int) -> Manifest:
+    """Raise the persisted SQN without a new file (an empty L0 memory at close)."""
+    require_writer(manifest, epoch)
+    if ledger_sqn <= manifest.ledger_sqn:
+        return manifest
+    return manifest.with_changes(ledger_sqn=ledger_sqn)

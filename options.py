@@ -1,0 +1,102 @@
+"""Options: every setting of a store in one documented dataclass.
+
+``lr.open(url, options=lr.Options(...))``. Each field has a default that suits a single machine;
+the S3 fields fall back to the usual ``AWS_*`` environment variables when left ``None``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .errors import InvalidArgumentError
+
+KIB = 1024
+MIB = 1024 * KIB
+
+COMPRESSIONS = ("lz4", "zstd", "none")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Settings of a store. All sizes are in bytes, all times in the unit their name says.
+
+    Example::
+
+        lr.open("file:///tmp/db", options=lr.Options(compression="zstd", cache_size=256 << 20))
+    """
+
+    #: Codec for new SST blocks and journal entries: ``"lz4"``, ``"zstd"`` or ``"none"``. Each
+    #: block and entry records its own codec, so switching it keeps old data readable.
+    compression: str = "lz4"
+    #: How long a write waits for others to join its journal group before the group is written.
+    #: 0 writes at once; writes that arrive while a group is in flight still join the next one.
+    journal_flush_ms: float = 0.0
+    #: A journal group is written as soon as it holds this many bytes of values.
+    journal_flush_bytes: int = 8 * MIB
+    #: Largest journal file. One ``put_many`` must fit in it (it is one atomic journal file);
+    #: journal compaction writes files up to this size.
+    max_journal_bytes: int = 256 * MIB
+    #: Byte budget of the Bookie's read cache: SST and journal footers, blooms, blocks and the
+    #: values of recent writes (least recently used first out).
+    cache_size: int = 128 * MIB
+    #: Largest value accepted by ``put``.
+    max_value_bytes: int = 16 * MIB
+    #: Largest bucket or key, in encoded bytes.
+    max_key_bytes: int = 4 * KIB
+    #: The Bookie pushes its recent Ledger changes to the Penciller once it holds this many ...
+    push_keys: int = 4000
+    #: ... or once the oldest unpushed change is this old.
+    push_ms: float = 50.0
+    #: The Penciller writes its L0 memory to an L0 SST file once it holds this many keys.
+    l0_max_keys: int = 32_000
+    #: Target uncompressed size of one SST block (one ranged GET on a point lookup).
+    sst_block_bytes: int = 32 * KIB
+    #: Bloom filter bits per key in SSTs (10 gives about 1% false positives).
+    bloom_bits_per_key: int = 10
+    #: The Inker records new journal files in the manifest once this many are unrecorded ...
+    catalog_files: int = 256
+    #: ... or once the oldest unrecorded one is this many seconds old.
+    catalog_s: float = 5.0
+    #: S3 endpoint URL (for S3-compatible stores); ``None`` uses ``AWS_ENDPOINT_URL`` or AWS.
+    s3_endpoint: str | None = None
+    #: S3 region; ``None`` uses ``AWS_REGION`` / ``AWS_DEFAULT_REGION``.
+    s3_region: str | None = None
+    #: S3 credentials; ``None`` uses ``AWS_ACCESS_KEY_ID`` and friends.
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    s3_session_token: str | None = None
+    #: Allow plain-HTTP endpoints (local S3-compatible servers); ``None`` allows it when the
+    #: endpoint starts with ``http://``.
+    s3_allow_http: bool | None = None
+    #: Timeout of one object-store request, in seconds.
+    request_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.compression not in COMPRESSIONS:
+            raise InvalidArgumentError(
+                f"compression must be one of {COMPRESSIONS}, not {self.compression!r}"
+            )
+        positive = (
+            "journal_flush_bytes", "max_journal_bytes", "max_value_bytes", "max_key_bytes",
+            "push_keys", "l0_max_keys", "sst_block_bytes", "bloom_bits_per_key", "catalog_files",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+        for name in ("journal_flush_ms", "push_ms", "catalog_s", "request_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise InvalidArgumentError(f"{name} must be a number >= 0, not {value!r}")
+        if not isinstance(self.cache_size, int) or self.cache_size < 0:
+            raise InvalidArgumentError(f"cache_size must be an int >= 0, not {self.cache_size!r}")
+        if self.max_value_bytes >= self.max_journal_bytes:
+            raise InvalidArgumentError("max_value_bytes must be smaller than max_journal_bytes")
+
+    def replace(self, **changes) -> "Options":
+        """A copy with some fields changed (validated like a new one)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise InvalidArgumentError(f"unknown option(s): {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
