@@ -45,7 +45,9 @@ class Inker:
         self._write_lock = asyncio.Lock()
         self._catalog_lock = asyncio.Lock()
         self._oldest_uncatalogued = 0.0
-        self.counters = {"groups": 0, "entries": 0, "bytes": 0, "fence_slot": -1}
+        self.last_error: str | None = None
+        self.counters = {"groups": 0, "entries": 0, "bytes": 0, "fence_slot": -1,
+                         "catalog_failures": 0}
 
     # -- opening: fence older writers and find the uncatalogued tail --
 
@@ -122,8 +124,18 @@ class Inker:
             self.counters["bytes"] += info.size
         if (len(self.uncatalogued) >= self.options.catalog_files
                 or time.monotonic() - self._oldest_uncatalogued >= self.options.catalog_s):
-            asyncio.ensure_future(self.catalog())
+            asyncio.ensure_future(self._catalog_background())
         return info
+
+    async def _catalog_background(self) -> None:
+        # A failed catalog update is retried with the next append (or at close).
+        try:
+            await self.catalog()
+        except FencedError as exc:
+            self.broken = exc
+        except ObjectStoreError as exc:
+            self.counters["catalog_failures"] += 1
+            self.last_error = repr(exc)
 
     async def _resolve_collision(self, slot: int, data: bytes) -> None:
         """Our slot was taken: by a newer writer (we are fenced) or by our own retried write."""
@@ -194,6 +206,7 @@ class Inker:
             "uncatalogued": len(self.uncatalogued),
             "next_slot": self.next_slot,
             "manifest_id": self.manifest[0],
+            "last_error": self.last_error,
             "io": self.store.stats.as_dict(),
         }
 

@@ -16,6 +16,7 @@ from ..codec import LEDGER_SCHEMA
 from ..files import sst as sfmt
 from ..files.framing import codec_id
 from ..files.names import sst_name
+from ..errors import ObjectStoreError
 from ..files.store import ObjectStore
 from ..manifest.store import ManifestStore, Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn
@@ -40,7 +41,8 @@ class Penciller:
         self._flush_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self.error: BaseException | None = None
-        self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0}
+        self.last_error: str | None = None
+        self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0}
 
     def files(self) -> LedgerFiles:
         mid, m = self.manifest
@@ -62,10 +64,22 @@ class Penciller:
         return self.l0_keys
 
     async def _flush_background(self) -> None:
-        try:
-            await self.flush()
-        except BaseException as exc:  # surfaced to the Bookie on its next push
-            self.error = exc
+        """Flush L0 memory, retrying object-store failures with backoff: the changes stay in
+        L0 memory (and in the Journal) until a flush succeeds. Fencing is final."""
+        delay = 0.05
+        while True:
+            try:
+                await self.flush()
+                self.last_error = None
+                return
+            except ObjectStoreError as exc:
+                self.last_error = repr(exc)
+                self.counters["flush_retries"] += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except BaseException as exc:  # surfaced to the Bookie on its next push
+                self.error = exc
+                return
 
     async def flush(self) -> None:
         """Write all of L0 memory to one L0 SST and commit it to the manifest."""
@@ -123,6 +137,7 @@ class Penciller:
             "level_files": [len(level) for level in levels],
             "ledger_sqn": self.manifest[1].ledger_sqn,
             "manifest_id": self.manifest[0],
+            "last_error": self.last_error,
             "io": self.store.stats.as_dict(),
         }
 

@@ -2,7 +2,7 @@
 
 Layout::
 
-    header (36 bytes) | entry | entry | ... | footer | trailer (36 bytes)
+    header (36 bytes) | entry | entry | ... | footer | trailer (35 bytes)
 
 The header holds the writer epoch and the journal slot (used for fencing). Each entry is
 ``sqn u64 | op u8 | codec u8 | raw_len u32 | stored_len u32 | checksum u64 | payload`` where the
@@ -32,7 +32,7 @@ NO_SLOT = (1 << 64) - 1  # journal files written by compaction have no slot
 
 _HEADER = struct.Struct("<8sHBxQQQ")  # magic, version, kind, epoch, slot, header checksum
 HEADER_SIZE = _HEADER.size
-_TRAILER = struct.Struct("<8sHBxIQIQ")
+_TRAILER = struct.Struct("<8sHBIQIQ")
 TRAILER_SIZE = _TRAILER.size
 _ENTRY = struct.Struct("<QBBII")
 _ENTRY_SUM = struct.Struct("<Q")

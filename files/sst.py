@@ -2,7 +2,7 @@
 
 Layout::
 
-    block 0 | block 1 | ... | footer | trailer (36 bytes)
+    block 0 | block 1 | ... | footer | trailer (35 bytes)
 
 A block is ``codec u8 | raw_len u32 | payload``: an Arrow IPC record batch of
 :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows, compressed on its own. Its checksum sits in the
@@ -30,7 +30,7 @@ from .framing import CODEC_LZ4, Reader, checksum, compress, decompress
 
 MAGIC = b"LRSST\x00\x00\x01"
 VERSION = 1
-_TRAILER = struct.Struct("<8sHBxIQIQ")
+_TRAILER = struct.Struct("<8sHBIQIQ")
 TRAILER_SIZE = _TRAILER.size
 _BLOCK_HEAD = struct.Struct("<BI")
 #: Bytes read from the end of an SST to get its footer in one request, most of the time.

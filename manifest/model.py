@@ -4,7 +4,7 @@
 manifest RFC). A manifest holds the writer epoch, the catalogued journal files and the next
 journal slot, the Ledger's levels and persisted SQN, checkpoints and the clone parent.
 
-Encoding: ``magic | version u16 | codec u8 | pad | raw_len u32 | checksum u64 | payload`` where
+Encoding: ``magic | version u16 | codec u8 | raw_len u32 | checksum u64 | payload`` where
 the payload is a compressed msgpack document whose ``id`` must match the object's name.
 """
 
@@ -24,7 +24,7 @@ from ..files.sst import SstInfo
 
 MAGIC = b"LRMAN\x00\x00\x01"
 VERSION = 1
-_HEAD = struct.Struct("<8sHBxIQ")
+_HEAD = struct.Struct("<8sHBIQ")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,96 @@
+"""Shared fixtures: one local Ray cluster and one moto S3 server per test session."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+import uuid
+
+import pytest
+
+import leveled_ray as lr
+
+S3_KEY = "testing"
+S3_REGION = "us-east-1"
+S3_BUCKET = "leveled-test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """moto's S3 server on 127.0.0.1, with one bucket; the endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=S3_KEY,
+                 aws_secret_access_key=S3_KEY, region_name=S3_REGION).create_bucket(
+        Bucket=S3_BUCKET)
+    yield endpoint
+    server.stop()
+
+
+def s3_options(endpoint: str, **changes) -> lr.Options:
+    return lr.Options(s3_endpoint=endpoint, s3_region=S3_REGION, s3_access_key_id=S3_KEY,
+                      s3_secret_access_key=S3_KEY, **changes)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster shared by the whole session (starting one takes seconds)."""
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="lr-ray-")
+    os.environ["RAY_TMPDIR"] = tmp
+    ray.init(namespace="leveled", include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING", _temp_dir=tmp)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def tmp_url(tmp_path):
+    return f"file://{tmp_path}/db"
+
+
+@pytest.fixture(params=["memory", "file", pytest.param("s3", marks=pytest.mark.s3)])
+def backend(request, tmp_path):
+    """``(url, options)`` for a fresh store on each object store kind."""
+    kind = request.param
+    if kind == "memory":
+        return f"memory://t-{uuid.uuid4().hex[:12]}", lr.Options()
+    if kind == "file":
+        return f"file://{tmp_path}/db", lr.Options()
+    endpoint = request.getfixturevalue("moto_endpoint")
+    return f"s3://{S3_BUCKET}/t-{uuid.uuid4().hex[:12]}", s3_options(endpoint)
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05):
+    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def persisted(store, sqn: int) -> bool:
+    """Whether every change up to ``sqn`` is in the Ledger's SSTs."""
+    return store.stats()["penciller"]["ledger_sqn"] >= sqn

@@ -1,0 +1,184 @@
+"""The public API on memory://, file:// and s3:// (moto), through real Ray actors."""
+
+import asyncio
+
+import pytest
+
+import leveled_ray as lr
+
+from conftest import persisted, wait_until
+
+pytestmark = pytest.mark.ray
+
+SMALL = lr.Options(l0_max_keys=300, push_keys=50, push_ms=5)
+
+
+@pytest.fixture
+def store(ray_cluster, backend):
+    url, options = backend
+    s = lr.open(url, options.replace(l0_max_keys=300, push_keys=50, push_ms=5))
+    yield s
+    s.close()
+
+
+def test_put_get_head_delete(store):
+    sqn = store.put("users", "alice", b"v1", indexes=[("add", "city_bin", "paris")],
+                    metadata={"owner": "ops"})
+    assert store.get("users", "alice") == b"v1"
+    head = store.head("users", "alice")
+    assert (head.sqn, head.size, head.metadata) == (sqn, 2, {"owner": "ops"})
+    assert head.expires_at is None and head.last_modified > 0
+    assert store.get("users", "bob") is None and store.head("users", "bob") is None
+    dsqn = store.delete("users", "alice")
+    assert dsqn > sqn
+    assert store.get("users", "alice") is None and store.head("users", "alice") is None
+
+
+def test_bytes_and_str_keys_are_separate(store):
+    store.put("b", "k", b"str")
+    store.put(b"b", b"k", b"bytes")
+    assert store.get("b", "k") == b"str" and store.get(b"b", b"k") == b"bytes"
+
+
+def test_put_many_and_get_many_across_l0_files(store):
+    sqns = store.put_many([lr.Put("users", f"u{i}", b"v%d" % i) for i in range(1000)])
+    assert sqns == list(range(sqns[0], sqns[0] + 1000))
+    wait_until(lambda: persisted(store, sqns[-1]))  # the lookups below go through SSTs too
+    store.put_many([lr.Put("users", f"u{i}", b"new%d" % i) for i in range(0, 1000, 10)])
+    keys = [("users", f"u{i}") for i in range(1000)] + [("users", "missing")]
+    values = store.get_many(keys)
+    assert values[-1] is None
+    for i in range(1000):
+        assert values[i] == (b"new%d" % i if i % 10 == 0 else b"v%d" % i)
+    heads = store.head_many(keys[:3])
+    assert [h.sqn for h in heads] == [sqns[-1] + 1, sqns[1], sqns[2]]
+    assert store.stats()["penciller"]["l0_flushes"] >= 1
+
+
+def test_conditional_writes(store):
+    sqn = store.put("users", "alice", b"v1")
+    with pytest.raises(lr.ConditionFailedError) as err:
+        store.put("users", "alice", b"v2", if_sqn=sqn + 1)
+    assert err.value.failures == (("users", "alice", sqn + 1, sqn),)
+    assert store.get("users", "alice") == b"v1"
+    sqn2 = store.put("users", "alice", b"v2", if_sqn=sqn)
+    assert store.get("users", "alice") == b"v2"
+    with pytest.raises(lr.ConditionFailedError):
+        store.put("users", "alice", b"v3", if_absent=True)
+    assert store.put("users", "bob", b"b", if_absent=True) > sqn2
+    store.delete("users", "bob")
+    assert store.put("users", "bob", b"again", if_absent=True)
+    # A put_many whose conditions do not all hold writes nothing.
+    with pytest.raises(lr.ConditionFailedError):
+        store.put_many([lr.Put("users", "carol", b"c"),
+                        lr.Put("users", "alice", b"x", if_absent=True)])
+    assert store.get("users", "carol") is None
+    # Conditions see earlier changes of the same group.
+    with pytest.raises(lr.ConditionFailedError) as err:
+        store.put_many([lr.Put("users", "dave", b"d1", if_absent=True),
+                        lr.Put("users", "dave", b"d2", if_absent=True)])
+    assert err.value.failures[0][:2] == ("users", "dave")
+    assert store.get("users", "dave") is None
+
+
+def test_conditions_see_values_persisted_in_ssts(store):
+    sqn = store.put("users", "old", b"x")
+    last = store.put_many([lr.Put("filler", f"f{i}", b"f") for i in range(1200)])[-1]
+    wait_until(lambda: persisted(store, last))
+    wait_until(lambda: store.stats()["cache_keys"] < 1200)  # "old" now lives in an SST
+    with pytest.raises(lr.ConditionFailedError):
+        store.put("users", "old", b"y", if_absent=True)
+    assert store.put("users", "old", b"y", if_sqn=sqn)
+
+
+def test_ttl_expires_objects(store):
+    import time
+
+    store.put("tmp", "k", b"v", ttl=1)
+    assert store.get("tmp", "k") == b"v"
+    assert store.head("tmp", "k").expires_at is not None
+    time.sleep(2.1)
+    assert store.get("tmp", "k") is None and store.head("tmp", "k") is None
+    assert store.put("tmp", "k", b"v2", if_absent=True)  # expired counts as absent
+
+
+def test_async_api(store):
+    async def run():
+        sqns = await asyncio.gather(*(store.put_async("a", f"k{i}", b"%d" % i)
+                                      for i in range(50)))
+        assert len(set(sqns)) == 50
+        assert await store.get_async("a", "k7") == b"7"
+        assert (await store.head_async("a", "k7")).size == 1
+        assert await store.get_many_async([("a", "k1"), ("a", "nope")]) == [b"1", None]
+        await store.delete_async("a", "k1")
+        assert await store.get_async("a", "k1") is None
+        assert (await store.put_many_async([lr.Put("a", "z", b"z")]))[0] > max(sqns)
+        assert (await store.stats_async())["changes"] >= 52
+        with pytest.raises(lr.InvalidArgumentError):
+            await store.put_async("", "k", b"v")
+    asyncio.run(run())
+
+
+def test_concurrent_writers_share_journal_groups(store):
+    async def run():
+        await asyncio.gather(*(store.put_async("c", f"k{i}", b"x" * 100) for i in range(400)))
+    asyncio.run(run())
+    stats = store.stats()
+    assert stats["changes"] == 400
+    assert stats["groups"] < 400  # group commit: fewer journal files than writes
+    assert all(v == b"x" * 100 for v in store.get_many([("c", f"k{i}") for i in range(400)]))
+
+
+def test_store_handle_is_picklable(store, ray_cluster):
+    @ray_cluster.remote
+    def writer(s, i):
+        return s.put("remote", f"k{i}", b"from task %d" % i)
+
+    sqns = ray_cluster.get([writer.remote(store, i) for i in range(4)])
+    assert len(set(sqns)) == 4
+    assert store.get("remote", "k3") == b"from task 3"
+
+
+def test_clean_close_replays_nothing(ray_cluster, backend):
+    url, options = backend
+    s = lr.open(url, options)
+    s.put_many([lr.Put("b", f"k{i}", b"v") for i in range(100)])
+    s.close()
+    with pytest.raises(lr.StoreClosedError):
+        s.get("b", "k1")
+    s2 = lr.open(url, options)
+    try:
+        assert s2.open_info["replayed"] == 0
+        assert s2.get("b", "k99") == b"v"
+        assert s2.stats()["epoch"] == 2
+    finally:
+        s2.close()
+
+
+def test_compression_can_change_on_an_existing_store(ray_cluster, tmp_url):
+    s = lr.open(tmp_url, lr.Options(compression="lz4"))
+    s.put_many([lr.Put("b", f"k{i}", b"lz4 " * 50) for i in range(200)])
+    s.close()
+    s = lr.open(tmp_url, lr.Options(compression="zstd"))
+    s.put_many([lr.Put("b", f"z{i}", b"zstd " * 50) for i in range(200)])
+    s.close()
+    s = lr.open(tmp_url, lr.Options(compression="none"))
+    try:
+        assert s.get("b", "k5") == b"lz4 " * 50 and s.get("b", "z5") == b"zstd " * 50
+    finally:
+        s.close()
+
+
+def test_named_detached_store_and_connect(ray_cluster, tmp_url):
+    s = lr.open(tmp_url, name="orders-test", detached=True)
+    try:
+        with pytest.raises(lr.InvalidArgumentError, match="already running"):
+            lr.open(tmp_url, name="orders-test")
+        other = lr.connect("orders-test")
+        s.put("o", "1", b"one")
+        assert other.get("o", "1") == b"one"
+        assert other.url == tmp_url
+    finally:
+        s.close()
+    with pytest.raises(lr.InvalidArgumentError, match="no running store"):
+        lr.connect("orders-test")

@@ -1,0 +1,155 @@
+"""File formats: round trips, and every flipped byte is detected (no Ray)."""
+
+import random
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leveled_ray import CorruptObjectError, codec
+from leveled_ray.files import journal as jfmt
+from leveled_ray.files import sst as sfmt
+from leveled_ray.files.framing import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD
+from leveled_ray.manifest import model as mmodel
+from leveled_ray.manifest.model import Checkpoint, CloneParent, Manifest
+
+codecs = st.sampled_from([CODEC_NONE, CODEC_LZ4, CODEC_ZSTD])
+entry = st.tuples(
+    st.binary(min_size=1, max_size=40), st.integers(1, 2**40), st.sampled_from([0, 1]),
+    st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**40),
+    st.integers(0, 2**50), st.binary(max_size=30),
+)
+
+
+def rows_table(entries):
+    rows = codec.LedgerRows()
+    for e in entries:
+        rows.add(*e)
+    return pa.Table.from_batches([rows.to_batch()])
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(entry, min_size=1, max_size=300), codecs, st.integers(64, 4096))
+def test_sst_round_trip(entries, codec_id, block_bytes):
+    table = sfmt.sort_and_dedupe(rows_table(entries))
+    data, info = sfmt.build_sst("ledger/x.sst", table, codec=codec_id, block_bytes=block_bytes)
+    footer, back = sfmt.read_all(data, "ledger/x.sst")
+    assert back.to_pylist() == table.to_pylist()
+    # Newest SQN per key, one row per key.
+    newest = {}
+    for e in entries:
+        if e[0] not in newest or e[1] > newest[e[0]][1]:
+            newest[e[0]] = e
+    assert info.entries == len(newest) == footer.entries
+    assert info.max_sqn == max(e[1] for e in newest.values())
+    for key, e in newest.items():
+        i = footer.block_for(key)
+        lo, hi = footer.block_range(i)
+        block = sfmt.decode_block(data[lo:hi], footer.checksums[i], "x", lo)
+        assert footer.bloom.may_contain(key)
+        if e[1] == max(x[1] for x in entries if x[0] == key) and \
+                sum(1 for x in entries if x[0] == key and x[1] == e[1]) == 1:
+            assert block.get(key)[0] == e[1]
+
+
+def test_sst_lookup_misses_and_bloom():
+    entries = [(b"k%05d" % i, i + 1, 0, 0, i, 10, 1000, b"") for i in range(0, 2000, 2)]
+    data, _ = sfmt.build_sst("s", rows_table(entries), block_bytes=512)
+    footer = sfmt.parse_footer(len(data), data[-sfmt.FOOTER_READ:], "s")
+    assert footer.block_count > 10
+    assert footer.block_for(b"a") is None and footer.block_for(b"z") is None
+    false_positives = sum(footer.bloom.may_contain(b"k%05d" % i) for i in range(1, 2000, 2))
+    assert false_positives < 50  # about 1% expected at 10 bits per key
+    i = footer.block_for(b"k00101")
+    lo, hi = footer.block_range(i)
+    assert sfmt.decode_block(data[lo:hi], footer.checksums[i], "s", lo).get(b"k00101") is None
+
+
+records = st.lists(
+    st.tuples(st.sampled_from([0, 1, 2]), st.binary(min_size=1, max_size=30),
+              st.one_of(st.none(), st.binary(max_size=300)),
+              st.lists(st.tuples(st.sampled_from([0, 1]), st.sampled_from(["a_bin", "n_int"]),
+                                 st.one_of(st.text(max_size=5), st.integers(-5, 5))),
+                       max_size=3),
+              st.integers(0, 2**32 - 1), st.binary(max_size=20), st.integers(0, 2**50)),
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records, codecs, st.integers(0, 2**40))
+def test_journal_round_trip(recs, codec_id, first_sqn):
+    full = [(first_sqn + i + 1, op, k, v, tuple(tuple(x) for x in idx), exp, extra, lm)
+            for i, (op, k, v, idx, exp, extra, lm) in enumerate(recs)]
+    data, info = jfmt.build_journal("journal/x.jnl", 7, 3, full, codec=codec_id)
+    header, footer, back = jfmt.read_all(data, "journal/x.jnl")
+    assert header == (7, 3, jfmt.KIND_DATA)
+    assert [(r.sqn, r.op, r.lkey, r.value, r.indexes, r.expiry, r.extra, r.last_modified)
+            for r in back] == full
+    assert info.entries == len(full)
+    for sqn, off, ln in zip(footer.sqns, footer.offsets, footer.lengths):
+        assert jfmt.decode_entry(data[off:off + ln], "x", off, sqn).sqn == sqn
+    assert footer.locate(first_sqn) is None
+
+
+def sample_manifest():
+    sst = sfmt.SstInfo("ledger/a.sst", 100, 10, 1, b"a", b"z", 1, 10)
+    jnl = jfmt.JournalInfo("journal/00000000000000000000.jnl", 0, 1, 0, 50, 3, 1, 3)
+    return Manifest.new(head_only="no").with_changes(
+        writer_epoch=3, journal=(jnl,), journal_next_slot=1, ledger_sqn=10, levels=((sst,), ()),
+        checkpoints=(Checkpoint("c1", 4, None, 1.0, "nightly"),),
+        parent=CloneParent("s3://b/p", "c9"),
+    )
+
+
+def test_manifest_round_trip():
+    m = sample_manifest()
+    assert mmodel.decode(mmodel.encode(m, 5), "manifest/5", 5) == m
+    with pytest.raises(CorruptObjectError, match="holds id 5"):
+        mmodel.decode(mmodel.encode(m, 5), "manifest/6", 6)
+
+
+def _objects():
+    entries = [(b"key%04d" % i, i + 1, i % 2, 0, i, 100, 5, b"m") for i in range(300)]
+    sst, _ = sfmt.build_sst("s", rows_table(entries), block_bytes=1024)
+    full = [(i + 1, 0, b"key%d" % i, b"value" * i, (), 0, b"", 9) for i in range(50)]
+    jnl, _ = jfmt.build_journal("j", 1, 0, full)
+    man = mmodel.encode(sample_manifest(), 5)
+    return {
+        "sst": (sst, lambda d: sfmt.read_all(d, "s")),
+        "journal": (jnl, lambda d: jfmt.read_all(d, "j")),
+        "manifest": (man, lambda d: mmodel.decode(d, "m", 5)),
+    }
+
+
+@pytest.mark.parametrize("kind", ["sst", "journal", "manifest"])
+def test_every_flipped_byte_is_detected(kind):
+    data, read = _objects()[kind]
+    read(data)  # the intact object reads
+    rng = random.Random(kind)
+    for pos in range(len(data)):
+        broken = bytearray(data)
+        broken[pos] ^= 1 << rng.randrange(8)
+        with pytest.raises(CorruptObjectError):
+            read(bytes(broken))
+
+
+@pytest.mark.parametrize("kind", ["sst", "journal", "manifest"])
+def test_truncation_is_detected(kind):
+    data, read = _objects()[kind]
+    for cut in (0, 1, len(data) // 2, len(data) - 1):
+        with pytest.raises(CorruptObjectError):
+            read(data[:cut])
+
+
+def test_declared_lengths_are_not_trusted():
+    """A length field pointing far past the object fails cleanly, without a huge allocation."""
+    full = [(1, 0, b"k", b"v" * 100, (), 0, b"", 9)]
+    data, _ = jfmt.build_journal("j", 1, 0, full)
+    footer = jfmt.parse_footer(len(data), data, "j")
+    off = footer.offsets[0]
+    entry = bytearray(data[off:off + footer.lengths[0]])
+    entry[14:18] = (2**31).to_bytes(4, "little")  # stored_len
+    with pytest.raises(CorruptObjectError, match="runs past the end"):
+        jfmt.decode_entry(bytes(entry), "j", off, 1)

@@ -1,0 +1,136 @@
+"""The manifest CAS loop and transitions (pure functions, no Ray), and a race against moto."""
+
+import asyncio
+import threading
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest import Checkpoint, Manifest, ManifestStore, cas_update
+from leveled_ray.manifest import transitions as tr
+from leveled_ray.files.sst import SstInfo
+
+from conftest import S3_BUCKET, s3_options
+
+
+class FakeManifests:
+    """An in-memory id -> manifest map with put-if-absent, and a hook to inject rival writes."""
+
+    def __init__(self, manifest):
+        self.objects = {0: manifest}
+        self.before_create = None
+        self.creates = 0
+
+    async def read_latest(self, known):
+        top = max(self.objects)
+        return top, self.objects[top]
+
+    async def try_create(self, mid, manifest):
+        self.creates += 1
+        if self.before_create:
+            hook, self.before_create = self.before_create, None
+            hook()
+        if mid in self.objects:
+            return False
+        self.objects[mid] = manifest
+        return True
+
+
+def add_marker(name):
+    return lambda m: m.with_changes(
+        checkpoints=m.checkpoints + (Checkpoint(name, 0, None, 0.0),))
+
+
+def test_cas_update_first_guess_costs_one_create():
+    fake = FakeManifests(Manifest.new())
+    mid, m = asyncio.run(cas_update((0, fake.objects[0]), fake.read_latest, fake.try_create,
+                                    add_marker("a")))
+    assert (mid, fake.creates) == (1, 1)
+    assert [c.id for c in m.checkpoints] == ["a"]
+
+
+def test_cas_update_reapplies_after_a_conflict():
+    fake = FakeManifests(Manifest.new())
+    rival = add_marker("rival")(fake.objects[0])
+    fake.before_create = lambda: fake.objects.__setitem__(1, rival)
+    mid, m = asyncio.run(cas_update((0, fake.objects[0]), fake.read_latest, fake.try_create,
+                                    add_marker("mine")))
+    assert mid == 2
+    assert [c.id for c in m.checkpoints] == ["rival", "mine"]  # the rival's change is kept
+
+
+def test_cas_update_no_change_writes_nothing():
+    fake = FakeManifests(Manifest.new())
+    current = (0, fake.objects[0])
+    assert asyncio.run(cas_update(current, fake.read_latest, fake.try_create,
+                                  lambda m: m)) == current
+    assert fake.creates == 0
+
+
+def test_cas_update_transition_errors_write_nothing():
+    fake = FakeManifests(Manifest.new().with_changes(writer_epoch=2))
+    with pytest.raises(lr.FencedError):
+        asyncio.run(cas_update(None, fake.read_latest, fake.try_create,
+                               lambda m: tr.persist_ledger_sqn(m, 1, 10)))
+    assert fake.creates == 0 and list(fake.objects) == [0]
+
+
+def test_transitions_fence_old_writers():
+    m = tr.bump_epoch(Manifest.new())
+    assert m.writer_epoch == 1
+    sst = SstInfo("ledger/a.sst", 10, 1, 0, b"a", b"b", 1, 5)
+    m2 = tr.add_l0(m, 1, sst, 5)
+    assert m2.levels[0] == (sst,) and m2.ledger_sqn == 5
+    m3 = tr.bump_epoch(m2)
+    with pytest.raises(lr.FencedError) as err:
+        tr.add_l0(m3, 1, sst, 6)
+    assert (err.value.epoch, err.value.current_epoch) == (1, 2)
+    with pytest.raises(lr.FencedError):
+        tr.catalog_journal(m3, 1, (), 3)
+
+
+def test_destroyed_or_uninitialized_store_cannot_be_claimed():
+    with pytest.raises(lr.InvalidArgumentError, match="destroyed"):
+        tr.bump_epoch(Manifest.new().with_changes(destroyed_at=1.0))
+    with pytest.raises(lr.InvalidArgumentError, match="clone"):
+        tr.bump_epoch(Manifest.new().with_changes(initialized=False))
+
+
+@pytest.mark.parametrize("url_kind", ["memory", "file", pytest.param("s3", marks=pytest.mark.s3)])
+def test_eight_threads_race_for_the_next_id(url_kind, tmp_path, request):
+    if url_kind == "s3":
+        endpoint = request.getfixturevalue("moto_endpoint")
+        store = ObjectStore.from_url(f"s3://{S3_BUCKET}/race-{tmp_path.name}",
+                                     s3_options(endpoint))
+    elif url_kind == "file":
+        store = ObjectStore.from_url(f"file://{tmp_path}/race")
+    else:
+        store = ObjectStore.from_url(f"memory://race-{tmp_path.name}")
+    manifests = ManifestStore(store)
+    asyncio.run(manifests.create_initial(Manifest.new()))
+    threads, per_thread = 8, 6
+    won: dict[int, list] = {}
+    lock = threading.Lock()
+
+    def worker(t):
+        async def run():
+            for i in range(per_thread):
+                mid, _ = await manifests.update(add_marker(f"{t}-{i}"))
+                with lock:
+                    won.setdefault(mid, []).append(f"{t}-{i}")
+        asyncio.run(run())
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    total = threads * per_thread
+    # Exactly one writer won each id, the ids are contiguous, and no update was lost.
+    assert sorted(won) == list(range(1, total + 1))
+    assert all(len(v) == 1 for v in won.values())
+    ids = asyncio.run(manifests.all_ids())
+    assert ids == list(range(0, total + 1))
+    final = asyncio.run(manifests.read(total))
+    assert sorted(c.id for c in final.checkpoints) == sorted(v[0] for v in won.values())
