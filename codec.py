@@ -388,6 +388,17 @@ class LedgerRows:
                 self.add(index_key(bucket, field_name, term, key), sqn, status, expiry, 0, 0,
                          last_modified_ms, b"")
 
+    def add_record(self, rec) -> None:
+        """Add the Ledger entries of a :class:`~leveled_ray.files.journal.JournalRecord`."""
+        self.add_change(rec.op, rec.lkey, rec.sqn, rec.value, rec.indexes, rec.expiry, rec.extra,
+                        rec.last_modified)
+
+    def entries(self):
+        """``(key, entry)`` pairs, where an entry is ``(sqn, status, expiry, hash, size,
+        last_modified, extra)``: the form the Bookie's cache and the SST blocks share."""
+        return zip(self.key, zip(self.sqn, self.status, self.expiry, self.hash, self.size,
+                                 self.last_modified, self.extra))
+
     @classmethod
     def from_batch(cls, batch: pa.RecordBatch) -> "LedgerRows":
         rows = cls()

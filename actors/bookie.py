@@ -307,8 +307,7 @@ class Bookie:
     def _add_durable_rows(self, rows: LedgerRows) -> None:
         if not len(rows):
             return
-        self.cache.update(zip(rows.key, zip(rows.sqn, rows.status, rows.expiry, rows.hash,
-                                            rows.size, rows.last_modified, rows.extra)))
+        self.cache.update(rows.entries())
         self.cache_log.extend(zip(rows.sqn, rows.key))
 
     def _append_unpushed(self, rows: LedgerRows) -> None:

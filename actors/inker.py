@@ -20,7 +20,8 @@ from ..codec import LedgerRows
 from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
 from ..files import journal as jfmt
 from ..files.framing import codec_id
-from ..files.names import JOURNAL_PREFIX, journal_slot_name, journal_slot_of
+from ..files.journal_slots import slot_info, tail_slots
+from ..files.names import journal_slot_name
 from ..files.store import ObjectStore
 from ..manifest.store import ManifestStore, Versioned
 from ..manifest.transitions import catalog_journal
@@ -54,20 +55,15 @@ class Inker:
     async def open(self) -> dict:
         """Fence every older writer; returns the journal files and the highest SQN."""
         m = self.manifest[1]
-        listed = await self.store.list_async(
-            JOURNAL_PREFIX,
-            offset=journal_slot_name(m.journal_next_slot - 1) if m.journal_next_slot else None,
-        )
-        slots = sorted(s for s in (journal_slot_of(x.path) for x in listed)
-                       if s is not None and s >= m.journal_next_slot)
-        tail = [await self._read_info(s) for s in slots]
+        slots = await tail_slots(self.store, m.journal_next_slot)
+        tail = [await slot_info(self.store, s) for s in slots]
         slot = (slots[-1] + 1) if slots else m.journal_next_slot
         while True:
             name = journal_slot_name(slot)
             data, info = jfmt.build_journal(name, self.epoch, slot, [], kind=jfmt.KIND_FENCE)
             if await self.store.put_if_absent_async(name, data):
                 break
-            other = await self._read_info(slot)
+            other = await slot_info(self.store, slot)
             if other.epoch >= self.epoch:
                 raise FencedError(f"writer epoch {self.epoch} lost the journal to epoch "
                                   f"{other.epoch}", epoch=self.epoch, current_epoch=other.epoch)
@@ -77,17 +73,6 @@ class Inker:
         self.next_slot = slot + 1
         await self._catalog(tail + [info])
         return {"files": self.data_files(), "max_sqn": self.max_sqn()}
-
-    async def _read_info(self, slot: int) -> jfmt.JournalInfo:
-        name = journal_slot_name(slot)
-        data = await self.store.get_async(name)
-        epoch, s, kind = jfmt.parse_header(data, name)
-        footer = jfmt.parse_footer(len(data), data, name)
-        if s != slot:
-            raise CorruptObjectError(name, 0, f"file claims slot {s}")
-        sqns = footer.sqns
-        return jfmt.JournalInfo(name, slot, epoch, kind, len(data), len(sqns),
-                                sqns[0] if sqns else 0, sqns[-1] if sqns else 0)
 
     # -- writing --
 
@@ -192,8 +177,7 @@ class Inker:
         rows = LedgerRows()
         top = 0
         for rec in jfmt.iter_records(data, info.name, after_sqn):
-            rows.add_change(rec.op, rec.lkey, rec.sqn, rec.value or b"", rec.indexes,
-                            rec.expiry, rec.extra, rec.last_modified)
+            rows.add_record(rec)
             top = rec.sqn
         nxt = cursor + 1 if cursor + 1 < len(files) else None
         return rows.to_batch(), top, nxt

@@ -1,0 +1,37 @@
+# leveled-ray: `make run` sets up and runs the demo; `make test` sets up and runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test test-fast bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+# The main job: local Ray and a file:// store under ./data.
+run: setup
+	$(BIN)/leveled-ray demo --url file://$(CURDIR)/data
+
+test: setup
+	$(BIN)/python -m pytest
+
+# Everything but the moto S3 and slow groups.
+test-fast: setup
+	$(BIN)/python -m pytest -m "not s3 and not slow"
+
+bench: setup
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/put_get.py
+
+lint: setup
+	$(BIN)/pip install --quiet ruff
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) data build *.egg-info .pytest_cache .hypothesis

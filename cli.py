@@ -1,0 +1,269 @@
+"""``leveled-ray``: the command line for operators.
+
+``get``, ``head`` and ``inspect`` read the store in this process (see :mod:`.reader`) and never
+disturb a running writer. ``put`` and ``delete`` go through a running store when ``--name`` is
+given, and otherwise open the store at ``--url`` as its writer for the one change (which fences
+any other writer of that store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+
+from . import api
+from .codec import object_key
+from .errors import LeveledError
+from .files import journal as jfmt
+from .files import sst as sfmt
+from .files.store import ObjectStore
+from .options import Options
+from .reader import StoreReader
+
+
+def default_url() -> str:
+    return "file://" + os.path.abspath("data")
+
+
+def parse_options(pairs: list[str]) -> Options:
+    """``--option name=value`` pairs into :class:`Options` (values parsed as JSON if they can)."""
+    fields = {f.name: f for f in dataclasses.fields(Options)}
+    changes = {}
+    for pair in pairs or []:
+        name, sep, raw = pair.partition("=")
+        if not sep or name not in fields:
+            raise SystemExit(f"--option takes name=value with a name from lr.Options: {pair!r}")
+        try:
+            changes[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[name] = raw
+    return Options(**changes)
+
+
+def _name(text: str) -> str | bytes:
+    """Buckets and keys are str; ``hex:...`` gives bytes."""
+    return bytes.fromhex(text[4:]) if text.startswith("hex:") else text
+
+
+def _reader(args) -> StoreReader:
+    store = ObjectStore.from_url(args.url, parse_options(args.option))
+    return asyncio.run(StoreReader.open(store))
+
+
+def cmd_get(args) -> int:
+    value = asyncio.run(_reader(args).get(object_key(_name(args.bucket), _name(args.key))))
+    if value is None:
+        print("not found", file=sys.stderr)
+        return 1
+    if args.out:
+        with open(args.out, "wb") as f:
+            f.write(value)
+    else:
+        sys.stdout.buffer.write(value)
+        if sys.stdout.isatty():
+            sys.stdout.write("\n")
+    return 0
+
+
+def cmd_head(args) -> int:
+    head = asyncio.run(_reader(args).head(object_key(_name(args.bucket), _name(args.key))))
+    if head is None:
+        print("not found", file=sys.stderr)
+        return 1
+    print(json.dumps(dataclasses.asdict(head), default=str, indent=2))
+    return 0
+
+
+def _writer(args):
+    if args.name:
+        return api.connect(args.name), False
+    return api.open(args.url, parse_options(args.option)), True
+
+
+def cmd_put(args) -> int:
+    if args.file:
+        with open(args.file, "rb") as f:
+            value = f.read()
+    elif args.value is not None:
+        value = args.value.encode()
+    else:
+        value = sys.stdin.buffer.read()
+    store, owned = _writer(args)
+    try:
+        print(store.put(_name(args.bucket), _name(args.key), value, ttl=args.ttl))
+    finally:
+        if owned:
+            store.close()
+    return 0
+
+
+def cmd_delete(args) -> int:
+    store, owned = _writer(args)
+    try:
+        print(store.delete(_name(args.bucket), _name(args.key)))
+    finally:
+        if owned:
+            store.close()
+    return 0
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def describe(reader: StoreReader) -> dict:
+    m = reader.manifest
+    data_files = [j for j in list(m.journal) + reader.tail if j.kind == jfmt.KIND_DATA]
+    return {
+        "url": reader.store.url,
+        "manifest_id": reader.manifest_id,
+        "store_id": m.store_id,
+        "writer_epoch": m.writer_epoch,
+        "ledger_sqn": m.ledger_sqn,
+        "max_sqn": max([m.ledger_sqn] + [j.max_sqn for j in data_files]),
+        "levels": [
+            {"level": i, "files": len(level), "bytes": sum(s.size for s in level),
+             "entries": sum(s.entries for s in level),
+             "tombstones": sum(s.tombstones for s in level)}
+            for i, level in enumerate(m.levels)
+        ],
+        "journal": {
+            "files": len(data_files), "bytes": sum(j.size for j in data_files),
+            "entries": sum(j.entries for j in data_files),
+            "uncatalogued": len(reader.tail), "next_slot": m.journal_next_slot,
+            "fences": sum(1 for j in m.journal if j.kind == jfmt.KIND_FENCE),
+        },
+        "unpersisted_changes": len(reader.overlay),
+        "checkpoints": len(m.checkpoints),
+    }
+
+
+async def verify(reader: StoreReader) -> list[str]:
+    """Read and validate every SST and journal file; returns the problems found."""
+    problems = []
+    for sst in reader.manifest.sst_files():
+        try:
+            sfmt.read_all(await reader.store.get_async(sst.name), sst.name)
+        except LeveledError as exc:
+            problems.append(str(exc))
+    for info in reader.journal.files:
+        try:
+            jfmt.read_all(await reader.store.get_async(info.name), info.name)
+        except LeveledError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def cmd_inspect(args) -> int:
+    reader = _reader(args)
+    info = describe(reader)
+    if args.files:
+        info["ssts"] = [
+            {"level": i, "name": s.name, "bytes": s.size, "entries": s.entries,
+             "min_sqn": s.min_sqn, "max_sqn": s.max_sqn}
+            for i, level in enumerate(reader.manifest.levels) for s in level
+        ]
+        info["journal_files"] = [
+            {"name": j.name, "bytes": j.size, "entries": j.entries, "min_sqn": j.min_sqn,
+             "max_sqn": j.max_sqn}
+            for j in reader.journal.files
+        ]
+    if args.verify:
+        info["problems"] = asyncio.run(verify(reader))
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(f"store      {info['url']}  (id {info['store_id']})")
+        print(f"manifest   {info['manifest_id']}   writer epoch {info['writer_epoch']}")
+        print(f"SQN        ledger {info['ledger_sqn']}   journal {info['max_sqn']}   "
+              f"unpersisted changes {info['unpersisted_changes']}")
+        j = info["journal"]
+        print(f"journal    {j['files']} files, {_human(j['bytes'])}, {j['entries']} entries "
+              f"({j['uncatalogued']} uncatalogued, {j['fences']} fences)")
+        print("ledger     level  files      bytes    entries  tombstones")
+        for lv in info["levels"]:
+            print(f"           L{lv['level']:<5} {lv['files']:>5} {_human(lv['bytes']):>10} "
+                  f"{lv['entries']:>10} {lv['tombstones']:>11}")
+        for row in info.get("ssts", []):
+            print(f"  L{row['level']} {row['name']}  {_human(row['bytes'])}  {row['entries']} "
+                  f"entries  SQN {row['min_sqn']}..{row['max_sqn']}")
+        for row in info.get("journal_files", []):
+            print(f"  {row['name']}  {_human(row['bytes'])}  {row['entries']} entries  "
+                  f"SQN {row['min_sqn']}..{row['max_sqn']}")
+        if args.verify:
+            print("verify     " + ("ok" if not info["problems"] else
+                                   f"{len(info['problems'])} problem(s)"))
+            for p in info["problems"]:
+                print("  " + p)
+    return 1 if args.verify and info["problems"] else 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.url, args.objects, args.value_bytes, parse_options(args.option))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leveled-ray", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, fn, help_text, url=True):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if url:
+            p.add_argument("--url", default=default_url(),
+                           help="store URL: memory://name, file:///path or s3://bucket/prefix "
+                                "(default: ./data)")
+        p.add_argument("--option", action="append", metavar="NAME=VALUE",
+                       help="an lr.Options field, e.g. --option s3_endpoint=http://127.0.0.1:9000")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("demo", cmd_demo, "load objects, read them back, restart the store, and summarise")
+    p.add_argument("--objects", type=int, default=20_000)
+    p.add_argument("--value-bytes", type=int, default=1024)
+    for name, fn, text in (("get", cmd_get, "print an object's value (read-only)"),
+                           ("head", cmd_head, "print an object's metadata (read-only)")):
+        p = add(name, fn, text)
+        p.add_argument("bucket")
+        p.add_argument("key", help="a str key, or hex:... for bytes")
+        if name == "get":
+            p.add_argument("--out", help="write the value to this file")
+    p = add("put", cmd_put, "write an object (value from the argument, --file, or stdin)")
+    p.add_argument("bucket")
+    p.add_argument("key")
+    p.add_argument("value", nargs="?")
+    p.add_argument("--file")
+    p.add_argument("--ttl", type=float)
+    p.add_argument("--name", help="write through the running store of this name")
+    p = add("delete", cmd_delete, "delete an object")
+    p.add_argument("bucket")
+    p.add_argument("key")
+    p.add_argument("--name", help="delete through the running store of this name")
+    p = add("inspect", cmd_inspect, "show the manifest, levels, journal files and sizes")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--files", action="store_true", help="list every SST and journal file")
+    p.add_argument("--verify", action="store_true",
+                   help="read and validate every file (checksums, structure)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except LeveledError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
