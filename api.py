@@ -13,7 +13,7 @@ import time
 from typing import Iterable, Sequence
 
 from .actors import bookie as bookie_mod
-from .actors.remote import NAMESPACE, unwrap
+from .actors.remote import NAMESPACE, ValueBatch, pack, unwrap
 from .codec import Change, Delete, Head, Put, delete_change, make_change, object_key, put_change
 from .codec import check_name
 from .errors import InvalidArgumentError, StoreClosedError
@@ -141,21 +141,24 @@ class Store:
     # -- building requests (validation happens here, before anything is sent) --
 
     def _put_ref(self, bucket, key, value, indexes, ttl, metadata, if_sqn, if_absent):
-        change = put_change(bucket, key, value, self.options, time.time(), indexes=indexes,
-                            ttl=ttl, metadata=metadata, if_sqn=if_sqn, if_absent=if_absent)
-        return self._actor.put_many.remote([change])
+        change, value = put_change(bucket, key, value, self.options, time.time(),
+                                   indexes=indexes, ttl=ttl, metadata=metadata, if_sqn=if_sqn,
+                                   if_absent=if_absent)
+        return self._actor.put_many.remote(pack([change]), ValueBatch.pack([value], change.size))
 
     def _delete_ref(self, bucket, key, indexes, if_sqn):
-        change = delete_change(bucket, key, self.options, indexes=indexes, if_sqn=if_sqn)
-        return self._actor.put_many.remote([change])
+        change, _ = delete_change(bucket, key, self.options, indexes=indexes, if_sqn=if_sqn)
+        return self._actor.put_many.remote(pack([change]), ValueBatch.pack([None], 0))
 
     def _put_many_ref(self, items: Iterable[Put | Delete]):
         if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
             raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
         now_s = time.time()
-        changes: list[Change] = [make_change(item, self.options, now_s) for item in items]
-        bookie_mod.check_put_size(changes, self.options)
-        return self._actor.put_many.remote(changes)
+        pairs = [make_change(item, self.options, now_s) for item in items]
+        changes: list[Change] = [c for c, _ in pairs]
+        nbytes = bookie_mod.check_put_size(changes, self.options)
+        return self._actor.put_many.remote(pack(changes),
+                                           ValueBatch.pack([v for _, v in pairs], nbytes))
 
     def _keys(self, pairs: Iterable[Sequence]) -> list[bytes]:
         if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):

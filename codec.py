@@ -11,7 +11,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import pyarrow as pa
 import xxhash
@@ -287,21 +287,26 @@ class Head:
     indexes: tuple = field(default=())
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """A validated change as it travels from the client to the Bookie and into the Journal."""
+class Change(NamedTuple):
+    """A validated change, without its value, as it travels from the client to the Bookie.
+
+    The Bookie needs only the key and the value's size and hash; the value itself travels
+    separately, straight to the Inker (see :class:`~leveled_ray.actors.remote.ValueBatch`).
+    A NamedTuple, because it pickles four times faster than a dataclass.
+    """
 
     op: int
     lkey: bytes
-    value: bytes | None
+    size: int
+    vhash: int
     indexes: tuple
     expiry: int
     extra: bytes
     condition: int = NO_CONDITION
 
 
-def make_change(item: Put | Delete, limits, now_s: float) -> Change:
-    """Validate a :class:`Put` or :class:`Delete` into a :class:`Change` (raises on bad input)."""
+def make_change(item: Put | Delete, limits, now_s: float) -> tuple[Change, bytes | None]:
+    """Validate a :class:`Put` or :class:`Delete`: ``(change, value)`` (raises on bad input)."""
     if isinstance(item, Put):
         return put_change(
             item.bucket, item.key, item.value, limits, now_s, indexes=item.indexes, ttl=item.ttl,
@@ -324,21 +329,34 @@ def _condition(if_sqn: Any, if_absent: Any) -> int:
 
 
 def put_change(bucket, key, value, limits, now_s, *, indexes=(), ttl=None, metadata=None,
-               if_sqn=None, if_absent=False) -> Change:
+               if_sqn=None, if_absent=False) -> tuple[Change, bytes]:
+    if (type(bucket) is str and type(key) is str and type(value) is bytes and not indexes
+            and ttl is None and metadata is None and if_sqn is None and if_absent is False
+            and 0 < len(bucket) and 0 < len(key) and len(value) <= limits.max_value_bytes
+            and len(bucket) + len(key) <= limits.max_key_bytes // 4):
+        # The common case, checked with as little work as possible (bulk loads spend their
+        # client time here). Short str names cannot exceed max_key_bytes once encoded.
+        try:
+            lkey = (b"o\x02" + bucket.encode().replace(b"\x00", b"\x00\xff") + b"\x00\x02"
+                    + key.encode().replace(b"\x00", b"\x00\xff") + b"\x00")
+            return Change(OP_PUT, lkey, len(value), value_hash(value), (), 0, b"",
+                          NO_CONDITION), value
+        except UnicodeEncodeError:
+            pass  # the full path below reports it
     bucket = check_name(bucket, "bucket", limits.max_key_bytes)
     key = check_name(key, "key", limits.max_key_bytes)
+    value = check_value(value, limits.max_value_bytes)
     return Change(
-        OP_PUT, object_key(bucket, key), check_value(value, limits.max_value_bytes),
-        check_indexes(indexes), check_ttl(ttl, now_s), check_metadata(metadata),
-        _condition(if_sqn, if_absent),
-    )
+        OP_PUT, object_key(bucket, key), len(value), value_hash(value), check_indexes(indexes),
+        check_ttl(ttl, now_s), check_metadata(metadata), _condition(if_sqn, if_absent),
+    ), value
 
 
-def delete_change(bucket, key, limits, *, indexes=(), if_sqn=None) -> Change:
+def delete_change(bucket, key, limits, *, indexes=(), if_sqn=None) -> tuple[Change, None]:
     bucket = check_name(bucket, "bucket", limits.max_key_bytes)
     key = check_name(key, "key", limits.max_key_bytes)
-    return Change(OP_DELETE, object_key(bucket, key), None, check_indexes(indexes), 0, b"",
-                  _condition(if_sqn, False))
+    return Change(OP_DELETE, object_key(bucket, key), 0, 0, check_indexes(indexes), 0, b"",
+                  _condition(if_sqn, False)), None
 
 
 # --- Ledger entries -----------------------------------------------------------------------------
@@ -373,11 +391,11 @@ class LedgerRows:
         self.last_modified.append(last_modified_ms)
         self.extra.append(extra)
 
-    def add_change(self, change_op, lkey, sqn, value, indexes, expiry, extra, last_modified_ms):
-        """Add the Ledger entries of one journal change: the object and its index entries."""
+    def add_change(self, change_op, lkey, sqn, size, vhash, indexes, expiry, extra,
+                   last_modified_ms) -> None:
+        """Add the Ledger entries of one change: the object and its index entries."""
         if change_op == OP_PUT:
-            self.add(lkey, sqn, ACTIVE, expiry, value_hash(value), len(value), last_modified_ms,
-                     extra)
+            self.add(lkey, sqn, ACTIVE, expiry, vhash, size, last_modified_ms, extra)
         elif change_op == OP_DELETE:
             self.add(lkey, sqn, TOMBSTONE, 0, 0, 0, last_modified_ms, b"")
         # OP_KEY_DELTA keeps only index changes: the object entry came from a later change.
@@ -388,10 +406,32 @@ class LedgerRows:
                 self.add(index_key(bucket, field_name, term, key), sqn, status, expiry, 0, 0,
                          last_modified_ms, b"")
 
+    @classmethod
+    def from_changes(cls, sqns, ops, lkeys, sizes, hashes, indexes, expiries, extras,
+                     last_modified_ms) -> "LedgerRows":
+        """Ledger entries for a group of changes given as columns (one SQN each)."""
+        rows = cls()
+        if any(indexes):
+            for c in zip(ops, lkeys, sqns, sizes, hashes, indexes, expiries, extras):
+                rows.add_change(*c, last_modified_ms)
+            return rows
+        # No index entries: one row per change, built column by column. Deletes carry
+        # size 0, hash 0, no expiry and no extra, so only the status depends on the op.
+        rows.key = list(lkeys)
+        rows.sqn = list(sqns)
+        rows.status = [ACTIVE if op == OP_PUT else TOMBSTONE for op in ops]
+        rows.expiry = list(expiries)
+        rows.hash = list(hashes)
+        rows.size = list(sizes)
+        rows.last_modified = [last_modified_ms] * len(rows.key)
+        rows.extra = list(extras)
+        return rows
+
     def add_record(self, rec) -> None:
         """Add the Ledger entries of a :class:`~leveled_ray.files.journal.JournalRecord`."""
-        self.add_change(rec.op, rec.lkey, rec.sqn, rec.value, rec.indexes, rec.expiry, rec.extra,
-                        rec.last_modified)
+        value = rec.value or b""
+        self.add_change(rec.op, rec.lkey, rec.sqn, len(value), value_hash(value), rec.indexes,
+                        rec.expiry, rec.extra, rec.last_modified)
 
     def entries(self):
         """``(key, entry)`` pairs, where an entry is ``(sqn, status, expiry, hash, size,

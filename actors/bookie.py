@@ -48,7 +48,7 @@ from ..options import Options
 from ..views import JournalIndex, LedgerFiles, journal_fetch, ledger_get
 from . import inker as inker_mod
 from . import penciller as penciller_mod
-from .remote import NAMESPACE, LocalHandle, call
+from .remote import NAMESPACE, LocalHandle, ValueBatch, call, pack, unpack
 
 _GATHER = 256  # concurrent lookups per get_many chunk
 
@@ -65,11 +65,12 @@ def is_live(entry: tuple | None, now_s: float) -> bool:
 class _Group:
     """One caller's changes, waiting for their journal file to be durable."""
 
-    sqns: list[int]
-    records: list[tuple]
+    sqns: range
+    #: The group's journal records as columns, without values:
+    #: ``(first_sqn, last_modified, ops, keys, indexes, expiries, extras)``.
+    records: tuple
+    values: ValueBatch
     rows: LedgerRows
-    values: list[tuple[int, bytes]]
-    pending: list[tuple[bytes, int]]
     nbytes: int
     future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -163,18 +164,20 @@ class Bookie:
         if self.closing or self.closed:
             raise StoreClosedError("the store is closed")
 
-    async def put_many(self, changes: list[Change]) -> list[int]:
-        """Write changes as one atomic, durable group; returns their SQNs in order."""
+    async def put_many(self, packed_changes: bytes, values: ValueBatch) -> list[int]:
+        """Write changes (a :func:`~.remote.pack`-ed list of :class:`Change`) as one atomic,
+        durable group; returns their SQNs in order."""
         self._check_usable()
+        changes: list[Change] = unpack(packed_changes)
         if not changes:
             return []
         if any(c.condition != NO_CONDITION for c in changes):
-            group = await self._admit_conditional(changes)
-        else:
-            group = self._allocate(changes)
-        return await group.future
+            await self._check_conditions(changes)
+        return await self._allocate(changes, values).future
 
-    async def _admit_conditional(self, changes: list[Change]) -> _Group:
+    async def _check_conditions(self, changes: list[Change]) -> None:
+        """Check ``if_sqn``/``if_absent``. The caller allocates right after, with no await in
+        between, so no other change can slip in."""
         """Check ``if_sqn``/``if_absent`` and allocate in one step, with no await between."""
         keys = {c.lkey for c in changes if c.condition != NO_CONDITION}
         while True:
@@ -204,7 +207,6 @@ class Bookie:
         if failures:
             raise ConditionFailedError(f"{len(failures)} condition(s) failed: {failures[:5]}",
                                        tuple(failures))
-        return self._allocate(changes)
 
     def _current(self, lkey, shadow, stored, now_s) -> int | None:
         """The live SQN of a key as seen by a new change (``None`` when absent)."""
@@ -214,27 +216,20 @@ class Bookie:
         entry = self.cache.get(lkey, stored.get(lkey))
         return entry[0] if is_live(entry, now_s) else None
 
-    def _allocate(self, changes: list[Change]) -> _Group:
+    def _allocate(self, changes: list[Change], values: ValueBatch) -> _Group:
         """Give the changes SQNs and queue them for the next journal group."""
         lm = now_ms()
         first = self.next_sqn
         self.next_sqn += len(changes)
-        sqns = list(range(first, first + len(changes)))
-        records, values, pending = [], [], []
-        rows = LedgerRows()
-        nbytes = 0
-        for sqn, c in zip(sqns, changes):
-            records.append((sqn, c.op, c.lkey, c.value, c.indexes, c.expiry, c.extra, lm))
-            rows.add_change(c.op, c.lkey, sqn, c.value, c.indexes, c.expiry, c.extra, lm)
-            live = c.op == OP_PUT
-            self.pending[c.lkey] = (sqn, live)
-            pending.append((c.lkey, sqn))
-            if live:
-                values.append((sqn, c.value))
-                nbytes += len(c.value) + len(c.lkey)
-            else:
-                nbytes += len(c.lkey)
-        group = _Group(sqns, records, rows, values, pending, nbytes)
+        sqns = range(first, first + len(changes))
+        # Work on columns: transposing the tuples and zipping columns runs in C.
+        ops, lkeys, sizes, hashes, indexes, expiries, extras, _ = zip(*changes)
+        rows = LedgerRows.from_changes(sqns, ops, lkeys, sizes, hashes, indexes, expiries,
+                                       extras, lm)
+        self.pending.update(zip(lkeys, zip(sqns, [op == OP_PUT for op in ops])))
+        records = (first, lm, ops, lkeys, indexes, expiries, extras)
+        nbytes = sum(sizes) + sum(map(len, lkeys))
+        group = _Group(sqns, records, values, rows, nbytes)
         self.queue.append(group)
         self.queued_bytes += nbytes
         self._idle.clear()
@@ -261,9 +256,9 @@ class Bookie:
                 taken.append(group)
                 size += group.nbytes
             self.queued_bytes -= size
-            records = [r for g in taken for r in g.records]
             try:
-                info = await call(self.inker.append, records)
+                info = await call(self.inker.append, pack([g.records for g in taken]),
+                                  [g.values for g in taken])
             except BaseException as exc:
                 self._fail_groups(taken, exc)
                 if isinstance(exc, asyncio.CancelledError):
@@ -280,9 +275,7 @@ class Bookie:
         self.queue.clear()
         self.queued_bytes = 0
         for group in failed:
-            for lkey, sqn in group.pending:
-                if self.pending.get(lkey, (None,))[0] == sqn:
-                    del self.pending[lkey]
+            self._release_pending(group)
             if not group.future.done():
                 group.future.set_exception(exc)
         if isinstance(exc, FencedError) or (
@@ -294,15 +287,23 @@ class Bookie:
         """A group is durable: make it visible, queue its Ledger changes, acknowledge it."""
         self._add_durable_rows(group.rows)
         self._append_unpushed(group.rows)
-        for sqn, value in group.values:
-            self.values.put(("v", sqn), value, len(value) + 64)
-        for lkey, sqn in group.pending:
-            if self.pending.get(lkey, (None,))[0] == sqn:
-                del self.pending[lkey]
+        if group.values.inline is not None:  # recent small writes stay readable from memory
+            for sqn, value in zip(group.sqns, group.values.inline):
+                if value is not None:
+                    self.values.put(("v", sqn), value, len(value) + 64)
+        self._release_pending(group)
         self.durable_sqn = max(self.durable_sqn, group.sqns[-1])
         self.counters["changes"] += len(group.sqns)
         if not group.future.done():
-            group.future.set_result(group.sqns)
+            group.future.set_result(list(group.sqns))
+
+    def _release_pending(self, group: _Group) -> None:
+        """Forget the group's pending changes (unless a later change to the key is pending)."""
+        pending, missing = self.pending, (None,)
+        done = [k for k, sqn in zip(group.records[3], group.sqns)
+                if pending.get(k, missing)[0] == sqn]
+        for lkey in done:
+            del pending[lkey]
 
     def _add_durable_rows(self, rows: LedgerRows) -> None:
         if not len(rows):
@@ -475,10 +476,12 @@ def make_actor():
     return ray.remote(num_cpus=0, max_concurrency=1000)(Bookie)
 
 
-def check_put_size(changes: list[Change], options: Options) -> None:
-    total = sum(len(c.value or b"") + len(c.lkey) for c in changes)
+def check_put_size(changes: list[Change], options: Options) -> int:
+    """The group's size in bytes; one group must fit in one journal file."""
+    total = sum(c.size + len(c.lkey) for c in changes)
     if total > options.max_journal_bytes:
         raise InvalidArgumentError(
             f"put_many of {total} bytes is over max_journal_bytes={options.max_journal_bytes}: "
             "one group is one journal file; split it or raise the option"
         )
+    return total

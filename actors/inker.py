@@ -14,6 +14,7 @@ lists the slots after the last recorded one.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 from ..codec import LedgerRows
@@ -26,6 +27,7 @@ from ..files.store import ObjectStore
 from ..manifest.store import ManifestStore, Versioned
 from ..manifest.transitions import catalog_journal
 from ..options import Options
+from .remote import unpack
 
 
 class Inker:
@@ -76,8 +78,12 @@ class Inker:
 
     # -- writing --
 
-    async def append(self, records: list) -> jfmt.JournalInfo:
-        """Write one group of records as the next journal file; returns once it is durable."""
+    async def append(self, packed_records: bytes, values: list) -> jfmt.JournalInfo:
+        """Write one group as the next journal file; returns once it is durable.
+
+        Per caller in the group: its records as columns ``(first_sqn, last_modified, ops, keys,
+        indexes, expiries, extras)`` (all packed into one blob) and a ``ValueBatch`` of values.
+        """
         if self.closed:
             raise StoreClosedError("the Inker is closed")
         if isinstance(self.broken, FencedError):
@@ -85,6 +91,12 @@ class Inker:
                               current_epoch=self.broken.current_epoch)
         if self.broken is not None:
             raise StoreClosedError(f"the Inker stopped after an uncertain write: {self.broken}")
+        records: list = []
+        for (first, lm, ops, lkeys, indexes, expiries, extras), batch in zip(
+            unpack(packed_records), values
+        ):
+            records += zip(range(first, first + len(ops)), ops, lkeys, await batch.resolve(),
+                           indexes, expiries, extras, itertools.repeat(lm))
         async with self._write_lock:
             slot = self.next_slot
             name = journal_slot_name(slot)

@@ -84,7 +84,7 @@ def test_conditions_and_ttl_validation():
         codec.put_change("b", "k", b"v", opts, 0.0, ttl=0)
     with pytest.raises(lr.InvalidArgumentError, match="metadata"):
         codec.put_change("b", "k", b"v", opts, 0.0, metadata={"x": object()})
-    change = codec.put_change("b", "k", b"v", opts, 100.0, ttl=5, if_absent=True)
+    change, _ = codec.put_change("b", "k", b"v", opts, 100.0, ttl=5, if_absent=True)
     assert change.expiry == 105 and change.condition == codec.IF_ABSENT
 
 

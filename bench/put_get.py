@@ -1,0 +1,219 @@
+"""Put/get benchmark: leveled-ray against SlateDB and against a bare Ray round trip, in one run.
+
+For each object store (file://, and S3 on a local moto server):
+* put_many throughput (durable, batches of --batch) vs SlateDB's WriteBatch, 1 KiB and 8 KiB;
+* get_many throughput vs SlateDB's async get loop;
+* GET and HEAD p50/p99 vs a bare Ray actor round trip.
+
+Run: ``python bench/put_get.py`` (``--quick`` for a smaller run). Prints ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import socket
+import sys
+import tempfile
+import time
+
+import ray
+
+import leveled_ray as lr
+
+MIB = 2**20
+
+
+def percentile(samples, q):
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def values(n, size, seed):
+    rng = random.Random(seed)
+    half = size // 2  # half random, half repeated: compressible like typical records
+    return [rng.randbytes(half) + b"r" * (size - half) for _ in range(n)]
+
+
+# --- peers ------------------------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=0)
+class Echo:
+    """The bare Ray round trip: an async actor that answers at once."""
+
+    async def get(self, key):
+        return b"x" * 1024
+
+
+def ray_rtt(n):
+    echo = Echo.remote()
+    ray.get(echo.get.remote(b"k"))
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        ray.get(echo.get.remote(b"k"))
+        times.append(time.perf_counter() - t)
+    ray.kill(echo)
+    return times
+
+
+class SlateRun:
+    def __init__(self, kind, root, endpoint):
+        from slatedb.uniffi import DbBuilder, ObjectStore, ObjectStoreBuilder
+
+        self._builder = DbBuilder
+        if kind == "file":
+            self.store = ObjectStore.resolve("file:///")
+            self.path = root.lstrip("/") + "/slatedb"
+        else:
+            b = ObjectStoreBuilder.from_url("s3://bench")
+            for k, v in (("aws_endpoint", endpoint), ("aws_allow_http", "true"),
+                         ("aws_access_key_id", "bench"), ("aws_secret_access_key", "bench"),
+                         ("aws_region", "us-east-1")):
+                b.with_config(k, v)  # the builder is changed in place
+            self.store = b.build()
+            self.path = f"slatedb-{os.getpid()}"
+
+    async def open(self):
+        self.db = await self._builder(self.path, self.store).build()
+
+    async def load(self, keys, vals, batch):
+        from slatedb.uniffi import WriteBatch
+
+        t = time.perf_counter()
+        for lo in range(0, len(keys), batch):
+            wb = WriteBatch()
+            for k, v in zip(keys[lo:lo + batch], vals[lo:lo + batch]):
+                wb.put(k, v)
+            await self.db.write(wb)  # returns once durable (await_durable is the default)
+        return time.perf_counter() - t
+
+    async def get_loop(self, keys):
+        t = time.perf_counter()
+        for k in keys:
+            await self.db.get(k)
+        return time.perf_counter() - t
+
+    async def close(self):
+        await self.db.shutdown()
+
+
+# --- one object store ---------------------------------------------------------------------------
+
+
+def bench_backend(kind, args, endpoint, root):
+    rows = []
+    if kind == "file":
+        url = f"file://{root}/leveled"
+        options = lr.Options()
+    else:
+        url = "s3://bench/leveled"
+        options = lr.Options(s3_endpoint=endpoint, s3_region="us-east-1",
+                             s3_access_key_id="bench", s3_secret_access_key="bench")
+    n = args.objects if kind == "file" else max(1000, args.objects // 4)
+    slate = SlateRun(kind, root, endpoint)
+    asyncio.run(slate.open())
+    store = lr.open(url, options)
+    try:
+        for size in (1024, 8192):
+            keys = [f"k{size}-{i:08d}" for i in range(n)]
+            vals = values(n, size, size)
+            t = time.perf_counter()
+            for lo in range(0, n, args.batch):
+                store.put_many([lr.Put("bench", k, v) for k, v in
+                                zip(keys[lo:lo + args.batch], vals[lo:lo + args.batch])])
+            ours = n * size / (time.perf_counter() - t) / MIB
+            theirs = n * size / asyncio.run(slate.load([k.encode() for k in keys], vals,
+                                                       args.batch)) / MIB
+            rows.append((kind, f"put_many {size // 1024} KiB (MiB/s)", ours, theirs, "slatedb",
+                         ">= 10"))
+        keys = [f"k1024-{i:08d}" for i in random.Random(7).sample(range(n), min(n, 4000))]
+        t = time.perf_counter()
+        for lo in range(0, len(keys), 1000):
+            store.get_many([("bench", k) for k in keys[lo:lo + 1000]])
+        ours = len(keys) / (time.perf_counter() - t)
+        theirs = len(keys) / asyncio.run(slate.get_loop([k.encode() for k in keys]))
+        rows.append((kind, "get_many (gets/s)", ours, theirs, "slatedb", ""))
+
+        rtt = ray_rtt(args.latency)
+        for op in ("get", "head"):
+            fn = store.get if op == "get" else store.head
+            sample = [keys[i % len(keys)] for i in range(args.latency)]
+            times = []
+            for k in sample:
+                t0 = time.perf_counter()
+                fn("bench", k)
+                times.append(time.perf_counter() - t0)
+            for q, label in ((0.5, "p50"), (0.99, "p99")):
+                target = "<= 1.5" if (op, label) == ("get", "p50") else ""
+                rows.append((kind, f"{op.upper()} {label} (ms)", percentile(times, q) * 1e3,
+                             percentile(rtt, q) * 1e3, "Ray RTT", target))
+        stats = store.stats()
+        rows.append((kind, "journal groups / changes", stats["groups"], stats["changes"], "", ""))
+    finally:
+        store.close()
+        asyncio.run(slate.close())
+    return rows
+
+
+def start_moto():
+    from moto.server import ThreadedMotoServer
+    import boto3
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench",
+                 aws_secret_access_key="bench", region_name="us-east-1").create_bucket(
+        Bucket="bench")
+    return server, endpoint
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--objects", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--latency", type=int, default=1000, help="single GET/HEAD samples")
+    parser.add_argument("--backends", default="file,s3")
+    parser.add_argument("--quick", action="store_true", help="a small run (CI smoke)")
+    args = parser.parse_args()
+    if args.quick:
+        args.objects, args.latency = 2000, 200
+    root = tempfile.mkdtemp(prefix="lr-bench-")
+    os.environ.setdefault("RAY_TMPDIR", root)
+    lr.api.ensure_ray()
+    rows = []
+    server = None
+    try:
+        for kind in args.backends.split(","):
+            endpoint = None
+            if kind == "s3":
+                server, endpoint = start_moto()
+            rows += bench_backend(kind, args, endpoint, root)
+    finally:
+        if server:
+            server.stop()
+        ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    print()
+    print(f"{'store':<6} {'measure':<28} {'leveled-ray':>12} {'peer':>12} {'ratio':>8}  "
+          f"{'peer':<8} target")
+    for kind, what, ours, theirs, peer, target in rows:
+        ratio = ours / theirs if peer and theirs else float("nan")
+        print(f"{kind:<6} {what:<28} {ours:>12.2f} {theirs:>12.2f} {ratio:>8.2f}  "
+              f"{peer:<8} {target}")
+    print(f"\n{len(rows)} rows; objects={args.objects} batch={args.batch}; "
+          f"{os.cpu_count()} cores; python {sys.version.split()[0]}")
+
+
+if __name__ == "__main__":
+    main()

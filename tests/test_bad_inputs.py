@@ -1,0 +1,74 @@
+"""Bad inputs get clear, typed errors, and the store is unchanged."""
+
+import pytest
+
+import leveled_ray as lr
+
+pytestmark = pytest.mark.ray
+
+BAD_CALLS = [
+    ("empty bucket", lambda s: s.put("", "k", b"v"), "bucket must not be empty"),
+    ("empty key", lambda s: s.put("b", b"", b"v"), "key must not be empty"),
+    ("int key", lambda s: s.put("b", 7, b"v"), "key must be str or bytes"),
+    ("str value", lambda s: s.put("b", "k", "text"), "value must be bytes"),
+    ("None value", lambda s: s.put("b", "k", None), "value must be bytes"),
+    ("value too big", lambda s: s.put("b", "k", b"x" * 2049), "max_value_bytes"),
+    ("bad index op", lambda s: s.put("b", "k", b"v", indexes=[("set", "a_bin", "x")]),
+     "'add' or 'remove'"),
+    ("bad index term", lambda s: s.put("b", "k", b"v", indexes=[("add", "n_int", "x")]),
+     "int terms"),
+    ("negative ttl", lambda s: s.put("b", "k", b"v", ttl=-1), "ttl must be positive"),
+    ("both conditions", lambda s: s.put("b", "k", b"v", if_sqn=1, if_absent=True), "not both"),
+    ("put_many item", lambda s: s.put_many([lr.Put("b", "k", b"v"), ("b", "k2", b"v")]),
+     "Put or Delete"),
+    ("put_many not a list", lambda s: s.put_many(lr.Put("b", "k", b"v")), "list of"),
+    ("put_many one bad", lambda s: s.put_many([lr.Put("b", "ok", b"v"), lr.Put("b", "", b"v")]),
+     "key must not be empty"),
+    ("put_many too big", lambda s: s.put_many([lr.Put("b", f"k{i}", b"x" * 2000)
+                                               for i in range(40)]), "max_journal_bytes"),
+    ("get bad key", lambda s: s.get("b", None), "key must be str or bytes"),
+    ("get_many pair", lambda s: s.get_many([("b", "k", "x")]), "pair"),
+    ("get_many str", lambda s: s.get_many("bk"), "pairs"),
+    ("metadata", lambda s: s.put("b", "k", b"v", metadata={"x": {1, 2}}), "JSON"),
+]
+
+
+@pytest.fixture(scope="module")
+def small_store(ray_cluster, tmp_path_factory):
+    url = f"file://{tmp_path_factory.mktemp('bad')}/db"
+    store = lr.open(url, lr.Options(max_value_bytes=2048, max_journal_bytes=64 * 1024))
+    store.put("b", "k", b"original")
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize("name,call,message", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_input_is_rejected_and_changes_nothing(small_store, name, call, message):
+    before = small_store.stats()
+    with pytest.raises(lr.InvalidArgumentError, match=message):
+        call(small_store)
+    after = small_store.stats()
+    assert after["next_sqn"] == before["next_sqn"]
+    assert after["changes"] == before["changes"]
+    assert small_store.get("b", "k") == b"original"
+    assert small_store.get("b", "ok") is None and small_store.get("b", "k2") is None
+
+
+def test_bad_urls_and_options(ray_cluster):
+    for url in ("ftp://x/y", "file://relative/path", "s3:///no-bucket", "memory://", 5):
+        with pytest.raises(lr.InvalidArgumentError):
+            lr.open(url)
+    with pytest.raises(lr.InvalidArgumentError, match="lr.Options"):
+        lr.open("memory://x", options={"compression": "lz4"})
+    with pytest.raises(lr.InvalidArgumentError, match="detached store needs a name"):
+        lr.open("memory://x", detached=True)
+
+
+def test_closed_store_raises_store_closed(ray_cluster, tmp_url):
+    store = lr.open(tmp_url)
+    store.close()
+    store.close()  # closing twice is harmless
+    with pytest.raises(lr.StoreClosedError):
+        store.put("b", "k", b"v")
+    with pytest.raises(lr.StoreClosedError):
+        store.get("b", "k")

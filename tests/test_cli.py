@@ -1,0 +1,79 @@
+"""The leveled-ray command line and the in-process reader."""
+
+import json
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray import cli
+from leveled_ray.reader import open_reader
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture
+def loaded(ray_cluster, tmp_url):
+    store = lr.open(tmp_url, lr.Options(l0_max_keys=100, push_keys=20, push_ms=5))
+    store.put_many([lr.Put("b", f"k{i}", b"value %d" % i) for i in range(300)])
+    store.put("b", b"\x00raw", b"bytes key")
+    store.put("b", "unflushed", b"only in the journal")
+    yield tmp_url, store
+    store.close()
+
+
+def test_reader_sees_everything_without_fencing_the_writer(loaded):
+    url, store = loaded
+    reader = open_reader(url)
+    from leveled_ray.codec import object_key
+
+    import asyncio
+    assert asyncio.run(reader.get(object_key("b", "k5"))) == b"value 5"
+    assert asyncio.run(reader.get(object_key("b", "unflushed"))) == b"only in the journal"
+    assert asyncio.run(reader.head(object_key("b", "nope"))) is None
+    store.put("b", "still", b"writable")  # the writer was not fenced
+    assert store.get("b", "still") == b"writable"
+
+
+def test_get_head_put_delete_inspect(loaded, capsysbinary):
+    capsys = capsysbinary
+    url, store = loaded
+    assert cli.main(["get", "--url", url, "b", "k7"]) == 0
+    assert capsys.readouterr().out == b"value 7"
+    assert cli.main(["get", "--url", url, "b", "hex:00726177"]) == 0
+    assert capsys.readouterr().out == b"bytes key"
+    assert cli.main(["head", "--url", url, "b", "k7"]) == 0
+    assert json.loads(capsys.readouterr().out)["size"] == 7
+    assert cli.main(["get", "--url", url, "b", "missing"]) == 1
+    capsys.readouterr()
+    store.close()
+    assert cli.main(["put", "--url", url, "b", "new", "hello"]) == 0
+    assert int(capsys.readouterr().out) > 300
+    assert cli.main(["delete", "--url", url, "b", "k7"]) == 0
+    capsys.readouterr()
+    assert cli.main(["get", "--url", url, "b", "k7"]) == 1
+    assert cli.main(["inspect", "--url", url, "--json", "--files", "--verify"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["problems"] == []
+    assert info["levels"][0]["files"] >= 2 and info["journal"]["files"] >= 3
+    assert info["writer_epoch"] == 3 and info["max_sqn"] >= 304
+    assert any(f["name"].startswith("ledger/") for f in info["ssts"])
+    assert cli.main(["inspect", "--url", url]) == 0
+    assert b"writer epoch 3" in capsys.readouterr().out
+
+
+def test_inspect_verify_reports_corruption(loaded, tmp_path, capsys):
+    url, store = loaded
+    store.close()
+    sst = next((tmp_path / "db" / "ledger").glob("*.sst"))
+    raw = bytearray(sst.read_bytes())
+    raw[10] ^= 0x55
+    sst.write_bytes(bytes(raw))
+    assert cli.main(["inspect", "--url", url, "--verify"]) == 1
+    assert "checksum mismatch" in capsys.readouterr().out
+
+
+def test_errors_are_reported_cleanly(tmp_path, capsys):
+    assert cli.main(["inspect", "--url", f"file://{tmp_path}/nothing"]) == 2
+    assert "no store at" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["inspect", "--url", f"file://{tmp_path}/x", "--option", "colour=blue"])
