@@ -19,7 +19,7 @@ from .files.store import ObjectStore
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .options import Options
-from .views import JournalIndex, LedgerFiles, journal_fetch, ledger_get
+from .views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
 
 
 class StoreReader:
@@ -71,7 +71,7 @@ class StoreReader:
         head = await self.head(lkey)
         if head is None:
             return None
-        record = await journal_fetch(self.host, self.journal, head.sqn)
+        record = (await journal_fetch_many(self.host, self.journal, [head.sqn])).get(head.sqn)
         return None if record is None else record.value
 
 

@@ -7,6 +7,7 @@ Bookie serves GET and HEAD from them in its own process, so a lookup costs no ex
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 from dataclasses import dataclass
 
@@ -79,8 +80,16 @@ class JournalIndex:
         return len(self._files)
 
 
-async def journal_fetch(host: ClerkHost, index: JournalIndex, sqn: int) -> JournalRecord | None:
-    info = index.find(sqn)
-    if info is None:
-        return None
-    return await host.journal(info).fetch(sqn)
+async def journal_fetch_many(host: ClerkHost, index: JournalIndex,
+                             sqns: list[int]) -> dict[int, JournalRecord]:
+    """Records for many SQNs: one request per journal file involved, files read concurrently."""
+    by_file: dict[str, tuple[JournalInfo, list[int]]] = {}
+    for sqn in sqns:
+        info = index.find(sqn)
+        if info is not None:
+            by_file.setdefault(info.name, (info, []))[1].append(sqn)
+    found: dict[int, JournalRecord] = {}
+    for part in await asyncio.gather(*(host.journal(info).fetch_many(wanted)
+                                       for info, wanted in by_file.values())):
+        found.update(part)
+    return found

@@ -45,10 +45,10 @@ from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
-from ..views import JournalIndex, LedgerFiles, journal_fetch, ledger_get
-from . import inker as inker_mod
-from . import penciller as penciller_mod
-from .remote import NAMESPACE, LocalHandle, ValueBatch, call, pack, unpack
+from ..views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
+from .inker import Inker
+from .penciller import Penciller
+from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, unpack
 
 _GATHER = 256  # concurrent lookups per get_many chunk
 
@@ -121,8 +121,8 @@ class Bookie:
             latest = await manifests.create_initial(Manifest.new())
         mid, m = await manifests.update(bump_epoch, latest)
         self.epoch = m.writer_epoch
-        self.inker = self._spawn(inker_mod, "inker", (mid, m))
-        self.penciller = self._spawn(penciller_mod, "penciller", (mid, m))
+        self.inker = self._spawn(Inker, "inker", (mid, m))
+        self.penciller = self._spawn(Penciller, "penciller", (mid, m))
         opened = await call(self.inker.open)
         self.journal = JournalIndex(opened["files"])
         self.files = LedgerFiles(mid, m.levels, m.ledger_sqn)
@@ -143,15 +143,15 @@ class Bookie:
         return {"epoch": self.epoch, "manifest_id": mid, "replayed": self.counters["replayed"],
                 "replay_s": round(time.monotonic() - started, 3), "next_sqn": self.next_sqn}
 
-    def _spawn(self, module, role: str, manifest):
-        cls = module.Inker if role == "inker" else module.Penciller
+    def _spawn(self, cls, role: str, manifest):
+        """Start the Inker or Penciller: a Ray actor owned by this one (they live and die
+        together), or a plain object in this process when running without Ray."""
         args = (self.store, self.options, self.epoch, manifest)
         if self.local:
             return LocalHandle(cls(*args))
-        opts = {"namespace": NAMESPACE}
-        if self.name:
-            opts["name"] = f"{self.name}.{role}"
-        return module.make_actor().options(**opts).remote(*args)
+        name = f"{self.name}.{role}" if self.name else None
+        return as_actor(cls, max_concurrency=64).options(namespace=NAMESPACE,
+                                                          name=name).remote(*args)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -178,7 +178,6 @@ class Bookie:
     async def _check_conditions(self, changes: list[Change]) -> None:
         """Check ``if_sqn``/``if_absent``. The caller allocates right after, with no await in
         between, so no other change can slip in."""
-        """Check ``if_sqn``/``if_absent`` and allocate in one step, with no await between."""
         keys = {c.lkey for c in changes if c.condition != NO_CONDITION}
         while True:
             version = self.files.version
@@ -369,41 +368,44 @@ class Bookie:
             return entry
         return await ledger_get(self.host, self.files, lkey)
 
-    async def _value(self, sqn: int) -> bytes:
-        value = self.values.get(("v", sqn))
-        if value is not None:
-            return value
-        self.counters["journal_reads"] += 1
-        record = await journal_fetch(self.host, self.journal, sqn)
-        if record is None or record.value is None:
-            raise ObjectStoreError(f"the Journal has no value for SQN {sqn}", definite=True)
-        return record.value
-
     async def get(self, lkey: bytes) -> bytes | None:
-        self._check_readable()
-        self.counters["gets"] += 1
-        entry = await self._entry(lkey)
-        if not is_live(entry, time.time()):
-            return None
-        return await self._value(entry[0])
+        return (await self.get_many([lkey]))[0]
 
     async def head(self, lkey: bytes) -> Head | None:
-        self._check_readable()
-        self.counters["heads"] += 1
-        entry = await self._entry(lkey)
-        return None if entry is None else entry_to_head(*entry)
+        return (await self.head_many([lkey]))[0]
 
     async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
-        out: list[bytes | None] = []
+        """Values of many keys: Ledger lookups first, then the values missing from the cache
+        with one request per journal file."""
+        self._check_readable()
+        self.counters["gets"] += len(lkeys)
+        entries = await self._entries(lkeys)
+        now_s = time.time()
+        sqns = [e[0] if is_live(e, now_s) else None for e in entries]
+        values = {s: self.values.get(("v", s)) for s in sqns if s is not None}
+        missing = [s for s, v in values.items() if v is None]
+        if missing:
+            self.counters["journal_reads"] += len(missing)
+            for sqn, record in (await journal_fetch_many(self.host, self.journal,
+                                                         missing)).items():
+                values[sqn] = record.value
+                self.values.put(("v", sqn), record.value, len(record.value) + 64)
+            lost = [s for s in missing if values.get(s) is None]
+            if lost:
+                raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}",
+                                       definite=True)
+        return [None if s is None else values[s] for s in sqns]
+
+    async def _entries(self, lkeys: list[bytes]) -> list[tuple | None]:
+        out: list[tuple | None] = []
         for i in range(0, len(lkeys), _GATHER):
-            out.extend(await asyncio.gather(*(self.get(k) for k in lkeys[i : i + _GATHER])))
+            out.extend(await asyncio.gather(*(self._entry(k) for k in lkeys[i : i + _GATHER])))
         return out
 
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
-        out: list[Head | None] = []
-        for i in range(0, len(lkeys), _GATHER):
-            out.extend(await asyncio.gather(*(self.head(k) for k in lkeys[i : i + _GATHER])))
-        return out
+        self._check_readable()
+        self.counters["heads"] += len(lkeys)
+        return [None if e is None else entry_to_head(*e) for e in await self._entries(lkeys)]
 
     def _check_readable(self) -> None:
         if self.closed:
@@ -471,9 +473,7 @@ class Bookie:
 
 
 def make_actor():
-    import ray
-
-    return ray.remote(num_cpus=0, max_concurrency=1000)(Bookie)
+    return as_actor(Bookie, max_concurrency=1000)
 
 
 def check_put_size(changes: list[Change], options: Options) -> int:

@@ -31,7 +31,7 @@ from .remote import unpack
 
 
 class Inker:
-    """Plain-object logic of the Inker; :data:`InkerActor` is its Ray actor."""
+    """Plain-object logic of the Inker; the Bookie starts it as a Ray actor."""
 
     def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
         self.store = store
@@ -214,9 +214,3 @@ class Inker:
 
     def manifest_version(self) -> Versioned:
         return self.manifest
-
-
-def make_actor():
-    import ray
-
-    return ray.remote(num_cpus=0, max_concurrency=64)(Inker)

@@ -25,7 +25,7 @@ from ..views import LedgerFiles
 
 
 class Penciller:
-    """Plain-object logic of the Penciller; :func:`make_actor` gives its Ray actor."""
+    """Plain-object logic of the Penciller; the Bookie starts it as a Ray actor."""
 
     def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
         self.store = store
@@ -146,9 +146,3 @@ class Penciller:
         if self._flush_task is not None:
             await asyncio.gather(self._flush_task, return_exceptions=True)
         await self.flush()
-
-
-def make_actor():
-    import ray
-
-    return ray.remote(num_cpus=0, max_concurrency=64)(Penciller)

@@ -35,6 +35,14 @@ def unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
+def as_actor(cls, max_concurrency: int):
+    """``cls`` as a Ray actor class. Actors take no CPU slot: they mostly wait on I/O, and a
+    small cluster must still have room for the tasks that use the store."""
+    import ray
+
+    return ray.remote(num_cpus=0, max_concurrency=max_concurrency)(cls)
+
+
 async def call(method, *args, **kwargs) -> Any:
     """``await method.remote(*args)``, raising leveled-ray errors rather than Ray's."""
     try:

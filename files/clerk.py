@@ -220,6 +220,19 @@ class JournalClerk(FileClerk):
         raw = await self.host.store.get_range_async(self.name, off, off + length)
         return jfmt.decode_entry(raw, self.name, off, sqn)
 
+    async def fetch_many(self, sqns: list[int]) -> dict[int, JournalRecord]:
+        """Entries for many SQNs of this file with one request; absent SQNs are left out."""
+        footer = await self.footer()
+        found = [(sqn, footer.locate(sqn)) for sqn in sorted(set(sqns))]
+        found = [(sqn, where) for sqn, where in found if where is not None]
+        if not found:
+            return {}
+        parts = await self.host.store.get_ranges_async(
+            self.name, [off for _, (off, _) in found], [off + ln for _, (off, ln) in found]
+        )
+        return {sqn: jfmt.decode_entry(raw, self.name, off, sqn)
+                for (sqn, (off, _)), raw in zip(found, parts)}
+
     async def read_records(self, after_sqn: int = 0) -> list[JournalRecord]:
         self._check_readable()
         data = await self.host.store.get_async(self.name)

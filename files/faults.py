@@ -26,7 +26,7 @@ class Fault:
     applied: bool = False
 
 
-_WRAPPED = ("get", "get_range", "head", "list", "put", "put_if_absent", "delete")
+_WRAPPED = ("get", "get_range", "get_ranges", "head", "list", "put", "put_if_absent", "delete")
 
 
 class FaultInjectingStore(ObjectStore):

@@ -122,6 +122,13 @@ class _Backend:
         await obstore.put_async(self.inner, path, data, mode="create" if create else "overwrite",
                                 use_multipart=False)
 
+    def get_ranges(self, path, starts, ends):
+        return [bytes(b) for b in obstore.get_ranges(self.inner, path, starts=starts, ends=ends)]
+
+    async def get_ranges_async(self, path, starts, ends):
+        got = await obstore.get_ranges_async(self.inner, path, starts=starts, ends=ends)
+        return [bytes(b) for b in got]
+
     def list(self, prefix, offset):
         return [_meta(o) for chunk in obstore.list(self.inner, prefix, offset=offset)
                 for o in chunk]
@@ -143,6 +150,33 @@ class _Backend:
 
     async def delete_async(self, path):
         await obstore.delete_async(self.inner, path)
+
+
+class _LocalBackend(_Backend):
+    """A local directory or in-process memory: the sync call is faster than the async one
+    (141 us against 436 us for a small ranged read, which waits for a cross-thread wake-up),
+    and short enough to run on the event loop."""
+
+    async def get_async(self, path):
+        return self.get(path)
+
+    async def get_range_async(self, path, start, end):
+        return self.get_range(path, start, end)
+
+    async def put_async(self, path, data, create):
+        self.put(path, data, create)
+
+    async def list_async(self, prefix, offset):
+        return self.list(prefix, offset)
+
+    async def get_ranges_async(self, path, starts, ends):
+        return self.get_ranges(path, starts, ends)
+
+    async def head_async(self, path):
+        return self.head(path)
+
+    async def delete_async(self, path):
+        self.delete(path)
 
 
 # --- memory:// stores ---------------------------------------------------------------------------
@@ -320,10 +354,10 @@ class ObjectStore:
 
             if ray.is_initialized():
                 return _RayMemoryBackend(self.location)
-            return _Backend(_local_memory_store(self.location))
+            return _LocalBackend(_local_memory_store(self.location))
         if self.scheme == "file":
             os.makedirs(self.location, exist_ok=True)
-            return _Backend(LocalStore(self.location))
+            return _LocalBackend(LocalStore(self.location))
         s3 = dict(self.config.s3)
         endpoint = s3.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or ""
         if "allow_http" not in s3 and endpoint.startswith("http://"):
@@ -371,6 +405,25 @@ class ObjectStore:
             raise _store_error(exc, "get_range", path, write=False) from None
         self._count_get(len(data))
         return data
+
+    def get_ranges(self, path: str, starts: list[int], ends: list[int]) -> list[bytes]:
+        """Several byte ranges of one object in one request (nearby ranges are coalesced)."""
+        check_path(path)
+        try:
+            parts = self._backend.get_ranges(path, starts, ends)
+        except Exception as exc:
+            raise _store_error(exc, "get_ranges", path, write=False) from None
+        self._count_get(sum(map(len, parts)))
+        return parts
+
+    async def get_ranges_async(self, path: str, starts: list[int], ends: list[int]) -> list[bytes]:
+        check_path(path)
+        try:
+            parts = await self._backend.get_ranges_async(path, starts, ends)
+        except Exception as exc:
+            raise _store_error(exc, "get_ranges", path, write=False) from None
+        self._count_get(sum(map(len, parts)))
+        return parts
 
     def head(self, path: str) -> ObjectMeta | None:
         check_path(path)
