@@ -242,12 +242,12 @@ def check_sqn(value: Any, what: str) -> int:
 # --- user-facing records ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Put:
+class Put(NamedTuple):
     """One object write for :meth:`Store.put_many`.
 
     ``if_sqn`` makes the write conditional on the key's current SQN; ``if_absent`` on the key
-    not existing. A ``put_many`` whose conditions do not all hold writes nothing.
+    not existing. A ``put_many`` whose conditions do not all hold writes nothing. (A NamedTuple:
+    bulk loads build one per object, three times faster than a frozen dataclass.)
     """
 
     bucket: str | bytes
@@ -260,8 +260,7 @@ class Put:
     if_absent: bool = False
 
 
-@dataclass(frozen=True)
-class Delete:
+class Delete(NamedTuple):
     """One object delete for :meth:`Store.put_many` (index entries to remove may be given)."""
 
     bucket: str | bytes

@@ -50,11 +50,14 @@ class ObjectMeta:
     last_modified: float  # unix seconds
 
 
+def _safe(path: str) -> bool:
+    return (isinstance(path, str) and bool(_SAFE_PATH.match(path))
+            and not any(part in (".", "..") for part in path.split("/")))
+
+
 def check_path(path: str) -> str:
     """Reject object names that could leave the store's root (``..``, absolute, empty parts)."""
-    if not isinstance(path, str) or not _SAFE_PATH.match(path):
-        raise InvalidArgumentError(f"invalid object path {path!r}")
-    if any(part in (".", "..") for part in path.split("/")):
+    if not _safe(path):
         raise InvalidArgumentError(f"invalid object path {path!r}")
     return path
 
@@ -295,7 +298,7 @@ def parse_url(url: str) -> tuple[str, str, str]:
     scheme = parsed.scheme
     if scheme == "memory":
         name = (parsed.netloc + parsed.path).strip("/")
-        if not name or not _SAFE_PATH.match(name):
+        if not name or not _safe(name):
             raise InvalidArgumentError(f"memory URL needs a name, as in memory://name: {url!r}")
         return scheme, name, ""
     if scheme == "file":
@@ -310,7 +313,7 @@ def parse_url(url: str) -> tuple[str, str, str]:
         prefix = parsed.path.strip("/")
         if not bucket:
             raise InvalidArgumentError(f"S3 URL needs a bucket, as in s3://bucket/prefix: {url!r}")
-        if prefix and not _SAFE_PATH.match(prefix):
+        if prefix and not _safe(prefix):
             raise InvalidArgumentError(f"invalid S3 prefix in {url!r}")
         return scheme, bucket, prefix
     raise InvalidArgumentError(

@@ -7,10 +7,29 @@ import os
 import socket
 import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
 import leveled_ray as lr
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class _RepoRootIsNotATestPackage:
+    """The repository root is the ``leveled_ray`` package itself. Left alone, pytest would
+    collect it as a test package and import its ``__init__.py`` under the checkout's directory
+    name (which fails for names like ``ci-check``); a plain directory node avoids that."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collect_directory(self, path, parent):
+        if Path(path).resolve() == REPO_ROOT:
+            return pytest.Dir.from_parent(parent, path=path)
+        return None
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_RepoRootIsNotATestPackage(), "leveled-ray-repo-root")
 
 S3_KEY = "testing"
 S3_REGION = "us-east-1"

@@ -1,0 +1,79 @@
+"""The object store layer: URLs, path confinement, put-if-absent and ranged reads (no Ray)."""
+
+import asyncio
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.files.store import NotFound, ObjectStore, check_path, parse_url
+
+from conftest import S3_BUCKET, s3_options
+
+
+@pytest.mark.parametrize("path", ["../x", "a/../../b", "/abs", "a//b", "a/./b", "", "a b",
+                                  "a/b/", 5])
+def test_paths_cannot_escape_the_store(path):
+    with pytest.raises(lr.InvalidArgumentError):
+        check_path(path)
+
+
+def test_url_parsing():
+    assert parse_url("memory://x") == ("memory", "x", "")
+    assert parse_url("file:///tmp/a/") == ("file", "/tmp/a", "")
+    assert parse_url("s3://bkt/some/prefix/") == ("s3", "bkt", "some/prefix")
+    for bad in ("memory://", "file://host/x", "file:///tmp/a/../b", "s3://", "gs://b/p",
+                "s3://b/../p"):
+        with pytest.raises(lr.InvalidArgumentError):
+            parse_url(bad)
+
+
+@pytest.fixture(params=["memory", "file", pytest.param("s3", marks=pytest.mark.s3)])
+def object_store(request, tmp_path):
+    if request.param == "memory":
+        return ObjectStore.from_url(f"memory://os-{tmp_path.name}")
+    if request.param == "file":
+        return ObjectStore.from_url(f"file://{tmp_path}/os")
+    endpoint = request.getfixturevalue("moto_endpoint")
+    return ObjectStore.from_url(f"s3://{S3_BUCKET}/os-{tmp_path.name}", s3_options(endpoint))
+
+
+def test_put_if_absent_get_range_list_delete(object_store):
+    s = object_store
+    assert s.put_if_absent("d/a", b"hello world")
+    assert not s.put_if_absent("d/a", b"other")  # the first write wins, nothing changes
+    assert s.get("d/a") == b"hello world"
+    assert s.get_range("d/a", 6, 11) == b"world"
+    assert s.get_ranges("d/a", [0, 6], [5, 11]) == [b"hello", b"world"]
+    for i in range(3):
+        s.put_if_absent(f"d/{i:03d}", b"x")
+    assert [m.path for m in s.list("d/")] == ["d/000", "d/001", "d/002", "d/a"]
+    assert [m.path for m in s.list("d/", offset="d/001")] == ["d/002", "d/a"]
+    assert s.head("d/a").size == 11 and s.head("d/missing") is None
+    with pytest.raises(NotFound):
+        s.get("d/missing")
+    s.delete("d/a")
+    s.delete("d/a")  # deleting a missing object is fine
+    assert s.head("d/a") is None
+    assert s.stats.puts >= 5 and s.stats.gets >= 3
+
+
+def test_async_forms_match(object_store):
+    async def run():
+        s = object_store
+        assert await s.put_if_absent_async("e/a", b"abc")
+        assert not await s.put_if_absent_async("e/a", b"zzz")
+        assert await s.get_async("e/a") == b"abc"
+        assert await s.get_range_async("e/a", 1, 3) == b"bc"
+        assert [m.path for m in await s.list_async("e/")] == ["e/a"]
+        await s.delete_async("e/a")
+        assert await s.head_async("e/a") is None
+    asyncio.run(run())
+
+
+def test_store_pickles_as_its_configuration(tmp_path):
+    import pickle
+
+    s = ObjectStore.from_url(f"file://{tmp_path}/p")
+    s.put_if_absent("x", b"1")
+    clone = pickle.loads(pickle.dumps(s))
+    assert clone.get("x") == b"1" and clone.url == s.url
