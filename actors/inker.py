@@ -20,26 +20,21 @@ import time
 from ..codec import LedgerRows
 from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
 from ..files import journal as jfmt
-from ..files.framing import codec_id
 from ..files.journal_slots import slot_info, tail_slots
 from ..files.names import journal_slot_name
 from ..files.store import ObjectStore
-from ..manifest.store import ManifestStore, Versioned
+from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal
 from ..options import Options
+from .owner import Owner
 from .remote import unpack
 
 
-class Inker:
+class Inker(Owner):
     """Plain-object logic of the Inker; the Bookie starts it as a Ray actor."""
 
     def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
-        self.store = store
-        self.options = options
-        self.codec = codec_id(options.compression)
-        self.epoch = epoch
-        self.manifests = ManifestStore(store)
-        self.manifest: Versioned = manifest
+        super().__init__(store, options, epoch, manifest)
         self.files: list[jfmt.JournalInfo] = list(manifest[1].journal)
         self.uncatalogued: list[jfmt.JournalInfo] = []
         self.next_slot = manifest[1].journal_next_slot
@@ -157,9 +152,7 @@ class Inker:
 
     async def _catalog(self, files: list[jfmt.JournalInfo]) -> None:
         next_slot = max([self.next_slot] + [f.slot + 1 for f in files])
-        self.manifest = await self.manifests.update(
-            lambda m: catalog_journal(m, self.epoch, tuple(files), next_slot), self.manifest
-        )
+        await self.commit(catalog_journal, tuple(files), next_slot)
         names = {f.name for f in files}
         self.uncatalogued = [f for f in self.uncatalogued if f.name not in names]
         known = {f.name for f in self.files}

@@ -14,26 +14,21 @@ import pyarrow as pa
 
 from ..codec import LEDGER_SCHEMA
 from ..files import sst as sfmt
-from ..files.framing import codec_id
 from ..files.names import sst_name
 from ..errors import ObjectStoreError
 from ..files.store import ObjectStore
-from ..manifest.store import ManifestStore, Versioned
+from ..manifest.store import Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn
 from ..options import Options
 from ..views import LedgerFiles
+from .owner import Owner
 
 
-class Penciller:
+class Penciller(Owner):
     """Plain-object logic of the Penciller; the Bookie starts it as a Ray actor."""
 
     def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
-        self.store = store
-        self.options = options
-        self.codec = codec_id(options.compression)
-        self.epoch = epoch
-        self.manifests = ManifestStore(store)
-        self.manifest: Versioned = manifest
+        super().__init__(store, options, epoch, manifest)
         self.l0_memory: list[pa.RecordBatch] = []
         self.l0_keys = 0
         self.pushed_sqn = manifest[1].ledger_sqn
@@ -87,9 +82,7 @@ class Penciller:
             batches, upto = list(self.l0_memory), self.pushed_sqn
             if not batches:
                 if upto > self.manifest[1].ledger_sqn:
-                    self.manifest = await self.manifests.update(
-                        lambda m: persist_ledger_sqn(m, self.epoch, upto), self.manifest
-                    )
+                    await self.commit(persist_ledger_sqn, upto)
                     self._notify()
                 return
             table = await asyncio.to_thread(self._sorted, batches)
@@ -100,9 +93,7 @@ class Penciller:
                 bloom_bits_per_key=self.options.bloom_bits_per_key,
             )
             await self.store.put_if_absent_async(name, data)
-            self.manifest = await self.manifests.update(
-                lambda m: add_l0(m, self.epoch, info, upto), self.manifest
-            )
+            await self.commit(add_l0, info, upto)
             # Only now may the flushed batches leave memory: the manifest holds them.
             del self.l0_memory[: len(batches)]
             self.l0_keys -= sum(b.num_rows for b in batches)

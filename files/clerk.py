@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable
 from ..errors import LeveledError
 from . import journal as jfmt
 from . import sst as sfmt
+from .framing import FOOTER_READ
 from .journal import JournalInfo, JournalRecord
 from .sst import SstInfo
 from .store import ObjectStore
@@ -130,10 +131,15 @@ class FileClerk:
         finally:
             del self._loading[part]
 
-    async def _tail(self) -> bytes:
+    async def _footer_bytes(self, span) -> bytes:
+        """The file's last bytes, covering its footer: one ranged GET, or two when the footer
+        is larger than the speculative read. ``span(size, tail, path)`` locates the footer."""
         store = self.host.store
-        start = max(0, self.size - sfmt.FOOTER_READ)
-        return await store.get_range_async(self.name, start, self.size)
+        tail = await store.get_range_async(self.name, max(0, self.size - FOOTER_READ), self.size)
+        foff, _ = span(self.size, tail, self.name)
+        if self.size - foff > len(tail):
+            tail = await store.get_range_async(self.name, foff, self.size)
+        return tail
 
 
 class SstClerk(FileClerk):
@@ -149,10 +155,7 @@ class SstClerk(FileClerk):
         self._check_readable()
 
         async def load():
-            tail = await self._tail()
-            foff, flen = sfmt.footer_span(self.size, tail, self.name)
-            if flen + sfmt.TRAILER_SIZE > len(tail):
-                tail = await self.host.store.get_range_async(self.name, foff, self.size)
+            tail = await self._footer_bytes(sfmt.footer_span)
             return sfmt.parse_footer(self.size, tail, self.name)
 
         return await self._cached("footer", load, lambda f: f.nbytes)
@@ -197,17 +200,8 @@ class JournalClerk(FileClerk):
         self._check_readable()
 
         async def load():
-            tail = await self._tail()
-            footer = None
-            try:
-                footer = jfmt.parse_footer(self.size, tail, self.name)
-            except LeveledError:
-                if len(tail) >= self.size:
-                    raise
-            if footer is None:  # the footer is larger than the speculative tail read
-                tail = await self.host.store.get_async(self.name)
-                footer = jfmt.parse_footer(self.size, tail, self.name)
-            return footer
+            tail = await self._footer_bytes(jfmt.footer_span)
+            return jfmt.parse_footer(self.size, tail, self.name)
 
         return await self._cached("footer", load, lambda f: f.nbytes)
 

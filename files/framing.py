@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 import lz4.block
+import msgpack
 import xxhash
 import zstandard
 
@@ -78,6 +79,61 @@ def decompress(codec: int, payload: bytes | memoryview, raw_len: int, path: str,
     if len(out) != raw_len:
         raise CorruptObjectError(path, offset, f"decompressed {len(out)} bytes, not {raw_len}")
     return out
+
+
+#: ``magic | version u16 | footer codec u8 | footer raw_len u32 | footer offset u64 |
+#: footer length u32 | footer checksum u64``: the last bytes of every SST and journal file.
+_TRAILER = struct.Struct("<8sHBIQIQ")
+TRAILER_SIZE = _TRAILER.size
+#: Bytes read from the end of a file to get its footer in one request, most of the time.
+FOOTER_READ = 64 * 1024
+
+
+def encode_footer(magic: bytes, version: int, codec: int, doc: dict, offset: int) -> bytes:
+    """The footer (``doc`` as compressed msgpack) and trailer of a file whose body ends at
+    ``offset``."""
+    raw = msgpack.packb(doc, use_bin_type=True)
+    used, footer = compress(codec, raw)
+    return footer + _TRAILER.pack(magic, version, used, len(raw), offset, len(footer),
+                                  checksum(footer))
+
+
+def footer_span(magic: bytes, version: int, size: int, tail: bytes, path: str,
+                min_offset: int = 0) -> tuple[int, int]:
+    """From an object's last bytes (``tail``) and its size: ``(footer offset, footer length)``."""
+    if size < min_offset + TRAILER_SIZE or len(tail) < TRAILER_SIZE:
+        raise CorruptObjectError(path, 0, f"object of {size} bytes is too short")
+    found, ver, _, _, foff, flen, _ = _TRAILER.unpack(tail[-TRAILER_SIZE:])
+    at = size - TRAILER_SIZE
+    if found != magic:
+        raise CorruptObjectError(path, at, "bad trailer magic")
+    if ver != version:
+        raise CorruptObjectError(path, at, f"unsupported format version {ver}")
+    if foff + flen != at or foff < min_offset:
+        raise CorruptObjectError(path, at, "footer does not end where the trailer starts")
+    return foff, flen
+
+
+def decode_footer(magic: bytes, version: int, size: int, tail: bytes, path: str,
+                  min_offset: int = 0) -> tuple[dict, int]:
+    """Validate and decode the footer from an object's last bytes (which must cover the footer
+    and trailer); returns the footer document and its offset."""
+    foff, flen = footer_span(magic, version, size, tail, path, min_offset)
+    _, _, codec, raw_len, _, _, fsum = _TRAILER.unpack(tail[-TRAILER_SIZE:])
+    start = len(tail) - TRAILER_SIZE - flen
+    if start < 0:
+        raise CorruptObjectError(path, foff, "footer not covered by the bytes read")
+    stored = memoryview(tail)[start : start + flen]
+    if checksum(stored) != fsum:
+        raise CorruptObjectError(path, foff, "footer checksum mismatch")
+    raw = decompress(codec, stored, raw_len, path, foff)
+    try:
+        doc = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise CorruptObjectError(path, foff, f"malformed footer: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("v") != version:
+        raise CorruptObjectError(path, foff, "footer version does not match the trailer")
+    return doc, foff
 
 
 class Reader:

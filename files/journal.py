@@ -2,7 +2,7 @@
 
 Layout::
 
-    header (36 bytes) | entry | entry | ... | footer | trailer (35 bytes)
+    header (36 bytes) | entry | entry | ... | footer | trailer
 
 The header holds the writer epoch and the journal slot (used for fencing). Each entry is
 ``sqn u64 | op u8 | codec u8 | raw_len u32 | stored_len u32 | checksum u64 | payload`` where the
@@ -23,7 +23,8 @@ import numpy as np
 import xxhash
 
 from ..errors import CorruptObjectError
-from .framing import CODEC_LZ4, Reader, checksum, compress, decompress
+from . import framing
+from .framing import CODEC_LZ4, Reader, checksum, compress, decompress, encode_footer
 
 MAGIC = b"LRJNL\x00\x00\x01"
 VERSION = 1
@@ -33,15 +34,12 @@ NO_SLOT = (1 << 64) - 1  # journal files written by compaction have no slot
 
 _HEADER = struct.Struct("<8sHBxQQQ")  # magic, version, kind, epoch, slot, header checksum
 HEADER_SIZE = _HEADER.size
-_TRAILER = struct.Struct("<8sHBIQIQ")
-TRAILER_SIZE = _TRAILER.size
 _ENTRY = struct.Struct("<QBBII")
 _ENTRY_SUM = struct.Struct("<Q")
 ENTRY_HEAD = _ENTRY.size + _ENTRY_SUM.size
 _RECORD = struct.Struct("<qIII")  # last_modified, expiry, key_len, extra_len
 _VALUE_LEN = struct.Struct("<I")
 _NO_VALUE = 0xFFFFFFFF
-FOOTER_READ = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -131,16 +129,12 @@ def build_journal(name: str, epoch: int, slot: int, records, *, codec: int = COD
         pos += size
     if sqns and any(a >= b for a, b in zip(sqns, sqns[1:])):
         raise ValueError("journal records must be in increasing SQN order")
-    footer_raw = msgpack.packb({
+    parts.append(encode_footer(MAGIC, VERSION, codec, {
         "v": VERSION, "epoch": epoch, "slot": slot, "kind": kind,
         "sqn": np.asarray(sqns, dtype="<u8").tobytes(),
         "off": np.asarray(offsets, dtype="<u8").tobytes(),
         "len": np.asarray(lengths, dtype="<u4").tobytes(),
-    }, use_bin_type=True)
-    fcodec, footer = compress(codec, footer_raw)
-    parts.append(footer)
-    parts.append(_TRAILER.pack(MAGIC, VERSION, fcodec, len(footer_raw), pos, len(footer),
-                               checksum(footer)))
+    }, pos))
     data = b"".join(parts)
     info = JournalInfo(name, slot, epoch, kind, len(data), len(sqns),
                        sqns[0] if sqns else 0, sqns[-1] if sqns else 0)
@@ -164,37 +158,25 @@ def parse_header(data: bytes, path: str) -> tuple[int, int, int]:
     return epoch, slot, kind
 
 
+def footer_span(size: int, tail: bytes, path: str) -> tuple[int, int]:
+    """From the object's last bytes, where its footer is: ``(offset, length)``."""
+    return framing.footer_span(MAGIC, VERSION, size, tail, path, HEADER_SIZE)
+
+
 def parse_footer(size: int, tail: bytes, path: str) -> JournalFooter:
     """Parse the footer from the object's last bytes (which must cover footer and trailer)."""
-    if size < HEADER_SIZE + TRAILER_SIZE or len(tail) < TRAILER_SIZE:
-        raise CorruptObjectError(path, 0, f"object of {size} bytes is too short for a journal")
-    at = size - TRAILER_SIZE
-    magic, version, fcodec, raw_len, foff, flen, fsum = _TRAILER.unpack(tail[-TRAILER_SIZE:])
-    if magic != MAGIC:
-        raise CorruptObjectError(path, at, "bad journal trailer magic")
-    if version != VERSION:
-        raise CorruptObjectError(path, at, f"unsupported journal format version {version}")
-    if foff + flen != at or foff < HEADER_SIZE:
-        raise CorruptObjectError(path, at, "footer does not end where the trailer starts")
-    start = len(tail) - TRAILER_SIZE - flen
-    if start < 0:
-        raise CorruptObjectError(path, foff, "footer not covered by the bytes read")
-    stored = memoryview(tail)[start : start + flen]
-    if checksum(stored) != fsum:
-        raise CorruptObjectError(path, foff, "footer checksum mismatch")
-    raw = decompress(fcodec, stored, raw_len, path, foff)
+    doc, foff = framing.decode_footer(MAGIC, VERSION, size, tail, path, HEADER_SIZE)
     try:
-        doc = msgpack.unpackb(raw, raw=False)
         footer = JournalFooter(
             epoch=int(doc["epoch"]), slot=int(doc["slot"]), kind=int(doc["kind"]),
             sqns=np.frombuffer(doc["sqn"], dtype="<u8").tolist(),
             offsets=np.frombuffer(doc["off"], dtype="<u8").tolist(),
             lengths=np.frombuffer(doc["len"], dtype="<u4").tolist(),
         )
-    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise CorruptObjectError(path, foff, f"malformed footer: {exc}") from None
     n = len(footer.sqns)
-    if doc.get("v") != VERSION or len(footer.offsets) != n or len(footer.lengths) != n:
+    if len(footer.offsets) != n or len(footer.lengths) != n:
         raise CorruptObjectError(path, foff, "SQN index lengths disagree")
     # Entries must tile [header, footer) exactly, in increasing SQN order.
     expect = HEADER_SIZE

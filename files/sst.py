@@ -2,7 +2,7 @@
 
 Layout::
 
-    block 0 | block 1 | ... | footer | trailer (35 bytes)
+    block 0 | block 1 | ... | footer | trailer
 
 A block is ``codec u8 | raw_len u32 | payload``: an Arrow IPC record batch of
 :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows, compressed on its own. Its checksum sits in the
@@ -18,7 +18,6 @@ import bisect
 import struct
 from dataclasses import dataclass
 
-import msgpack
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,15 +25,12 @@ import pyarrow.compute as pc
 from ..codec import LEDGER_SCHEMA, TOMBSTONE
 from ..errors import CorruptObjectError
 from .bloom import Bloom
-from .framing import CODEC_LZ4, Reader, checksum, compress, decompress
+from . import framing
+from .framing import CODEC_LZ4, Reader, checksum, compress, decompress, encode_footer
 
 MAGIC = b"LRSST\x00\x00\x01"
 VERSION = 1
-_TRAILER = struct.Struct("<8sHBIQIQ")
-TRAILER_SIZE = _TRAILER.size
 _BLOCK_HEAD = struct.Struct("<BI")
-#: Bytes read from the end of an SST to get its footer in one request, most of the time.
-FOOTER_READ = 64 * 1024
 #: Fixed bytes of one row besides its key and extra columns (for block sizing).
 _FIXED_ROW = 8 + 1 + 4 + 8 + 8 + 8 + 8
 
@@ -145,20 +141,14 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
     bloom = Bloom.build(key_list, n, bloom_bits_per_key)
     min_key, max_key = key_list[0], key_list[-1]
     min_sqn, max_sqn = pc.min(sqns).as_py(), pc.max(sqns).as_py()
-    footer_raw = msgpack.packb(
-        {
-            "v": VERSION, "n": n, "tomb": tombstones, "kmin": min_key, "kmax": max_key,
-            "smin": min_sqn, "smax": max_sqn, "first": first_keys,
-            "off": np.asarray(offsets, dtype="<u8").tobytes(),
-            "sum": np.asarray(checksums, dtype="<u8").tobytes(),
-            "bloom": bloom.bits, "bk": bloom.k,
-        },
-        use_bin_type=True,
-    )
-    fcodec, footer = compress(codec, footer_raw)
-    trailer = _TRAILER.pack(MAGIC, VERSION, fcodec, len(footer_raw), footer_offset, len(footer),
-                            checksum(footer))
-    data = b"".join(parts) + footer + trailer
+    doc = {
+        "v": VERSION, "n": n, "tomb": tombstones, "kmin": min_key, "kmax": max_key,
+        "smin": min_sqn, "smax": max_sqn, "first": first_keys,
+        "off": np.asarray(offsets, dtype="<u8").tobytes(),
+        "sum": np.asarray(checksums, dtype="<u8").tobytes(),
+        "bloom": bloom.bits, "bk": bloom.k,
+    }
+    data = b"".join(parts) + encode_footer(MAGIC, VERSION, codec, doc, footer_offset)
     info = SstInfo(name, len(data), n, tombstones, min_key, max_key, min_sqn, max_sqn)
     return data, info
 
@@ -168,32 +158,13 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
 
 def footer_span(size: int, tail: bytes, path: str) -> tuple[int, int]:
     """From the object's last bytes, where its footer is: ``(offset, length)``."""
-    if size < TRAILER_SIZE or len(tail) < TRAILER_SIZE:
-        raise CorruptObjectError(path, 0, f"object of {size} bytes is too short to be an SST")
-    magic, version, _, _, foff, flen, _ = _TRAILER.unpack(tail[-TRAILER_SIZE:])
-    at = size - TRAILER_SIZE
-    if magic != MAGIC:
-        raise CorruptObjectError(path, at, "bad SST magic")
-    if version != VERSION:
-        raise CorruptObjectError(path, at, f"unsupported SST format version {version}")
-    if foff + flen != at:
-        raise CorruptObjectError(path, at, "footer does not end where the trailer starts")
-    return foff, flen
+    return framing.footer_span(MAGIC, VERSION, size, tail, path)
 
 
 def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
     """Parse the footer from the object's last bytes (which must cover footer and trailer)."""
-    foff, flen = footer_span(size, tail, path)
-    _, _, fcodec, raw_len, _, _, fsum = _TRAILER.unpack(tail[-TRAILER_SIZE:])
-    start = len(tail) - TRAILER_SIZE - flen
-    if start < 0:
-        raise CorruptObjectError(path, foff, "footer not covered by the bytes read")
-    stored = memoryview(tail)[start : start + flen]
-    if checksum(stored) != fsum:
-        raise CorruptObjectError(path, foff, "footer checksum mismatch")
-    raw = decompress(fcodec, stored, raw_len, path, foff)
+    doc, foff = framing.decode_footer(MAGIC, VERSION, size, tail, path)
     try:
-        doc = msgpack.unpackb(raw, raw=False, strict_map_key=False)
         offsets = np.frombuffer(doc["off"], dtype="<u8").tolist()
         checksums = np.frombuffer(doc["sum"], dtype="<u8").tolist()
         first = doc["first"]
@@ -203,10 +174,8 @@ def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
             first_keys=first, offsets=offsets, checksums=checksums,
             bloom=Bloom(doc["bloom"], int(doc["bk"])),
         )
-    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise CorruptObjectError(path, foff, f"malformed footer: {exc}") from None
-    if doc.get("v") != VERSION:
-        raise CorruptObjectError(path, foff, "footer version does not match the trailer")
     blocks = len(first)
     if blocks == 0 or len(offsets) != blocks + 1 or len(checksums) != blocks:
         raise CorruptObjectError(path, foff, "block index lengths disagree")

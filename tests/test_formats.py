@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from leveled_ray import CorruptObjectError, codec
 from leveled_ray.files import journal as jfmt
 from leveled_ray.files import sst as sfmt
-from leveled_ray.files.framing import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD
+from leveled_ray.files.framing import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, FOOTER_READ
 from leveled_ray.manifest import model as mmodel
 from leveled_ray.manifest.model import Checkpoint, CloneParent, Manifest
 
@@ -56,7 +56,7 @@ def test_sst_round_trip(entries, codec_id, block_bytes):
 def test_sst_lookup_misses_and_bloom():
     entries = [(b"k%05d" % i, i + 1, 0, 0, i, 10, 1000, b"") for i in range(0, 2000, 2)]
     data, _ = sfmt.build_sst("s", rows_table(entries), block_bytes=512)
-    footer = sfmt.parse_footer(len(data), data[-sfmt.FOOTER_READ:], "s")
+    footer = sfmt.parse_footer(len(data), data[-FOOTER_READ:], "s")
     assert footer.block_count > 10
     assert footer.block_for(b"a") is None and footer.block_for(b"z") is None
     false_positives = sum(footer.bloom.may_contain(b"k%05d" % i) for i in range(1, 2000, 2))
