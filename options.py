@@ -50,6 +50,8 @@ class Options:
     push_ms: float = 50.0
     #: The Penciller writes its L0 memory to an L0 SST file once it holds this many keys.
     l0_max_keys: int = 32_000
+    #: Most entries in one SST written by a merge (levels 1 and below).
+    sst_max_keys: int = 65_536
     #: Target uncompressed size of one SST block (one ranged GET on a point lookup).
     sst_block_bytes: int = 32 * KIB
     #: Bloom filter bits per key in SSTs (10 gives about 1% false positives).
@@ -79,7 +81,7 @@ class Options:
             )
         positive = (
             "journal_flush_bytes", "max_journal_bytes", "max_value_bytes", "max_key_bytes",
-            "push_keys", "l0_max_keys", "sst_block_bytes", "bloom_bits_per_key", "catalog_files",
+            "push_keys", "l0_max_keys", "sst_max_keys", "sst_block_bytes", "bloom_bits_per_key", "catalog_files",
         )
         for name in positive:
             value = getattr(self, name)

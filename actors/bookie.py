@@ -47,6 +47,7 @@ from ..manifest.transitions import bump_epoch
 from ..options import Options
 from ..views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
 from .inker import Inker
+from .pclerk import PencillerClerk
 from .penciller import Penciller
 from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, unpack
 
@@ -99,17 +100,20 @@ class Bookie:
         self.epoch = 0
         self.files = LedgerFiles(-1, ((),), 0)
         self.journal = JournalIndex()
-        self.inker = self.penciller = None
+        self.inker = self.penciller = self.pclerk = None
+        self._clerk_run = None
         self.broken: BaseException | None = None
         self.closing = self.closed = False
         self._wake_writer = asyncio.Event()
         self._wake_pusher = asyncio.Event()
+        self._wake_reaper = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._push_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
+        self._pusher_task: asyncio.Task | None = None
         self.counters = {"groups": 0, "changes": 0, "replayed": 0, "gets": 0, "heads": 0,
-                         "journal_reads": 0}
+                         "journal_reads": 0, "files_deleted": 0}
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -123,12 +127,15 @@ class Bookie:
         self.epoch = m.writer_epoch
         self.inker = self._spawn(Inker, "inker", (mid, m))
         self.penciller = self._spawn(Penciller, "penciller", (mid, m))
+        self.pclerk = self._spawn(PencillerClerk, "pclerk", None)
+        self._clerk_run = self.pclerk.run.remote()  # polls the Penciller until stopped
         opened = await call(self.inker.open)
         self.journal = JournalIndex(opened["files"])
         self.files = LedgerFiles(mid, m.levels, m.ledger_sqn)
         self.durable_sqn = m.ledger_sqn
+        self._pusher_task = asyncio.ensure_future(self._pusher())
         self._tasks = [asyncio.ensure_future(t()) for t in
-                       (self._journal_writer, self._pusher, self._watch_ledger)]
+                       (self._journal_writer, self._watch_ledger, self._reaper)]
         started = time.monotonic()
         cursor: int | None = 0
         while cursor is not None:
@@ -144,9 +151,12 @@ class Bookie:
                 "replay_s": round(time.monotonic() - started, 3), "next_sqn": self.next_sqn}
 
     def _spawn(self, cls, role: str, manifest):
-        """Start the Inker or Penciller: a Ray actor owned by this one (they live and die
-        together), or a plain object in this process when running without Ray."""
-        args = (self.store, self.options, self.epoch, manifest)
+        """Start the Inker, the Penciller or the Penciller's clerk: a Ray actor owned by this
+        one (they live and die together), or a plain object here when running without Ray."""
+        if cls is PencillerClerk:
+            args = (self.store, self.options, self.penciller)
+        else:
+            args = (self.store, self.options, self.epoch, manifest)
         if self.local:
             return LocalHandle(cls(*args))
         name = f"{self.name}.{role}" if self.name else None
@@ -180,13 +190,11 @@ class Bookie:
         between, so no other change can slip in."""
         keys = {c.lkey for c in changes if c.condition != NO_CONDITION}
         while True:
-            version = self.files.version
-            stored = {}
-            for lkey in keys:
-                if lkey not in self.pending and lkey not in self.cache:
-                    stored[lkey] = await ledger_get(self.host, self.files, lkey)
+            files = self.files
+            looked = [k for k in keys if k not in self.pending and k not in self.cache]
+            stored = dict(zip(looked, await self._entries(looked)))
             self._check_usable()
-            if self.files.version == version:  # else an SST landed meanwhile: look again
+            if self.files is files:  # else the Ledger's files changed meanwhile: look again
                 break
         now_s = time.time()
         shadow: dict[bytes, tuple[int, bool]] = {}
@@ -325,8 +333,12 @@ class Bookie:
             await call(self.penciller.push, rows.to_batch(), upto)
 
     async def _pusher(self) -> None:
-        """Push recent Ledger changes to the Penciller: every ``push_keys`` or ``push_ms``."""
-        while True:
+        """Push recent Ledger changes to the Penciller: every ``push_keys`` or ``push_ms``.
+
+        Never cancelled mid-push (a cancelled push would lose its changes while a later push
+        moved the persisted SQN past them): ``close`` stops it by flag and waits for it.
+        """
+        while not self.closing:
             try:
                 await asyncio.wait_for(self._wake_pusher.wait(), self.options.push_ms / 1000.0)
             except asyncio.TimeoutError:
@@ -335,8 +347,11 @@ class Bookie:
             if len(self.unpushed):
                 try:
                     await self._push()
-                except Exception as exc:  # the Penciller failed: stop taking writes
+                except Exception as exc:
+                    # The changes stay in the Journal; stop here so no later push can move
+                    # the persisted SQN past them. Reopening replays them.
                     self.broken = exc
+                    return
 
     async def _watch_ledger(self) -> None:
         """Adopt each new set of Ledger files, and drop the cache entries they now hold."""
@@ -352,6 +367,12 @@ class Bookie:
                 self._adopt(files)
 
     def _adopt(self, files: LedgerFiles) -> None:
+        kept = {f.name for level in files.levels for f in level}
+        removed = [f for level in self.files.levels for f in level if f.name not in kept]
+        for info in removed:  # a committed manifest change removed them
+            self.host.sst(info).retire(files.version)
+        if removed:
+            self._wake_reaper.set()
         self.files = files
         log, cache = self.cache_log, self.cache
         while log and log[0][0] <= files.persisted_sqn:
@@ -360,13 +381,45 @@ class Bookie:
             if entry is not None and entry[0] == sqn:
                 del cache[lkey]
 
+    async def _reaper(self) -> None:
+        """Delete retired files once their owner allows it (leveled's delete_pending): poll
+        the Penciller with backoff, one question per manifest version."""
+        delay = 0.05
+        while True:
+            pending = self.host.pending_deletes()
+            if not pending:
+                self._wake_reaper.clear()
+                await self._wake_reaper.wait()
+                delay = 0.05
+                continue
+            progressed = False
+            answers: dict[int, bool] = {}
+            for clerk in pending:
+                if self.host.readers_before(clerk.removed_in):
+                    continue  # a read of an older view may still need it
+                if clerk.removed_in not in answers:
+                    try:
+                        answers[clerk.removed_in] = await call(self.penciller.may_delete,
+                                                               clerk.removed_in)
+                    except Exception:
+                        answers[clerk.removed_in] = False
+                if answers[clerk.removed_in]:
+                    try:
+                        await clerk.delete()
+                    except ObjectStoreError:
+                        continue  # GC collects it later if this keeps failing
+                    self.counters["files_deleted"] += 1
+                    progressed = True
+            delay = 0.05 if progressed else min(delay * 2, 2.0)
+            await asyncio.sleep(delay)
+
     # -- reads ---------------------------------------------------------------------------------
 
-    async def _entry(self, lkey: bytes) -> tuple | None:
+    async def _entry(self, lkey: bytes, files: LedgerFiles) -> tuple | None:
         entry = self.cache.get(lkey)
         if entry is not None:
             return entry
-        return await ledger_get(self.host, self.files, lkey)
+        return await ledger_get(self.host, files, lkey)
 
     async def get(self, lkey: bytes) -> bytes | None:
         return (await self.get_many([lkey]))[0]
@@ -397,9 +450,13 @@ class Bookie:
         return [None if s is None else values[s] for s in sqns]
 
     async def _entries(self, lkeys: list[bytes]) -> list[tuple | None]:
+        """Ledger entries of many keys, all read from one view of the Ledger's files."""
+        files = self.files
         out: list[tuple | None] = []
-        for i in range(0, len(lkeys), _GATHER):
-            out.extend(await asyncio.gather(*(self._entry(k) for k in lkeys[i : i + _GATHER])))
+        with self.host.reading(files.version):
+            for i in range(0, len(lkeys), _GATHER):
+                chunk = lkeys[i : i + _GATHER]
+                out.extend(await asyncio.gather(*(self._entry(k, files) for k in chunk)))
         return out
 
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
@@ -421,6 +478,7 @@ class Bookie:
     async def stats(self) -> dict:
         inker = await call(self.inker.stats) if self.inker else {}
         penciller = await call(self.penciller.stats) if self.penciller else {}
+        pclerk = await call(self.pclerk.stats) if self.pclerk else {}
         return {
             "url": self.url,
             "name": self.name,
@@ -442,6 +500,7 @@ class Bookie:
             "io": self.store.stats.as_dict(),
             "inker": inker,
             "penciller": penciller,
+            "merges": pclerk,
             "state": "closed" if self.closed else ("broken" if self.broken else "open"),
         }
 
@@ -451,7 +510,12 @@ class Bookie:
             return
         self.closing = True
         await self._idle.wait()
-        for task in self._tasks:
+        self._wake_pusher.set()
+        if self._pusher_task is not None:
+            await asyncio.gather(self._pusher_task, return_exceptions=True)
+        if self.pclerk is not None:
+            await call(self.pclerk.stop)
+        for task in self._tasks:  # they hold no changes: the writer is idle
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
@@ -464,7 +528,7 @@ class Bookie:
             if not self.local:
                 import ray
 
-                for handle in (self.inker, self.penciller):
+                for handle in (self.inker, self.penciller, self.pclerk):
                     if handle is not None:
                         ray.kill(handle, no_restart=True)
 

@@ -3,6 +3,7 @@ only under the writer epoch it was started with (so a fenced writer's changes fa
 
 from __future__ import annotations
 
+import asyncio
 from typing import Callable
 
 from ..files.framing import codec_id
@@ -20,11 +21,14 @@ class Owner:
         self.epoch = epoch
         self.manifests = ManifestStore(store)
         self.manifest: Versioned = manifest
+        self._commit_lock = asyncio.Lock()
 
     async def commit(self, transition: Callable[..., Manifest], *args) -> Versioned:
         """Apply ``transition(manifest, epoch, *args)`` to the newest manifest (the CAS loop);
-        raises ``FencedError`` if a newer writer has claimed the store."""
-        self.manifest = await self.manifests.update(
-            lambda m: transition(m, self.epoch, *args), self.manifest
-        )
-        return self.manifest
+        raises ``FencedError`` if a newer writer has claimed the store. One commit at a time,
+        so the manifest this owner holds only moves forward."""
+        async with self._commit_lock:
+            self.manifest = await self.manifests.update(
+                lambda m: transition(m, self.epoch, *args), self.manifest
+            )
+            return self.manifest

@@ -9,6 +9,7 @@ files, so it can drop the changes they hold from its own cache.
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pyarrow as pa
 
@@ -17,9 +18,11 @@ from ..files import sst as sfmt
 from ..files.names import sst_name
 from ..errors import ObjectStoreError
 from ..files.store import ObjectStore
+from ..manifest.levels import MergeJob, apply_merge, choose_work
 from ..manifest.store import Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn
 from ..options import Options
+from ..snapshots import SnapshotRegistry
 from ..views import LedgerFiles
 from .owner import Owner
 
@@ -37,7 +40,11 @@ class Penciller(Owner):
         self._changed = asyncio.Event()
         self.error: BaseException | None = None
         self.last_error: str | None = None
-        self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0}
+        self.merging: MergeJob | None = None
+        self.rng = random.Random()
+        self.snapshots = SnapshotRegistry()
+        self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
+                         "merges": 0, "merge_failures": 0}
 
     def files(self) -> LedgerFiles:
         mid, m = self.manifest
@@ -59,14 +66,15 @@ class Penciller(Owner):
         return self.l0_keys
 
     async def _flush_background(self) -> None:
-        """Flush L0 memory, retrying object-store failures with backoff: the changes stay in
-        L0 memory (and in the Journal) until a flush succeeds. Fencing is final."""
+        """Flush L0 memory until it is under its limit (pushes that arrive during a flush
+        start none of their own). Object-store failures are retried with backoff: the changes
+        stay in L0 memory, and in the Journal, until a flush succeeds. Fencing is final."""
         delay = 0.05
-        while True:
+        while self.l0_keys >= self.options.l0_max_keys:
             try:
                 await self.flush()
                 self.last_error = None
-                return
+                delay = 0.05
             except ObjectStoreError as exc:
                 self.last_error = repr(exc)
                 self.counters["flush_retries"] += 1
@@ -119,6 +127,51 @@ class Penciller(Owner):
                 return None
         return self.files() if self.manifest[0] != known_version else None
 
+    # -- merges (done by the Penciller's clerk) --
+
+    def merge_work(self) -> MergeJob | None:
+        """The next merge for the clerk, or ``None`` (also while one is in flight)."""
+        if self.error is not None:
+            raise self.error
+        if self.merging is not None:
+            return None
+        self.merging = choose_work(self.manifest[1].levels, self.rng)
+        return self.merging
+
+    async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
+        """Commit a finished merge; returns the manifest version that removed its inputs."""
+        try:
+            mid, _ = await self.commit(apply_merge, job, outputs)
+        except BaseException as exc:
+            self.counters["merge_failures"] += 1
+            self.last_error = repr(exc)
+            raise
+        finally:
+            self.merging = None
+        self.counters["merges"] += 1
+        self._notify()
+        return mid
+
+    def merge_failed(self, job: MergeJob, error: str) -> None:
+        self.merging = None
+        self.counters["merge_failures"] += 1
+        self.last_error = error
+
+    # -- snapshots and the delete rule --
+
+    def register_snapshot(self, snapshot_id: str, timeout_s: float) -> int:
+        """Register a snapshot of the current Ledger files; returns their manifest version."""
+        self.snapshots.register(snapshot_id, self.manifest[0], timeout_s)
+        return self.manifest[0]
+
+    def release_snapshot(self, snapshot_id: str) -> None:
+        self.snapshots.release(snapshot_id)
+
+    def may_delete(self, removed_in: int) -> bool:
+        """May an SST removed by manifest version ``removed_in`` be deleted? (leveled's
+        ``ready_to_delete``: only when no live snapshot reads an older version)."""
+        return self.snapshots.ready_to_delete(removed_in)
+
     def stats(self) -> dict:
         levels = self.manifest[1].levels
         return {
@@ -127,6 +180,8 @@ class Penciller(Owner):
             "l0_files": len(levels[0]),
             "level_files": [len(level) for level in levels],
             "ledger_sqn": self.manifest[1].ledger_sqn,
+            "merging": self.merging is not None,
+            "snapshots": len(self.snapshots),
             "manifest_id": self.manifest[0],
             "last_error": self.last_error,
             "io": self.store.stats.as_dict(),

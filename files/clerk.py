@@ -9,8 +9,9 @@ many files there are. Clerks know nothing of levels: the manifest says which fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, Awaitable, Callable
 
 from ..errors import LeveledError
@@ -103,6 +104,18 @@ class FileClerk:
         if new not in TRANSITIONS[self.state]:
             raise FileStateError(f"{self.name}: cannot move from {self.state.value} to {new.value}")
         self.state = new
+
+    def retire(self, removed_in: int) -> None:
+        """A committed manifest change (version ``removed_in``) removed this file: it keeps
+        serving reads until its owner allows the delete."""
+        self.move(FileState.DELETE_PENDING)
+        self.removed_in = removed_in
+
+    async def delete(self) -> None:
+        """Delete the object (the owner said yes, and no read of an older view is running)."""
+        self.move(FileState.DELETED)
+        await self.host.store.delete_async(self.name)
+        self.host.forget(self.name)
 
     def _check_readable(self) -> None:
         if self.state not in (FileState.READING, FileState.DELETE_PENDING):
@@ -234,12 +247,33 @@ class JournalClerk(FileClerk):
 
 
 class ClerkHost:
-    """The clerks of every file one actor reads, sharing one byte-bounded cache."""
+    """The clerks of every file one actor reads, sharing one byte-bounded cache.
+
+    Readers say which view (manifest version) they read with :meth:`reading`, so a file removed
+    in version ``V`` is not deleted while a read of an older view is still running.
+    """
 
     def __init__(self, store: ObjectStore, cache_bytes: int):
         self.store = store
         self.cache = LruCache(cache_bytes)
         self.clerks: dict[str, FileClerk] = {}
+        self._readers: Counter[int] = Counter()
+
+    @contextlib.contextmanager
+    def reading(self, version: int):
+        self._readers[version] += 1
+        try:
+            yield
+        finally:
+            self._readers[version] -= 1
+            if not self._readers[version]:
+                del self._readers[version]
+
+    def readers_before(self, version: int) -> int:
+        return sum(n for v, n in self._readers.items() if v < version)
+
+    def pending_deletes(self) -> list[FileClerk]:
+        return [c for c in self.clerks.values() if c.state is FileState.DELETE_PENDING]
 
     def sst(self, info: SstInfo) -> SstClerk:
         clerk = self.clerks.get(info.name)
@@ -252,6 +286,11 @@ class ClerkHost:
         if clerk is None:
             clerk = self.clerks[info.name] = JournalClerk(self, info)
         return clerk  # type: ignore[return-value]
+
+    def forget(self, name: str) -> None:
+        """Drop a file's clerk and everything cached for it."""
+        self.clerks.pop(name, None)
+        self.cache.drop_prefix(name)
 
     def states(self) -> dict[str, int]:
         out: dict[str, int] = {}

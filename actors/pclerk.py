@@ -1,0 +1,115 @@
+"""The Penciller's clerk: does the Ledger's merges, off the Penciller's process.
+
+It polls the Penciller for work. For each merge it reads the input SSTs through its own file
+clerks, merges them with Arrow (concatenate, sort by key then SQN descending, keep the newest
+entry of each key; at the basement also drop tombstones and expired entries), writes the result
+as new SSTs of at most ``sst_max_keys`` entries, and hands the outputs back. The Penciller
+commits the manifest change; the files it removed then go to ``delete_pending``.
+
+Memory per merge is bounded by its inputs: all of L0 (a few L0 files) plus the L1 files they
+overlap, or one file plus the files it overlaps in the next level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..codec import ACTIVE, LEDGER_SCHEMA
+from ..files import sst as sfmt
+from ..files.clerk import ClerkHost
+from ..files.framing import codec_id
+from ..files.names import sst_name
+from ..files.sst import SstInfo
+from ..files.store import ObjectStore
+from ..manifest.levels import MergeJob
+from ..options import Options
+from .remote import call
+
+
+def merge_tables(tables: list[pa.Table], basement: bool, now_s: float) -> pa.Table:
+    """The merged content of some SSTs: the newest entry per key; at the basement, only live
+    entries (tombstones and expired entries have nothing older left to hide)."""
+    merged = sfmt.sort_and_dedupe(pa.concat_tables(tables).cast(LEDGER_SCHEMA))
+    if basement and merged.num_rows:
+        expiry = merged.column("expiry")
+        live = pc.and_(pc.equal(merged.column("status"), ACTIVE),
+                       pc.or_(pc.equal(expiry, 0), pc.greater(expiry, int(now_s))))
+        merged = merged.filter(live)
+    return merged
+
+
+def split_rows(table: pa.Table, max_rows: int) -> list[pa.Table]:
+    """Consecutive slices of at most ``max_rows`` rows (each becomes one SST)."""
+    return [table.slice(i, max_rows) for i in range(0, table.num_rows, max_rows)]
+
+
+class PencillerClerk:
+    """Plain-object logic of the merge worker; the Bookie starts it as a Ray actor."""
+
+    def __init__(self, store: ObjectStore, options: Options, penciller):
+        self.store = store
+        self.options = options
+        self.codec = codec_id(options.compression)
+        self.penciller = penciller
+        self.host = ClerkHost(store, 8 << 20)  # merges read whole files: keep little cached
+        self.stopped = False
+        self.counters = {"merges": 0, "moves": 0, "files_written": 0, "bytes_written": 0,
+                         "rows_in": 0, "rows_out": 0, "failures": 0}
+        self.last_error: str | None = None
+
+    async def run(self, poll_s: float = 0.05) -> None:
+        """Poll the Penciller for merges until stopped."""
+        while not self.stopped:
+            try:
+                job = await call(self.penciller.merge_work)
+            except Exception as exc:  # the Penciller is gone or fenced: stop
+                self.last_error = repr(exc)
+                return
+            if job is None:
+                await asyncio.sleep(poll_s)
+                continue
+            try:
+                outputs = await self.merge(job)
+            except Exception as exc:
+                self.counters["failures"] += 1
+                self.last_error = repr(exc)
+                await call(self.penciller.merge_failed, job, repr(exc))
+                await asyncio.sleep(min(5.0, poll_s * 20))
+                continue
+            await call(self.penciller.merge_done, job, outputs)
+
+    async def merge(self, job: MergeJob) -> tuple[SstInfo, ...]:
+        """Do one merge; returns the new files of the target level."""
+        if job.move_only:
+            self.counters["moves"] += 1
+            return job.sources
+        tables = [await self.host.sst(f).read_table() for f in job.inputs]
+        merged = await asyncio.to_thread(merge_tables, tables, job.basement, time.time())
+        outputs = []
+        for part in split_rows(merged, self.options.sst_max_keys):
+            name = sst_name()
+            data, info = await asyncio.to_thread(
+                sfmt.build_sst, name, part, codec=self.codec,
+                block_bytes=self.options.sst_block_bytes,
+                bloom_bits_per_key=self.options.bloom_bits_per_key,
+            )
+            await self.store.put_if_absent_async(name, data)
+            outputs.append(info)
+            self.counters["files_written"] += 1
+            self.counters["bytes_written"] += info.size
+        for f in job.inputs:  # this process will not read them again
+            self.host.forget(f.name)
+        self.counters["merges"] += 1
+        self.counters["rows_in"] += sum(t.num_rows for t in tables)
+        self.counters["rows_out"] += merged.num_rows
+        return tuple(outputs)
+
+    def stats(self) -> dict:
+        return {**self.counters, "last_error": self.last_error}
+
+    def stop(self) -> None:
+        self.stopped = True

@@ -1,0 +1,215 @@
+"""Ledger merges and delete_pending: a model-based test against a dict, level invariants, and
+files deleted only when no snapshot needs them. In one process, without Ray."""
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import leveled_ray as lr
+from leveled_ray.actors.bookie import Bookie
+from leveled_ray.actors.remote import ValueBatch, pack
+from leveled_ray.codec import make_change, object_key
+from leveled_ray.manifest.levels import check_level
+
+TINY = lr.Options(l0_max_keys=16, push_keys=4, push_ms=1, sst_max_keys=12, sst_block_bytes=256)
+
+
+async def write(bookie, items, options=TINY):
+    pairs = [make_change(x, options, time.time()) for x in items]
+    return await bookie.put_many(pack([c for c, _ in pairs]),
+                                 ValueBatch(inline=[v for _, v in pairs]))
+
+
+async def settle(bookie, timeout=20.0):
+    """Wait until changes are pushed, L0 memory is under its limit, no merge is due or running,
+    the Bookie has the newest Ledger files, and retired files are deleted."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        p = bookie.penciller.local
+        flushing = p._flush_task is not None and not p._flush_task.done()
+        pushing = bookie._push_lock.locked()
+        if (len(bookie.unpushed) or bookie.queue or pushing or flushing
+                or p.l0_keys >= p.options.l0_max_keys):
+            await asyncio.sleep(0.02)
+            continue
+        work = p.merge_work()  # reserve the next merge, if any, then hand it back
+        if work is not None:
+            p.merge_failed(work, "peek")
+            p.counters["merge_failures"] -= 1
+        if work is None and not p.merging and not bookie.host.pending_deletes():
+            if bookie.files.version == p.manifest[0]:
+                return
+        await asyncio.sleep(0.02)
+    p = bookie.penciller.local
+    raise AssertionError(
+        f"merges did not settle: merging={p.merging} due={p.merge_work() is not None} "
+        f"pending={bookie.host.pending_deletes()} view={bookie.files.version} "
+        f"manifest={p.manifest[0]} error={p.last_error} snapshots={p.snapshots.snapshots}")
+
+
+def ledger_files_on_disk(root):
+    path = os.path.join(root, "ledger")
+    return set(os.listdir(path)) if os.path.isdir(path) else set()
+
+
+operations = st.lists(
+    st.tuples(st.sampled_from(["put", "put", "put", "delete", "pause"]), st.integers(0, 40),
+              st.integers(0, 3)),
+    min_size=1, max_size=250,
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations)
+def test_merges_match_a_dict(ops):
+    root = tempfile.mkdtemp(prefix="lr-model-")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", TINY, local=True)
+        await bookie.start()
+        model: dict[str, bytes | None] = {}
+        group = []
+        for n, (op, key, size) in enumerate(ops):
+            k = f"k{key:03d}"
+            if op == "pause":
+                if group:
+                    await write(bookie, group)
+                    group = []
+                await asyncio.sleep(0.005)
+                continue
+            if op == "put":
+                value = b"v%d-" % n + b"x" * size
+                group.append(lr.Put("b", k, value))
+                model[k] = value
+            else:
+                group.append(lr.Delete("b", k))
+                model[k] = None
+            if len(group) >= 7:
+                await write(bookie, group)
+                group = []
+        if group:
+            await write(bookie, group)
+        await settle(bookie)
+        keys = sorted(model) + ["never-written"]
+        got = await bookie.get_many([object_key("b", k) for k in keys])
+        assert dict(zip(keys, got)) == {**model, "never-written": None}
+        levels = bookie.penciller.local.manifest[1].levels
+        for n, level in enumerate(levels):
+            check_level(level, n)  # levels 1 and below never overlap
+        names = {f.name.split("/")[1] for level in levels for f in level}
+        assert ledger_files_on_disk(root) == names  # replaced files were deleted
+        await bookie.close()
+        # The same answers after a restart (from the files alone).
+        again = Bookie(f"file://{root}", TINY, local=True)
+        await again.start()
+        assert await again.get_many([object_key("b", k) for k in keys]) == got
+        await again.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_files_wait_for_the_snapshot_that_reads_them(tmp_path):
+    root = str(tmp_path / "db")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", TINY, local=True)
+        await bookie.start()
+        await write(bookie, [lr.Put("b", f"k{i}", b"first") for i in range(40)])
+        await settle(bookie)
+        held = ledger_files_on_disk(root)
+        assert held
+        penciller = bookie.penciller.local
+        penciller.register_snapshot("reader", timeout_s=60)
+        for r in range(4):  # rewrite everything: every held file is replaced
+            await write(bookie, [lr.Put("b", f"k{i}", b"again %d" % r) for i in range(40)])
+        await asyncio.sleep(0.5)
+        assert held <= ledger_files_on_disk(root)  # still there: the snapshot may read them
+        assert bookie.host.pending_deletes()
+        penciller.release_snapshot("reader")
+        await settle(bookie)
+        assert not held & ledger_files_on_disk(root)
+        assert bookie.counters["files_deleted"] >= len(held)
+        assert await bookie.get(object_key("b", "k3")) == b"again 3"
+        await bookie.close()
+
+    asyncio.run(run())
+
+
+def test_a_dead_holders_snapshot_expires(tmp_path):
+    root = str(tmp_path / "db")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", TINY, local=True)
+        await bookie.start()
+        await write(bookie, [lr.Put("b", f"k{i}", b"1") for i in range(40)])
+        await settle(bookie)
+        held = ledger_files_on_disk(root)
+        assert held
+        bookie.penciller.local.register_snapshot("holder-that-died", timeout_s=1.0)
+        await write(bookie, [lr.Put("b", f"k{i}", b"2") for i in range(40)])
+        await asyncio.sleep(0.3)
+        assert held <= ledger_files_on_disk(root)
+        await settle(bookie)  # the timeout passes; the next check drops it
+        assert not held & ledger_files_on_disk(root)
+        assert len(bookie.penciller.local.snapshots) == 0
+        await bookie.close()
+
+    asyncio.run(run())
+
+
+def test_merge_tables_keeps_the_newest_and_reaps_only_at_the_basement():
+    from leveled_ray.actors.pclerk import merge_tables
+    from leveled_ray.codec import LedgerRows
+
+    def table(rows):
+        r = LedgerRows()
+        for key, sqn, status, expiry in rows:
+            r.add(key, sqn, status, expiry, 0, 1, 0, b"")
+        import pyarrow as pa
+        return pa.Table.from_batches([r.to_batch()])
+
+    newer = table([(b"a", 5, 1, 0), (b"b", 6, 0, 0), (b"c", 7, 0, 100)])  # a deleted, c expired
+    older = table([(b"a", 1, 0, 0), (b"b", 2, 0, 0), (b"d", 3, 0, 0)])
+    kept = merge_tables([newer, older], basement=False, now_s=200)
+    assert kept.column("key").to_pylist() == [b"a", b"b", b"c", b"d"]
+    assert kept.column("sqn").to_pylist() == [5, 6, 7, 3]  # the newest entry of each key
+    reaped = merge_tables([newer, older], basement=True, now_s=200)
+    assert reaped.column("key").to_pylist() == [b"b", b"d"]
+    assert merge_tables([newer], basement=True, now_s=50).column("key").to_pylist() == [b"b",
+                                                                                          b"c"]
+
+
+def test_basement_merges_reap_tombstones_and_expired_entries(tmp_path):
+    root = str(tmp_path / "db")
+    options = TINY.replace(sst_max_keys=10_000)  # one L1 file: every L0 merge is a basement one
+
+    async def run():
+        bookie = Bookie(f"file://{root}", options, local=True)
+        await bookie.start()
+        await write(bookie, [lr.Put("b", f"k{i}", b"v") for i in range(30)])
+        await write(bookie, [lr.Put("t", f"e{i}", b"v", ttl=1) for i in range(10)], options)
+        await write(bookie, [lr.Delete("b", f"k{i}") for i in range(0, 30, 2)])
+        await asyncio.sleep(2.1)  # expiry is rounded up to whole seconds
+        # Later writes whose range covers both buckets: every file is merged again, at the
+        # basement, where tombstones and expired entries have nothing left to hide.
+        await write(bookie, [lr.Put("b", f"z{i}", b"v") for i in range(60)]
+                    + [lr.Put("t", f"f{i}", b"v") for i in range(10)])
+        await settle(bookie)
+        levels = bookie.penciller.local.manifest[1].levels
+        entries = sum(f.entries for level in levels for f in level)
+        tombstones = sum(f.tombstones for level in levels for f in level)
+        assert tombstones == 0 and entries == 15 + 60 + 10
+        assert await bookie.get(object_key("t", "e1")) is None
+        assert await bookie.get(object_key("b", "k1")) == b"v"
+        assert await bookie.get(object_key("b", "k2")) is None
+        await bookie.close()
+
+    asyncio.run(run())
