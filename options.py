@@ -50,6 +50,14 @@ class Options:
     push_ms: float = 50.0
     #: The Penciller writes its L0 memory to an L0 SST file once it holds this many keys.
     l0_max_keys: int = 32_000
+    #: Most L0 files waiting for a merge; beyond it the Penciller keeps changes in L0 memory.
+    max_l0_files: int = 4
+    #: Backpressure: changes acknowledged but not yet in an SST (the Bookie holds them). Past
+    #: half of this, each write is delayed, in proportion, by up to ``max_write_delay_ms``; at
+    #: the limit, writes wait until merges catch up, so memory stays bounded.
+    max_unpersisted_keys: int = 400_000
+    #: The longest delay backpressure adds to one write below the hard limit.
+    max_write_delay_ms: float = 200.0
     #: Most entries in one SST written by a merge (levels 1 and below).
     sst_max_keys: int = 65_536
     #: Target uncompressed size of one SST block (one ranged GET on a point lookup).
@@ -81,13 +89,15 @@ class Options:
             )
         positive = (
             "journal_flush_bytes", "max_journal_bytes", "max_value_bytes", "max_key_bytes",
-            "push_keys", "l0_max_keys", "sst_max_keys", "sst_block_bytes", "bloom_bits_per_key", "catalog_files",
+            "push_keys", "l0_max_keys", "max_l0_files", "max_unpersisted_keys", "sst_max_keys",
+            "sst_block_bytes", "bloom_bits_per_key", "catalog_files",
         )
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
-        for name in ("journal_flush_ms", "push_ms", "catalog_s", "request_timeout_s"):
+        for name in ("journal_flush_ms", "push_ms", "catalog_s", "request_timeout_s",
+                     "max_write_delay_ms"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise InvalidArgumentError(f"{name} must be a number >= 0, not {value!r}")

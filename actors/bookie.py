@@ -107,13 +107,15 @@ class Bookie:
         self._wake_writer = asyncio.Event()
         self._wake_pusher = asyncio.Event()
         self._wake_reaper = asyncio.Event()
+        self._persisted = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._push_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
         self._pusher_task: asyncio.Task | None = None
         self.counters = {"groups": 0, "changes": 0, "replayed": 0, "gets": 0, "heads": 0,
-                         "journal_reads": 0, "files_deleted": 0}
+                         "journal_reads": 0, "files_deleted": 0, "throttled_writes": 0,
+                         "throttle_ms": 0}
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -181,9 +183,29 @@ class Bookie:
         changes: list[Change] = unpack(packed_changes)
         if not changes:
             return []
+        await self._backpressure()
         if any(c.condition != NO_CONDITION for c in changes):
             await self._check_conditions(changes)
         return await self._allocate(changes, values).future
+
+    async def _backpressure(self) -> None:
+        """Slow writers down while the Ledger falls behind (leveled #402): changes not yet in
+        an SST live in this process, so their number must stay bounded."""
+        limit = self.options.max_unpersisted_keys
+        backlog = len(self.cache_log)
+        if backlog < limit // 2:
+            return
+        started = time.monotonic()
+        self.counters["throttled_writes"] += 1
+        if backlog < limit:  # a delay in proportion to the backlog, at most max_write_delay_ms
+            share = (backlog - limit // 2) / max(1, limit - limit // 2)
+            await asyncio.sleep(self.options.max_write_delay_ms / 1000.0 * share)
+        while len(self.cache_log) >= limit and not (self.closing or self.broken):
+            self._wake_pusher.set()  # make sure everything reached the Penciller
+            self._persisted.clear()
+            await self._persisted.wait()
+        self.counters["throttle_ms"] += round((time.monotonic() - started) * 1000)
+        self._check_usable()
 
     async def _check_conditions(self, changes: list[Change]) -> None:
         """Check ``if_sqn``/``if_absent``. The caller allocates right after, with no await in
@@ -380,6 +402,7 @@ class Bookie:
             entry = cache.get(lkey)
             if entry is not None and entry[0] == sqn:
                 del cache[lkey]
+        self._persisted.set()
 
     async def _reaper(self) -> None:
         """Delete retired files once their owner allows it (leveled's delete_pending): poll
@@ -486,6 +509,12 @@ class Bookie:
             "next_sqn": self.next_sqn,
             "durable_sqn": self.durable_sqn,
             "cache_keys": len(self.cache),
+            "backlog": {"unpersisted": len(self.cache_log),
+                        "limit": self.options.max_unpersisted_keys,
+                        "l0_memory_keys": penciller.get("l0_memory_keys", 0),
+                        "l0_files": penciller.get("l0_files", 0),
+                        "throttled_writes": self.counters["throttled_writes"],
+                        "throttle_ms": self.counters["throttle_ms"]},
             "pending_keys": len(self.pending),
             "queued_groups": len(self.queue),
             "unpushed_keys": len(self.unpushed),
@@ -509,6 +538,7 @@ class Bookie:
         if self.closed:
             return
         self.closing = True
+        self._persisted.set()  # writers held by backpressure see the close and give up
         await self._idle.wait()
         self._wake_pusher.set()
         if self._pusher_task is not None:

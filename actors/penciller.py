@@ -38,6 +38,7 @@ class Penciller(Owner):
         self._flush_task: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
         self._changed = asyncio.Event()
+        self._merged = asyncio.Event()
         self.error: BaseException | None = None
         self.last_error: str | None = None
         self.merging: MergeJob | None = None
@@ -71,6 +72,11 @@ class Penciller(Owner):
         stay in L0 memory, and in the Journal, until a flush succeeds. Fencing is final."""
         delay = 0.05
         while self.l0_keys >= self.options.l0_max_keys:
+            if len(self.manifest[1].levels[0]) >= self.options.max_l0_files:
+                # Merges are behind: keep the changes in memory; the Bookie sees the backlog
+                # grow and slows writers down.
+                await self._merged.wait()
+                continue
             try:
                 await self.flush()
                 self.last_error = None
@@ -150,6 +156,8 @@ class Penciller(Owner):
             self.merging = None
         self.counters["merges"] += 1
         self._notify()
+        self._merged.set()
+        self._merged = asyncio.Event()
         return mid
 
     def merge_failed(self, job: MergeJob, error: str) -> None:

@@ -213,3 +213,40 @@ def test_basement_merges_reap_tombstones_and_expired_entries(tmp_path):
         await bookie.close()
 
     asyncio.run(run())
+
+
+def test_backpressure_slows_then_holds_writers_while_merges_are_stalled(tmp_path):
+    root = str(tmp_path / "db")
+    options = TINY.replace(max_unpersisted_keys=120, max_l0_files=1, max_write_delay_ms=20.0)
+
+    async def run():
+        bookie = Bookie(f"file://{root}", options, local=True)
+        await bookie.start()
+        clerk = bookie.pclerk.local
+        clerk.stop()  # merges stall: L0 fills up, then L0 memory, then the Bookie's backlog
+        await asyncio.sleep(0.1)
+        written = 0
+        held = None
+        for n in range(40):
+            task = asyncio.ensure_future(
+                write(bookie, [lr.Put("b", f"k{n}-{i}", b"v") for i in range(10)], options))
+            done, _ = await asyncio.wait({task}, timeout=1.0)
+            if not done:
+                held = task
+                break
+            written += 10
+        assert held is not None, "writes were never held back"
+        stats = await bookie.stats()
+        assert stats["backlog"]["unpersisted"] <= options.max_unpersisted_keys + 10
+        assert stats["throttled_writes"] > 0 and stats["throttle_ms"] > 0
+        clerk.stopped = False  # merges resume: the held write completes
+        resumed = asyncio.ensure_future(clerk.run())
+        await asyncio.wait_for(held, timeout=20)
+        await settle(bookie)
+        got = await bookie.get_many([object_key("b", f"k{n}-3") for n in range(written // 10)])
+        assert got == [b"v"] * (written // 10)
+        clerk.stop()
+        await resumed
+        await bookie.close()
+
+    asyncio.run(run())

@@ -1,0 +1,51 @@
+"""Merges and deletes through real Ray actors on memory://, file:// and s3:// (moto)."""
+
+import random
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.reader import open_reader
+
+from conftest import wait_until
+
+pytestmark = pytest.mark.ray
+
+
+def test_merges_keep_every_value_and_delete_replaced_files(ray_cluster, backend):
+    url, options = backend
+    options = options.replace(l0_max_keys=400, push_keys=100, push_ms=5, sst_max_keys=300)
+    store = lr.open(url, options)
+    rng = random.Random(5)
+    model = {}
+    try:
+        for r in range(12):
+            items = []
+            for _ in range(250):
+                k = f"k{rng.randrange(1500):05d}"
+                if rng.random() < 0.15:
+                    items.append(lr.Delete("b", k))
+                    model[k] = None
+                else:
+                    model[k] = b"%d" % r
+                    items.append(lr.Put("b", k, model[k]))
+            store.put_many(items)
+
+        def settled():
+            s = store.stats()
+            p = s["penciller"]
+            return (p["ledger_sqn"] >= s["durable_sqn"] - 400 and not p["merging"]
+                    and s["clerks"].get("delete_pending", 0) == 0 and s["merges"]["merges"] > 0)
+
+        wait_until(settled, timeout=120)
+        stats = store.stats()
+        assert stats["files_deleted"] > 0
+        keys = sorted(model)
+        assert dict(zip(keys, store.get_many([("b", k) for k in keys]))) == model
+        # Only the files the manifest holds are left in the object store.
+        files = {f.name for level in open_reader(url, options).manifest.levels for f in level}
+        listed = {m.path for m in ObjectStore.from_url(url, options).list("ledger/")}
+        assert listed == files
+    finally:
+        store.close()
