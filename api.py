@@ -222,6 +222,15 @@ class Store:
         """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests)."""
         return _get(self._actor.stats.remote())
 
+    def compact_journal(self) -> str:
+        """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running.
+
+        It scores journal files by the share of their entries still current, rewrites the best
+        run of up to ``max_run_length`` files if it beats its target, and deletes the old files
+        once no snapshot needs them. It also runs every ``journal_compaction_interval_s``.
+        """
+        return _get(self._actor.compact_journal.remote())
+
     def close(self) -> None:
         """Finish writes, persist the Ledger's memory and stop the store's actors.
 
@@ -270,6 +279,10 @@ class Store:
     async def stats_async(self) -> dict:
         """Awaitable :meth:`stats`."""
         return await _await(self._actor.stats.remote())
+
+    async def compact_journal_async(self) -> str:
+        """Awaitable :meth:`compact_journal`."""
+        return await _await(self._actor.compact_journal.remote())
 
     async def close_async(self) -> None:
         """Awaitable :meth:`close`."""

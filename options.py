@@ -58,6 +58,21 @@ class Options:
     max_unpersisted_keys: int = 400_000
     #: The longest delay backpressure adds to one write below the hard limit.
     max_write_delay_ms: float = 200.0
+    #: Journal compaction runs every this many seconds (0: only on ``store.compact_journal()``).
+    journal_compaction_interval_s: float = 3600.0
+    #: Journal compaction rewrites at most this many consecutive journal files at once ...
+    max_run_length: int = 4
+    #: ... and only when the run's share of current entries (in %) is below a target that
+    #: rises from this, for one file, ...
+    singlefile_compactionpercentage: float = 50.0
+    #: ... to this, for a run of ``max_run_length`` files (leveled's defaults).
+    maxrunlength_compactionpercentage: float = 70.0
+    #: Entries sampled per journal file to score it.
+    compaction_sample: int = 100
+    #: What compaction keeps of replaced objects (tag ``o``): ``"retain"`` keeps their key
+    #: changes as key deltas, so a Ledger rebuilt from the Journal has the full index history;
+    #: ``"recovr"`` drops them.
+    recovery_strategy: str = "retain"
     #: Most entries in one SST written by a merge (levels 1 and below).
     sst_max_keys: int = 65_536
     #: Target uncompressed size of one SST block (one ranged GET on a point lookup).
@@ -90,19 +105,24 @@ class Options:
         positive = (
             "journal_flush_bytes", "max_journal_bytes", "max_value_bytes", "max_key_bytes",
             "push_keys", "l0_max_keys", "max_l0_files", "max_unpersisted_keys", "sst_max_keys",
-            "sst_block_bytes", "bloom_bits_per_key", "catalog_files",
+            "sst_block_bytes", "max_run_length", "compaction_sample", "bloom_bits_per_key", "catalog_files",
         )
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
         for name in ("journal_flush_ms", "push_ms", "catalog_s", "request_timeout_s",
-                     "max_write_delay_ms"):
+                     "max_write_delay_ms", "journal_compaction_interval_s",
+                     "singlefile_compactionpercentage", "maxrunlength_compactionpercentage"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise InvalidArgumentError(f"{name} must be a number >= 0, not {value!r}")
         if not isinstance(self.cache_size, int) or self.cache_size < 0:
             raise InvalidArgumentError(f"cache_size must be an int >= 0, not {self.cache_size!r}")
+        if self.recovery_strategy not in ("retain", "recovr"):
+            raise InvalidArgumentError(
+                f"recovery_strategy must be 'retain' or 'recovr', not {self.recovery_strategy!r}"
+            )
         if self.max_value_bytes >= self.max_journal_bytes:
             raise InvalidArgumentError("max_value_bytes must be smaller than max_journal_bytes")
 

@@ -47,6 +47,7 @@ from ..manifest.transitions import bump_epoch
 from ..options import Options
 from ..views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
 from .inker import Inker
+from .iclerk import InkerClerk
 from .pclerk import PencillerClerk
 from .penciller import Penciller
 from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, unpack
@@ -100,7 +101,8 @@ class Bookie:
         self.epoch = 0
         self.files = LedgerFiles(-1, ((),), 0)
         self.journal = JournalIndex()
-        self.inker = self.penciller = self.pclerk = None
+        self.inker = self.penciller = self.pclerk = self.iclerk = None
+        self.journal_version = -1
         self._clerk_run = None
         self.broken: BaseException | None = None
         self.closing = self.closed = False
@@ -131,13 +133,17 @@ class Bookie:
         self.penciller = self._spawn(Penciller, "penciller", (mid, m))
         self.pclerk = self._spawn(PencillerClerk, "pclerk", None)
         self._clerk_run = self.pclerk.run.remote()  # polls the Penciller until stopped
+        self.iclerk = self._spawn(InkerClerk, "iclerk", None)
         opened = await call(self.inker.open)
+        await call(self.inker.attach_clerk, self.iclerk)
+        self.journal_version = mid
         self.journal = JournalIndex(opened["files"])
         self.files = LedgerFiles(mid, m.levels, m.ledger_sqn)
         self.durable_sqn = m.ledger_sqn
         self._pusher_task = asyncio.ensure_future(self._pusher())
         self._tasks = [asyncio.ensure_future(t()) for t in
-                       (self._journal_writer, self._watch_ledger, self._reaper)]
+                       (self._journal_writer, self._watch_ledger, self._watch_journal,
+                        self._reaper)]
         started = time.monotonic()
         cursor: int | None = 0
         while cursor is not None:
@@ -157,6 +163,8 @@ class Bookie:
         one (they live and die together), or a plain object here when running without Ray."""
         if cls is PencillerClerk:
             args = (self.store, self.options, self.penciller)
+        elif cls is InkerClerk:
+            args = (self.store, self.options, self._self_handle())
         else:
             args = (self.store, self.options, self.epoch, manifest)
         if self.local:
@@ -164,6 +172,13 @@ class Bookie:
         name = f"{self.name}.{role}" if self.name else None
         return as_actor(cls, max_concurrency=64).options(namespace=NAMESPACE,
                                                           name=name).remote(*args)
+
+    def _self_handle(self):
+        if self.local:
+            return LocalHandle(self)
+        import ray
+
+        return ray.get_runtime_context().current_actor
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -404,6 +419,32 @@ class Bookie:
                 del cache[lkey]
         self._persisted.set()
 
+    async def _watch_journal(self) -> None:
+        """Adopt the journal files of each compaction, and retire the files it replaced."""
+        while True:
+            try:
+                view = await call(self.inker.wait_journal, self.journal_version)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.broken = self.broken or exc
+                return
+            if view is not None and view["version"] > self.journal_version:
+                self._adopt_journal(view)
+
+    def _adopt_journal(self, view: dict) -> None:
+        removed = set(view["removed"])
+        listed = {f.name for f in view["files"]}
+        # Keep files appended since the Inker made the view; drop the ones it replaced.
+        newer = [f for f in self.journal.files if f.name not in removed and f.name not in listed]
+        retired = [f for f in self.journal.files if f.name in removed]
+        self.journal = JournalIndex(list(view["files"]) + newer)
+        self.journal_version = view["version"]
+        for info in retired:
+            self.host.journal(info).retire(view["version"])
+        if retired:
+            self._wake_reaper.set()
+
     async def _reaper(self) -> None:
         """Delete retired files once their owner allows it (leveled's delete_pending): poll
         the Penciller with backoff, one question per manifest version."""
@@ -416,17 +457,18 @@ class Bookie:
                 delay = 0.05
                 continue
             progressed = False
-            answers: dict[int, bool] = {}
+            answers: dict[tuple[str, int], bool] = {}
             for clerk in pending:
                 if self.host.readers_before(clerk.removed_in):
                     continue  # a read of an older view may still need it
-                if clerk.removed_in not in answers:
+                question = (clerk.kind, clerk.removed_in)  # SSTs: the Penciller; journal: Inker
+                if question not in answers:
+                    owner = self.penciller if clerk.kind == "sst" else self.inker
                     try:
-                        answers[clerk.removed_in] = await call(self.penciller.may_delete,
-                                                               clerk.removed_in)
+                        answers[question] = await call(owner.may_delete, clerk.removed_in)
                     except Exception:
-                        answers[clerk.removed_in] = False
-                if answers[clerk.removed_in]:
+                        answers[question] = False
+                if answers[question]:
                     try:
                         await clerk.delete()
                     except ObjectStoreError:
@@ -438,11 +480,13 @@ class Bookie:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    async def _entry(self, lkey: bytes, files: LedgerFiles) -> tuple | None:
+    async def _entry(self, lkey: bytes) -> tuple | None:
+        # The cache and the view must be read together, with no await between: a change
+        # leaves the cache in the same step as the view that holds it arrives.
         entry = self.cache.get(lkey)
         if entry is not None:
             return entry
-        return await ledger_get(self.host, files, lkey)
+        return await ledger_get(self.host, self.files, lkey)
 
     async def get(self, lkey: bytes) -> bytes | None:
         return (await self.get_many([lkey]))[0]
@@ -455,6 +499,10 @@ class Bookie:
         with one request per journal file."""
         self._check_readable()
         self.counters["gets"] += len(lkeys)
+        with self.host.reading(self.journal_version):  # the values come from these files
+            return await self._get_many(lkeys)
+
+    async def _get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
         entries = await self._entries(lkeys)
         now_s = time.time()
         sqns = [e[0] if is_live(e, now_s) else None for e in entries]
@@ -473,19 +521,29 @@ class Bookie:
         return [None if s is None else values[s] for s in sqns]
 
     async def _entries(self, lkeys: list[bytes]) -> list[tuple | None]:
-        """Ledger entries of many keys, all read from one view of the Ledger's files."""
-        files = self.files
+        """Ledger entries of many keys. The read registers the view it starts on, so no file
+        of that view (or a later one) is deleted while it runs."""
         out: list[tuple | None] = []
-        with self.host.reading(files.version):
+        with self.host.reading(self.files.version):
             for i in range(0, len(lkeys), _GATHER):
                 chunk = lkeys[i : i + _GATHER]
-                out.extend(await asyncio.gather(*(self._entry(k, files) for k in chunk)))
+                out.extend(await asyncio.gather(*(self._entry(k) for k in chunk)))
         return out
 
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
         self._check_readable()
         self.counters["heads"] += len(lkeys)
         return [None if e is None else entry_to_head(*e) for e in await self._entries(lkeys)]
+
+    async def current_sqns(self, lkeys: list[bytes]) -> list[int | None]:
+        """The SQN each key's newest Ledger entry has (``None`` if the Ledger has none): what
+        journal compaction asks to tell current entries from replaced ones."""
+        return [None if e is None else e[0] for e in await self._entries(lkeys)]
+
+    async def compact_journal(self) -> str:
+        """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running."""
+        self._check_usable()
+        return await call(self.inker.compact)
 
     def _check_readable(self) -> None:
         if self.closed:
@@ -502,6 +560,7 @@ class Bookie:
         inker = await call(self.inker.stats) if self.inker else {}
         penciller = await call(self.penciller.stats) if self.penciller else {}
         pclerk = await call(self.pclerk.stats) if self.pclerk else {}
+        iclerk = await call(self.iclerk.stats) if self.iclerk else {}
         return {
             "url": self.url,
             "name": self.name,
@@ -530,6 +589,7 @@ class Bookie:
             "inker": inker,
             "penciller": penciller,
             "merges": pclerk,
+            "compaction": iclerk,
             "state": "closed" if self.closed else ("broken" if self.broken else "open"),
         }
 
@@ -558,7 +618,7 @@ class Bookie:
             if not self.local:
                 import ray
 
-                for handle in (self.inker, self.penciller, self.pclerk):
+                for handle in (self.inker, self.penciller, self.pclerk, self.iclerk):
                     if handle is not None:
                         ray.kill(handle, no_restart=True)
 

@@ -24,10 +24,10 @@ from ..files.journal_slots import slot_info, tail_slots
 from ..files.names import journal_slot_name
 from ..files.store import ObjectStore
 from ..manifest.store import Versioned
-from ..manifest.transitions import catalog_journal
+from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
 from .owner import Owner
-from .remote import unpack
+from .remote import call, unpack
 
 
 class Inker(Owner):
@@ -44,8 +44,14 @@ class Inker(Owner):
         self._catalog_lock = asyncio.Lock()
         self._oldest_uncatalogued = 0.0
         self.last_error: str | None = None
+        self.clerk = None  # the Inker's clerk (journal compaction), attached by the Bookie
+        self._compaction: asyncio.Task | None = None
+        self._schedule: asyncio.Task | None = None
+        self._journal_changed = asyncio.Event()
+        self.removed: list[str] = []  # journal files removed by the latest compaction
+        self.journal_version = manifest[0]  # manifest version of the latest compaction
         self.counters = {"groups": 0, "entries": 0, "bytes": 0, "fence_slot": -1,
-                         "catalog_failures": 0}
+                         "catalog_failures": 0, "compactions": 0, "compaction_failures": 0}
 
     # -- opening: fence older writers and find the uncatalogued tail --
 
@@ -187,6 +193,79 @@ class Inker(Owner):
         nxt = cursor + 1 if cursor + 1 < len(files) else None
         return rows.to_batch(), top, nxt
 
+    # -- journal compaction (done by the Inker's clerk) --
+
+    def attach_clerk(self, clerk) -> None:
+        """Take the compaction worker, and start the schedule if one is set."""
+        self.clerk = clerk
+        interval = self.options.journal_compaction_interval_s
+        if interval > 0 and self._schedule is None:
+            self._schedule = asyncio.ensure_future(self._scheduled(interval))
+
+    async def _scheduled(self, interval: float) -> None:
+        while not self.closed:
+            await asyncio.sleep(interval)
+            self.compact()
+
+    def compact(self) -> str:
+        """Start a journal compaction: ``"started"``, or ``"busy"`` if one is running."""
+        if self.closed or self.broken is not None:
+            raise StoreClosedError("the Inker is closed")
+        if self._compaction is not None and not self._compaction.done():
+            return "busy"
+        self._compaction = asyncio.ensure_future(self._compact())
+        return "started"
+
+    async def wait_compaction(self) -> dict | None:
+        """Wait for the running compaction (if any); returns its result."""
+        if self._compaction is None:
+            return None
+        return await asyncio.shield(self._compaction)
+
+    def candidates(self, persisted_sqn: int) -> list[jfmt.JournalInfo]:
+        """Journal files compaction may rewrite, oldest first: recorded in the manifest, wholly
+        at or below the Ledger's persisted SQN, and not the newest data file."""
+        catalogued = {f.name for f in self.manifest[1].journal}
+        data = sorted(self.data_files(), key=lambda f: f.min_sqn)
+        return [f for f in data[:-1] if f.name in catalogued and f.max_sqn <= persisted_sqn]
+
+    async def _compact(self) -> dict:
+        try:
+            await self.catalog()
+            latest = await self.manifests.latest(self.manifest)
+            persisted = latest[1].ledger_sqn  # the Penciller moves it: read the newest
+            result = await call(self.clerk.compact, self.candidates(persisted), persisted,
+                                self.epoch)
+            if result["removed"]:
+                await self.commit(replace_journal, tuple(result["removed"]),
+                                  tuple(result["added"]))
+                gone = set(result["removed"])
+                self.files = sorted([f for f in self.files if f.name not in gone]
+                                    + list(result["added"]), key=lambda f: (f.min_sqn, f.slot))
+                self.removed = list(result["removed"])
+                self.journal_version = self.manifest[0]
+                self.counters["compactions"] += 1
+                self._journal_changed.set()
+                self._journal_changed = asyncio.Event()
+            return result
+        except Exception as exc:
+            self.counters["compaction_failures"] += 1
+            self.last_error = repr(exc)
+            if isinstance(exc, FencedError):
+                self.broken = exc
+            raise
+
+    async def wait_journal(self, known_version: int, timeout: float = 30.0) -> dict | None:
+        """``{"version", "files", "removed"}`` once a compaction newer than ``known_version``
+        has been committed (a long poll); ``None`` on timeout."""
+        if self.journal_version <= known_version:
+            try:
+                await asyncio.wait_for(self._journal_changed.wait(), timeout)
+            except asyncio.TimeoutError:
+                return None
+        return {"version": self.journal_version, "files": self.data_files(),
+                "removed": self.removed}
+
     def stats(self) -> dict:
         return {
             **self.counters,
@@ -195,12 +274,18 @@ class Inker(Owner):
             "uncatalogued": len(self.uncatalogued),
             "next_slot": self.next_slot,
             "manifest_id": self.manifest[0],
+            "compacting": self._compaction is not None and not self._compaction.done(),
+            "snapshots": len(self.snapshots),
             "last_error": self.last_error,
             "io": self.store.stats.as_dict(),
         }
 
     async def close(self) -> None:
         if not self.closed:
+            if self._schedule is not None:
+                self._schedule.cancel()
+            if self._compaction is not None:
+                await asyncio.gather(self._compaction, return_exceptions=True)
             if self.broken is None:
                 await self.catalog()
             self.closed = True

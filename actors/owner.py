@@ -1,5 +1,6 @@
-"""What the Inker and the Penciller share: each owns one kind of file, and changes the manifest
-only under the writer epoch it was started with (so a fenced writer's changes fail)."""
+"""What the Inker and the Penciller share: each owns one kind of file, changes the manifest only
+under the writer epoch it was started with (so a fenced writer's changes fail), and keeps the
+registry of snapshots that decides when its removed files may be deleted."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ..files.store import ObjectStore
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore, Versioned
 from ..options import Options
+from ..snapshots import SnapshotRegistry
 
 
 class Owner:
@@ -22,6 +24,7 @@ class Owner:
         self.manifests = ManifestStore(store)
         self.manifest: Versioned = manifest
         self._commit_lock = asyncio.Lock()
+        self.snapshots = SnapshotRegistry()
 
     async def commit(self, transition: Callable[..., Manifest], *args) -> Versioned:
         """Apply ``transition(manifest, epoch, *args)`` to the newest manifest (the CAS loop);
@@ -32,3 +35,18 @@ class Owner:
                 lambda m: transition(m, self.epoch, *args), self.manifest
             )
             return self.manifest
+
+    # -- snapshots and the delete rule --
+
+    def register_snapshot(self, snapshot_id: str, timeout_s: float) -> int:
+        """Register a snapshot of this owner's files; returns the manifest version it reads."""
+        self.snapshots.register(snapshot_id, self.manifest[0], timeout_s)
+        return self.manifest[0]
+
+    def release_snapshot(self, snapshot_id: str) -> None:
+        self.snapshots.release(snapshot_id)
+
+    def may_delete(self, removed_in: int) -> bool:
+        """May a file removed by manifest version ``removed_in`` be deleted? (leveled's
+        ``ready_to_delete``: only when no live snapshot reads an older version)."""
+        return self.snapshots.ready_to_delete(removed_in)

@@ -22,7 +22,6 @@ from ..manifest.levels import MergeJob, apply_merge, choose_work
 from ..manifest.store import Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn
 from ..options import Options
-from ..snapshots import SnapshotRegistry
 from ..views import LedgerFiles
 from .owner import Owner
 
@@ -39,11 +38,11 @@ class Penciller(Owner):
         self._flush_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._merged = asyncio.Event()
+        self.closing = False
         self.error: BaseException | None = None
         self.last_error: str | None = None
         self.merging: MergeJob | None = None
         self.rng = random.Random()
-        self.snapshots = SnapshotRegistry()
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
                          "merges": 0, "merge_failures": 0}
 
@@ -72,9 +71,9 @@ class Penciller(Owner):
         stay in L0 memory, and in the Journal, until a flush succeeds. Fencing is final."""
         delay = 0.05
         while self.l0_keys >= self.options.l0_max_keys:
-            if len(self.manifest[1].levels[0]) >= self.options.max_l0_files:
+            if len(self.manifest[1].levels[0]) >= self.options.max_l0_files and not self.closing:
                 # Merges are behind: keep the changes in memory; the Bookie sees the backlog
-                # grow and slows writers down.
+                # grow and slows writers down. (At close, no merge will come: flush anyway.)
                 await self._merged.wait()
                 continue
             try:
@@ -165,21 +164,6 @@ class Penciller(Owner):
         self.counters["merge_failures"] += 1
         self.last_error = error
 
-    # -- snapshots and the delete rule --
-
-    def register_snapshot(self, snapshot_id: str, timeout_s: float) -> int:
-        """Register a snapshot of the current Ledger files; returns their manifest version."""
-        self.snapshots.register(snapshot_id, self.manifest[0], timeout_s)
-        return self.manifest[0]
-
-    def release_snapshot(self, snapshot_id: str) -> None:
-        self.snapshots.release(snapshot_id)
-
-    def may_delete(self, removed_in: int) -> bool:
-        """May an SST removed by manifest version ``removed_in`` be deleted? (leveled's
-        ``ready_to_delete``: only when no live snapshot reads an older version)."""
-        return self.snapshots.ready_to_delete(removed_in)
-
     def stats(self) -> dict:
         levels = self.manifest[1].levels
         return {
@@ -197,6 +181,8 @@ class Penciller(Owner):
 
     async def close(self) -> None:
         """Persist L0 memory so that a clean restart replays nothing."""
+        self.closing = True
+        self._merged.set()  # a flush waiting for merges goes ahead
         if self._flush_task is not None:
             await asyncio.gather(self._flush_task, return_exceptions=True)
         await self.flush()

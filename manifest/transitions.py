@@ -61,3 +61,16 @@ def persist_ledger_sqn(manifest: Manifest, epoch: int, ledger_sqn: int) -> Manif
     if ledger_sqn <= manifest.ledger_sqn:
         return manifest
     return manifest.with_changes(ledger_sqn=ledger_sqn)
+
+
+def replace_journal(manifest: Manifest, epoch: int, removed: tuple[str, ...],
+                    added: tuple[JournalInfo, ...]) -> Manifest:
+    """Journal compaction's change: the run's files out, the rewritten files in."""
+    require_writer(manifest, epoch)
+    names = {j.name for j in manifest.journal}
+    missing = set(removed) - names
+    if missing:
+        raise InvalidArgumentError(f"journal files left the manifest: {sorted(missing)[:3]}")
+    kept = tuple(j for j in manifest.journal if j.name not in set(removed))
+    return manifest.with_changes(journal=tuple(sorted(kept + tuple(added),
+                                                      key=lambda j: (j.min_sqn, j.slot))))

@@ -89,11 +89,17 @@ def backend(request, tmp_path):
     """``(url, options)`` for a fresh store on each object store kind."""
     kind = request.param
     if kind == "memory":
-        return f"memory://t-{uuid.uuid4().hex[:12]}", lr.Options()
+        name = f"t-{uuid.uuid4().hex[:12]}"
+        yield f"memory://{name}", lr.Options()
+        from leveled_ray.files.store import drop_memory_store
+
+        drop_memory_store(name)  # its actor would otherwise live until Ray shuts down
+        return
     if kind == "file":
-        return f"file://{tmp_path}/db", lr.Options()
+        yield f"file://{tmp_path}/db", lr.Options()
+        return
     endpoint = request.getfixturevalue("moto_endpoint")
-    return f"s3://{S3_BUCKET}/t-{uuid.uuid4().hex[:12]}", s3_options(endpoint)
+    yield f"s3://{S3_BUCKET}/t-{uuid.uuid4().hex[:12]}", s3_options(endpoint)
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05):

@@ -250,3 +250,26 @@ def test_backpressure_slows_then_holds_writers_while_merges_are_stalled(tmp_path
         await bookie.close()
 
     asyncio.run(run())
+
+
+def test_close_does_not_wait_for_merges_that_will_not_come(tmp_path):
+    """L0 full and merges stalled: close still persists L0 memory and returns."""
+    root = str(tmp_path / "db")
+    options = TINY.replace(max_l0_files=1)
+
+    async def run():
+        bookie = Bookie(f"file://{root}", options, local=True)
+        await bookie.start()
+        bookie.pclerk.local.stop()
+        await asyncio.sleep(0.1)
+        for n in range(6):
+            await write(bookie, [lr.Put("b", f"k{n}-{i}", b"v") for i in range(20)], options)
+        await asyncio.sleep(0.3)
+        await asyncio.wait_for(bookie.close(), timeout=20)
+        again = Bookie(f"file://{root}", options, local=True)
+        info = await again.start()
+        assert info["replayed"] == 0  # everything reached an SST at close
+        assert await again.get(object_key("b", "k5-19")) == b"v"
+        await again.close()
+
+    asyncio.run(run())

@@ -1,0 +1,107 @@
+"""The Inker's clerk: journal compaction, off the Inker's process.
+
+It samples entries of each candidate journal file and asks the Ledger (through the Bookie's
+view) which are still current, scores the files, and rewrites the best run (see
+:mod:`leveled_ray.journal_compaction`) into new journal files of up to ``max_journal_bytes``,
+merging many small group-commit files into few. The Inker commits the manifest change; the old
+files then go to ``delete_pending``.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ..codec import OP_KEY_DELTA
+from ..files import journal as jfmt
+from ..files.clerk import ClerkHost
+from ..files.framing import codec_id
+from ..files.names import compacted_journal_name
+from ..files.store import ObjectStore
+from ..journal_compaction import best_run, file_score, keep_record
+from ..options import Options
+from .remote import call
+
+
+class InkerClerk:
+    """Plain-object logic of the compaction worker; the Bookie starts it as a Ray actor."""
+
+    def __init__(self, store: ObjectStore, options: Options, bookie):
+        self.store = store
+        self.options = options
+        self.codec = codec_id(options.compression)
+        self.bookie = bookie  # answers "which SQN is current for these keys?"
+        self.host = ClerkHost(store, 8 << 20)
+        self.rng = random.Random()
+        self.counters = {"runs": 0, "files_in": 0, "files_out": 0, "entries_in": 0,
+                         "entries_out": 0, "key_deltas": 0, "bytes_written": 0}
+
+    async def _current(self, lkeys: list[bytes]) -> dict[bytes, int | None]:
+        keys = sorted(set(lkeys))
+        return dict(zip(keys, await call(self.bookie.current_sqns, keys)))
+
+    async def score(self, info: jfmt.JournalInfo) -> float:
+        """100 x the share of a sample of the file's entries that is still current."""
+        clerk = self.host.journal(info)
+        sqns = (await clerk.footer()).sqns
+        sample = self.rng.sample(sqns, min(len(sqns), self.options.compaction_sample))
+        records = list((await clerk.fetch_many(sample)).values())
+        current = await self._current([r.lkey for r in records if r.op != OP_KEY_DELTA])
+        live = sum(1 for r in records if r.op != OP_KEY_DELTA and current[r.lkey] == r.sqn)
+        return file_score(live, len(records))
+
+    async def compact(self, candidates: list, persisted_sqn: int, epoch: int) -> dict:
+        """Score the candidates (consecutive journal files, oldest first) and rewrite the best
+        run. Returns ``{"scores", "removed", "added"}`` (nothing removed when no run qualifies).
+        """
+        scores = [await self.score(f) for f in candidates]
+        o = self.options
+        run = best_run(scores, o.max_run_length, o.singlefile_compactionpercentage,
+                       o.maxrunlength_compactionpercentage)
+        if run is None:
+            return {"scores": scores, "removed": [], "added": []}
+        chosen = candidates[run.start : run.start + run.length]
+        added = await self._rewrite(chosen, persisted_sqn, epoch)
+        for f in chosen:
+            self.host.forget(f.name)
+        self.counters["runs"] += 1
+        self.counters["files_in"] += len(chosen)
+        self.counters["files_out"] += len(added)
+        return {"scores": scores, "removed": [f.name for f in chosen], "added": added}
+
+    async def _rewrite(self, chosen, persisted_sqn: int, epoch: int) -> list:
+        records = []
+        for info in chosen:
+            records += await self.host.journal(info).read_records()
+        current = await self._current([r.lkey for r in records])
+        kept, size = [], 0
+        outputs: list[jfmt.JournalInfo] = []
+        for r in sorted(records, key=lambda r: r.sqn):
+            what = keep_record(r.op, r.sqn, r.indexes, current.get(r.lkey), persisted_sqn,
+                               self.options.recovery_strategy)
+            if what is None:
+                continue
+            op, keep_value, indexes = what
+            value = r.value if keep_value else None
+            self.counters["key_deltas"] += op == OP_KEY_DELTA and r.op != OP_KEY_DELTA
+            entry = (r.sqn, op, r.lkey, value, indexes, r.expiry, r.extra, r.last_modified)
+            entry_size = len(r.lkey) + len(value or b"") + 64
+            if kept and size + entry_size > self.options.max_journal_bytes:
+                outputs.append(await self._write(kept, epoch))
+                kept, size = [], 0
+            kept.append(entry)
+            size += entry_size
+        if kept:
+            outputs.append(await self._write(kept, epoch))
+        self.counters["entries_in"] += len(records)
+        self.counters["entries_out"] += sum(f.entries for f in outputs)
+        return outputs
+
+    async def _write(self, records, epoch: int) -> jfmt.JournalInfo:
+        name = compacted_journal_name()
+        data, info = jfmt.build_journal(name, epoch, jfmt.NO_SLOT, records, codec=self.codec)
+        await self.store.put_if_absent_async(name, data)
+        self.counters["bytes_written"] += info.size
+        return info
+
+    def stats(self) -> dict:
+        return dict(self.counters)
