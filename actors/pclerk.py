@@ -20,9 +20,7 @@ import pyarrow.compute as pc
 
 from ..codec import ACTIVE, LEDGER_SCHEMA
 from ..files import sst as sfmt
-from ..files.clerk import ClerkHost
-from ..files.framing import codec_id
-from ..files.names import sst_name
+from ..files.clerk import ClerkHost, write_sst
 from ..files.sst import SstInfo
 from ..files.store import ObjectStore
 from ..manifest.levels import MergeJob
@@ -53,7 +51,6 @@ class PencillerClerk:
     def __init__(self, store: ObjectStore, options: Options, penciller):
         self.store = store
         self.options = options
-        self.codec = codec_id(options.compression)
         self.penciller = penciller
         self.host = ClerkHost(store, 8 << 20)  # merges read whole files: keep little cached
         self.stopped = False
@@ -91,13 +88,7 @@ class PencillerClerk:
         merged = await asyncio.to_thread(merge_tables, tables, job.basement, time.time())
         outputs = []
         for part in split_rows(merged, self.options.sst_max_keys):
-            name = sst_name()
-            data, info = await asyncio.to_thread(
-                sfmt.build_sst, name, part, codec=self.codec,
-                block_bytes=self.options.sst_block_bytes,
-                bloom_bits_per_key=self.options.bloom_bits_per_key,
-            )
-            await self.store.put_if_absent_async(name, data)
+            info = await write_sst(self.store, part, self.options)
             outputs.append(info)
             self.counters["files_written"] += 1
             self.counters["bytes_written"] += info.size

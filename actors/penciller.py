@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ..codec import LEDGER_SCHEMA
 from ..files import sst as sfmt
-from ..files.names import sst_name
+from ..files.clerk import write_sst
 from ..errors import ObjectStoreError
 from ..files.store import ObjectStore
 from ..manifest.levels import MergeJob, apply_merge, choose_work
@@ -99,13 +99,7 @@ class Penciller(Owner):
                     self._notify()
                 return
             table = await asyncio.to_thread(self._sorted, batches)
-            name = sst_name()
-            data, info = await asyncio.to_thread(
-                sfmt.build_sst, name, table, codec=self.codec,
-                block_bytes=self.options.sst_block_bytes,
-                bloom_bits_per_key=self.options.bloom_bits_per_key,
-            )
-            await self.store.put_if_absent_async(name, data)
+            info = await write_sst(self.store, table, self.options)
             await self.commit(add_l0, info, upto)
             # Only now may the flushed batches leave memory: the manifest holds them.
             del self.l0_memory[: len(batches)]

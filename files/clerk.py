@@ -246,6 +246,21 @@ class JournalClerk(FileClerk):
         return list(jfmt.iter_records(data, self.name, after_sqn))
 
 
+async def write_sst(store: ObjectStore, table, options) -> SstInfo:
+    """Encode sorted, deduplicated Ledger rows as a new SST (under a never-reused name) and
+    store it; returns its info. Encoding runs in a thread: Arrow and lz4 release the GIL."""
+    from .framing import codec_id
+    from .names import sst_name
+
+    name = sst_name()
+    data, info = await asyncio.to_thread(
+        sfmt.build_sst, name, table, codec=codec_id(options.compression),
+        block_bytes=options.sst_block_bytes, bloom_bits_per_key=options.bloom_bits_per_key,
+    )
+    await store.put_if_absent_async(name, data)
+    return info
+
+
 class ClerkHost:
     """The clerks of every file one actor reads, sharing one byte-bounded cache.
 

@@ -130,9 +130,13 @@ def test_files_wait_for_the_snapshot_that_reads_them(tmp_path):
         penciller.register_snapshot("reader", timeout_s=60)
         for r in range(4):  # rewrite everything: every held file is replaced
             await write(bookie, [lr.Put("b", f"k{i}", b"again %d" % r) for i in range(40)])
-        await asyncio.sleep(0.5)
-        assert held <= ledger_files_on_disk(root)  # still there: the snapshot may read them
+        for _ in range(400):  # the merges that replace the held files land
+            if bookie.host.pending_deletes():
+                break
+            await asyncio.sleep(0.05)
         assert bookie.host.pending_deletes()
+        await asyncio.sleep(0.3)
+        assert held <= ledger_files_on_disk(root)  # still there: the snapshot may read them
         penciller.release_snapshot("reader")
         await settle(bookie)
         assert not held & ledger_files_on_disk(root)
