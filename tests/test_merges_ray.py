@@ -43,9 +43,15 @@ def test_merges_keep_every_value_and_delete_replaced_files(ray_cluster, backend)
         assert stats["files_deleted"] > 0
         keys = sorted(model)
         assert dict(zip(keys, store.get_many([("b", k) for k in keys]))) == model
-        # Only the files the manifest holds are left in the object store.
-        files = {f.name for level in open_reader(url, options).manifest.levels for f in level}
-        listed = {m.path for m in ObjectStore.from_url(url, options).list("ledger/")}
-        assert listed == files
+        # Once merges and deletes have converged, only the files the manifest holds are left
+        # in the object store.
+        objects = ObjectStore.from_url(url, options)
+
+        def converged():
+            files = {f.name for level in open_reader(url, options).manifest.levels
+                     for f in level}
+            return files and files == {m.path for m in objects.list("ledger/")}
+
+        wait_until(converged, timeout=120, interval=0.5)
     finally:
         store.close()
