@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .actors import bookie as bookie_mod
 from .actors.remote import NAMESPACE, ValueBatch, pack, unwrap
-from .codec import Change, Delete, Head, Put, delete_change, make_change, object_key, put_change
-from .codec import check_name
+from .codec import (
+    Change,
+    Delete,
+    Head,
+    Put,
+    check_name,
+    delete_change,
+    make_change,
+    object_key,
+    put_change,
+)
 from .errors import InvalidArgumentError, StoreClosedError
 from .files.store import ObjectStore, parse_url
 from .options import Options
@@ -48,7 +57,7 @@ async def _await(ref):
 
 
 def open(url: str, options: Options | None = None, *, name: str | None = None,
-         detached: bool = False, store: ObjectStore | None = None) -> "Store":
+         detached: bool = False, store: ObjectStore | None = None) -> Store:
     """Open (or create) the store at ``url`` for writing, with its actors on Ray.
 
     ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes the
@@ -94,7 +103,7 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
     return Store(actor, options, url, name, info)
 
 
-def connect(name: str) -> "Store":
+def connect(name: str) -> Store:
     """A handle on a running store that was opened with ``name`` (from any driver)."""
     ensure_ray()
     import ray
@@ -132,7 +141,7 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({self.url!r}, name={self.name!r})"
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc) -> None:

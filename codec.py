@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import xxhash
@@ -331,7 +332,7 @@ def put_change(bucket, key, value, limits, now_s, *, indexes=(), ttl=None, metad
                if_sqn=None, if_absent=False) -> tuple[Change, bytes]:
     if (type(bucket) is str and type(key) is str and type(value) is bytes and not indexes
             and ttl is None and metadata is None and if_sqn is None and if_absent is False
-            and 0 < len(bucket) and 0 < len(key) and len(value) <= limits.max_value_bytes
+            and len(bucket) > 0 and len(key) > 0 and len(value) <= limits.max_value_bytes
             and len(bucket) + len(key) <= limits.max_key_bytes // 4):
         # The common case, checked with as little work as possible (bulk loads spend their
         # client time here). Short str names cannot exceed max_key_bytes once encoded.
@@ -407,7 +408,7 @@ class LedgerRows:
 
     @classmethod
     def from_changes(cls, sqns, ops, lkeys, sizes, hashes, indexes, expiries, extras,
-                     last_modified_ms) -> "LedgerRows":
+                     last_modified_ms) -> LedgerRows:
         """Ledger entries for a group of changes given as columns (one SQN each)."""
         rows = cls()
         if any(indexes):
@@ -439,7 +440,7 @@ class LedgerRows:
                                  self.last_modified, self.extra))
 
     @classmethod
-    def from_batch(cls, batch: pa.RecordBatch) -> "LedgerRows":
+    def from_batch(cls, batch: pa.RecordBatch) -> LedgerRows:
         rows = cls()
         for f in LEDGER_SCHEMA:
             setattr(rows, f.name, batch.column(f.name).to_pylist())

@@ -105,7 +105,8 @@ class Options:
         positive = (
             "journal_flush_bytes", "max_journal_bytes", "max_value_bytes", "max_key_bytes",
             "push_keys", "l0_max_keys", "max_l0_files", "max_unpersisted_keys", "sst_max_keys",
-            "sst_block_bytes", "max_run_length", "compaction_sample", "bloom_bits_per_key", "catalog_files",
+            "sst_block_bytes", "max_run_length", "compaction_sample", "bloom_bits_per_key",
+            "catalog_files",
         )
         for name in positive:
             value = getattr(self, name)
@@ -126,7 +127,7 @@ class Options:
         if self.max_value_bytes >= self.max_journal_bytes:
             raise InvalidArgumentError("max_value_bytes must be smaller than max_journal_bytes")
 
-    def replace(self, **changes) -> "Options":
+    def replace(self, **changes) -> Options:
         """A copy with some fields changed (validated like a new one)."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:

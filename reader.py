@@ -37,7 +37,7 @@ class StoreReader:
         self.overlay: dict[bytes, tuple] = {}  # journal changes not yet in the Ledger
 
     @classmethod
-    async def open(cls, store: ObjectStore, cache_bytes: int = 32 << 20) -> "StoreReader":
+    async def open(cls, store: ObjectStore, cache_bytes: int = 32 << 20) -> StoreReader:
         latest = await ManifestStore(store).latest()
         if latest is None:
             raise InvalidArgumentError(f"no store at {store.url}")

@@ -13,8 +13,8 @@ The rule and the registry's transitions are pure functions of their inputs (incl
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from .errors import InvalidArgumentError
 

@@ -46,8 +46,8 @@ from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
 from ..views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
-from .inker import Inker
 from .iclerk import InkerClerk
+from .inker import Inker
 from .pclerk import PencillerClerk
 from .penciller import Penciller
 from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, unpack
@@ -74,7 +74,8 @@ class _Group:
     values: ValueBatch
     rows: LedgerRows
     nbytes: int
-    future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    future: asyncio.Future = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class Bookie:
@@ -378,7 +379,7 @@ class Bookie:
         while not self.closing:
             try:
                 await asyncio.wait_for(self._wake_pusher.wait(), self.options.push_ms / 1000.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake_pusher.clear()
             if len(self.unpushed):

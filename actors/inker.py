@@ -261,7 +261,7 @@ class Inker(Owner):
         if self.journal_version <= known_version:
             try:
                 await asyncio.wait_for(self._journal_changed.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return None
         return {"version": self.journal_version, "files": self.data_files(),
                 "removed": self.removed}

@@ -5,7 +5,7 @@ registry of snapshots that decides when its removed files may be deleted."""
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from ..files.framing import codec_id
 from ..files.store import ObjectStore

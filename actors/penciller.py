@@ -14,9 +14,9 @@ import random
 import pyarrow as pa
 
 from ..codec import LEDGER_SCHEMA
+from ..errors import ObjectStoreError
 from ..files import sst as sfmt
 from ..files.clerk import write_sst
-from ..errors import ObjectStoreError
 from ..files.store import ObjectStore
 from ..manifest.levels import MergeJob, apply_merge, choose_work
 from ..manifest.store import Versioned
@@ -122,7 +122,7 @@ class Penciller(Owner):
         if self.manifest[0] == known_version:
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return None
         return self.files() if self.manifest[0] != known_version else None
 

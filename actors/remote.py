@@ -87,7 +87,7 @@ class ValueBatch:
         return (ValueBatch, (self.inline, self.ref))
 
     @classmethod
-    def pack(cls, values: list, nbytes: int) -> "ValueBatch":
+    def pack(cls, values: list, nbytes: int) -> ValueBatch:
         if nbytes < INLINE_VALUE_BYTES:
             return cls(inline=values)
         import pyarrow as pa

@@ -188,9 +188,10 @@ def bench_backend(kind, args, endpoint, root):
 
 
 def start_moto():
-    from moto.server import ThreadedMotoServer
-    import boto3
     import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     with socket.socket() as s:

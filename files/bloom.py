@@ -6,7 +6,7 @@ Positions come from double hashing of xxh3-64 (Kirsch and Mitzenmacher): ``h1 + 
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import xxhash
@@ -29,7 +29,7 @@ class Bloom:
         self.k = k
 
     @classmethod
-    def build(cls, keys: Iterable[bytes], count: int, bits_per_key: int) -> "Bloom":
+    def build(cls, keys: Iterable[bytes], count: int, bits_per_key: int) -> Bloom:
         m = max(64, ((count * bits_per_key + 7) // 8) * 8)
         k = max(1, min(16, round(bits_per_key * math.log(2))))
         hashes = np.fromiter((key_hash(key) for key in keys), dtype=np.uint64, count=count)

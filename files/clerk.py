@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import enum
 from collections import Counter, OrderedDict
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..errors import LeveledError
 from . import journal as jfmt
@@ -88,7 +89,7 @@ class FileClerk:
 
     kind = "file"
 
-    def __init__(self, host: "ClerkHost", name: str, size: int,
+    def __init__(self, host: ClerkHost, name: str, size: int,
                  state: FileState = FileState.READING):
         self.host = host
         self.name = name

@@ -36,7 +36,7 @@ class FaultInjectingStore(ObjectStore):
         self.seen = [0] * len(self.faults)
 
     @classmethod
-    def wrap(cls, url: str, *faults: Fault, options=None) -> "FaultInjectingStore":
+    def wrap(cls, url: str, *faults: Fault, options=None) -> FaultInjectingStore:
         return cls(StoreConfig.from_options(url, options), faults)
 
     def __reduce__(self):

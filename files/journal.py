@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import msgpack
 import numpy as np

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 
 from ..codec import LEDGER_SCHEMA, TOMBSTONE
 from ..errors import CorruptObjectError
-from .bloom import Bloom
 from . import framing
+from .bloom import Bloom
 from .framing import CODEC_LZ4, Reader, checksum, compress, decompress, encode_footer
 
 MAGIC = b"LRSST\x00\x00\x01"

@@ -275,7 +275,7 @@ class StoreConfig:
     timeout_s: float = 30.0
 
     @classmethod
-    def from_options(cls, url: str, options: Options | None = None) -> "StoreConfig":
+    def from_options(cls, url: str, options: Options | None = None) -> StoreConfig:
         options = options or Options()
         s3 = {
             "endpoint": options.s3_endpoint,
@@ -337,7 +337,7 @@ class ObjectStore:
         self._backend = self._make_backend()
 
     @classmethod
-    def from_url(cls, url: str, options: Options | None = None) -> "ObjectStore":
+    def from_url(cls, url: str, options: Options | None = None) -> ObjectStore:
         return cls(StoreConfig.from_options(url, options))
 
     def __reduce__(self):

@@ -67,10 +67,10 @@ class Manifest:
     settings: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def new(cls, **settings: str) -> "Manifest":
+    def new(cls, **settings: str) -> Manifest:
         return cls(store_id=str(uuid.uuid4()), settings=tuple(sorted(settings.items())))
 
-    def with_changes(self, **changes) -> "Manifest":
+    def with_changes(self, **changes) -> Manifest:
         return replace(self, **changes)
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from ..errors import InvalidArgumentError, ObjectStoreError
 from ..files.names import MANIFEST_PREFIX, manifest_id_of, manifest_name

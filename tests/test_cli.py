@@ -24,9 +24,9 @@ def loaded(ray_cluster, tmp_url):
 def test_reader_sees_everything_without_fencing_the_writer(loaded):
     url, store = loaded
     reader = open_reader(url)
-    from leveled_ray.codec import object_key
-
     import asyncio
+
+    from leveled_ray.codec import object_key
     assert asyncio.run(reader.get(object_key("b", "k5"))) == b"value 5"
     assert asyncio.run(reader.get(object_key("b", "unflushed"))) == b"only in the journal"
     assert asyncio.run(reader.head(object_key("b", "nope"))) is None

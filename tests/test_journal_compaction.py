@@ -21,7 +21,7 @@ async def within(what, awaitable, seconds=30):
     """Await a step, failing the test with its name if it takes longer than ``seconds``."""
     try:
         return await asyncio.wait_for(awaitable, seconds)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AssertionError(f"{what} took over {seconds}s") from None
 
 

@@ -41,9 +41,9 @@ async def settle(bookie, timeout=20.0):
         if work is not None:
             p.merge_failed(work, "peek")
             p.counters["merge_failures"] -= 1
-        if work is None and not p.merging and not bookie.host.pending_deletes():
-            if bookie.files.version == p.manifest[0]:
-                return
+        if (work is None and not p.merging and not bookie.host.pending_deletes()
+                and bookie.files.version == p.manifest[0]):
+            return
         await asyncio.sleep(0.02)
     p = bookie.penciller.local
     raise AssertionError(
@@ -58,7 +58,8 @@ def ledger_files_on_disk(root):
 
 
 operations = st.lists(
-    st.tuples(st.sampled_from(["put", "put", "put", "delete", "pause"]), st.integers(0, 40),
+    st.tuples(st.sampled_from(["put", "put", "put", "delete", "pause", "compact"]),
+              st.integers(0, 40),
               st.integers(0, 3)),
     min_size=1, max_size=250,
 )
@@ -66,7 +67,21 @@ operations = st.lists(
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations)
-def test_merges_match_a_dict(ops):
+def test_merges_and_compactions_match_a_dict(ops):
+    check_against_a_dict(ops)
+
+
+def test_the_model_runs_compactions():
+    """A fixed, write-heavy sequence, so that compactions surely run inside the model test."""
+    ops = [("put", i % 25, i % 4) for i in range(120)] + [("compact", 0, 0)]
+    ops += [("delete", i, 0) for i in range(0, 25, 3)] + [("compact", 0, 0)]
+    ops += [("put", i % 25, 1) for i in range(60)]
+    assert check_against_a_dict(ops)["compactions"] >= 1
+
+
+def check_against_a_dict(ops) -> dict:
+    """Run the operations on a Bookie and on a dict, compare every key after merges settle and
+    after a restart; returns the Inker's counters."""
     root = tempfile.mkdtemp(prefix="lr-model-")
 
     async def run():
@@ -82,6 +97,13 @@ def test_merges_match_a_dict(ops):
                     group = []
                 await asyncio.sleep(0.005)
                 continue
+            if op == "compact":  # journal compaction, racing the writes that follow
+                if group:
+                    await write(bookie, group)
+                    group = []
+                await settle(bookie)  # so the Ledger has persisted some of the Journal
+                await bookie.compact_journal()
+                continue
             if op == "put":
                 value = b"v%d-" % n + b"x" * size
                 group.append(lr.Put("b", k, value))
@@ -94,7 +116,9 @@ def test_merges_match_a_dict(ops):
                 group = []
         if group:
             await write(bookie, group)
+        await bookie.inker.local.wait_compaction()
         await settle(bookie)
+        counters = dict(bookie.inker.local.counters)
         keys = sorted(model) + ["never-written"]
         got = await bookie.get_many([object_key("b", k) for k in keys])
         assert dict(zip(keys, got)) == {**model, "never-written": None}
@@ -109,9 +133,10 @@ def test_merges_match_a_dict(ops):
         await again.start()
         assert await again.get_many([object_key("b", k) for k in keys]) == got
         await again.close()
+        return counters
 
     try:
-        asyncio.run(run())
+        return asyncio.run(run())
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
