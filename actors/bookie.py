@@ -50,7 +50,7 @@ from .iclerk import InkerClerk
 from .inker import Inker
 from .pclerk import PencillerClerk
 from .penciller import Penciller
-from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, unpack
+from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, process_stats, unpack
 
 _GATHER = 256  # concurrent lookups per get_many chunk
 
@@ -587,6 +587,7 @@ class Bookie:
             "clerks": self.host.states(),
             **self.counters,
             "io": self.store.stats.as_dict(),
+            "process": process_stats(),
             "inker": inker,
             "penciller": penciller,
             "merges": pclerk,

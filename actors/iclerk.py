@@ -19,7 +19,7 @@ from ..files.names import compacted_journal_name
 from ..files.store import ObjectStore
 from ..journal_compaction import best_run, file_score, keep_record
 from ..options import Options
-from .remote import call
+from .remote import call, process_stats
 
 
 class InkerClerk:
@@ -104,4 +104,4 @@ class InkerClerk:
         return info
 
     def stats(self) -> dict:
-        return dict(self.counters)
+        return {**self.counters, "io": self.store.stats.as_dict(), "process": process_stats()}

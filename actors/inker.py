@@ -27,7 +27,7 @@ from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
 from .owner import Owner
-from .remote import call, unpack
+from .remote import call, process_stats, unpack
 
 
 class Inker(Owner):
@@ -278,6 +278,7 @@ class Inker(Owner):
             "snapshots": len(self.snapshots),
             "last_error": self.last_error,
             "io": self.store.stats.as_dict(),
+            "process": process_stats(),
         }
 
     async def close(self) -> None:

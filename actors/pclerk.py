@@ -25,7 +25,7 @@ from ..files.sst import SstInfo
 from ..files.store import ObjectStore
 from ..manifest.levels import MergeJob
 from ..options import Options
-from .remote import call
+from .remote import call, process_stats
 
 
 def merge_tables(tables: list[pa.Table], basement: bool, now_s: float) -> pa.Table:
@@ -100,7 +100,8 @@ class PencillerClerk:
         return tuple(outputs)
 
     def stats(self) -> dict:
-        return {**self.counters, "last_error": self.last_error}
+        return {**self.counters, "last_error": self.last_error,
+                "io": self.store.stats.as_dict(), "process": process_stats()}
 
     def stop(self) -> None:
         self.stopped = True

@@ -24,6 +24,7 @@ from ..manifest.transitions import add_l0, persist_ledger_sqn
 from ..options import Options
 from ..views import LedgerFiles
 from .owner import Owner
+from .remote import process_stats
 
 
 class Penciller(Owner):
@@ -171,6 +172,7 @@ class Penciller(Owner):
             "manifest_id": self.manifest[0],
             "last_error": self.last_error,
             "io": self.store.stats.as_dict(),
+            "process": process_stats(),
         }
 
     async def close(self) -> None:

@@ -16,6 +16,24 @@ from ..errors import LeveledError, StoreClosedError
 NAMESPACE = "leveled"
 
 
+def process_stats() -> dict:
+    """This process's id and memory: resident, and private (resident less the file-backed
+    pages, such as shared libraries, that other processes share)."""
+    import os
+
+    try:
+        with open("/proc/self/statm") as f:
+            _, resident, shared = (int(x) for x in f.read().split()[:3])
+        page = os.sysconf("SC_PAGE_SIZE")
+        return {"pid": os.getpid(), "rss_bytes": resident * page,
+                "private_bytes": (resident - shared) * page}
+    except OSError:  # not Linux: the peak is what the platform offers
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return {"pid": os.getpid(), "rss_bytes": peak, "private_bytes": peak}
+
+
 def unwrap(exc: BaseException) -> BaseException:
     """The leveled-ray error behind a Ray exception (or the exception itself)."""
     try:

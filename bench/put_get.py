@@ -89,7 +89,7 @@ class SlateRun:
             wb = WriteBatch()
             for k, v in zip(keys[lo:lo + batch], vals[lo:lo + batch]):
                 wb.put(k, v)
-            await self.db.write(wb)  # returns once durable (await_durable is the default)
+            await (await self.db.write(wb)).await_durable()  # acknowledged once durable
 
         t = time.perf_counter()
         await bounded(write, range(0, len(keys), batch), in_flight)
