@@ -8,20 +8,23 @@
 from .api import Store, connect, open
 from .codec import Delete, Head, Put
 from .errors import (
+    CheckpointNotFoundError,
     ConditionFailedError,
     CorruptObjectError,
     FencedError,
     InvalidArgumentError,
     LeveledError,
     ObjectStoreError,
+    SnapshotExpiredError,
     StoreClosedError,
 )
 from .options import Options
+from .snapshot import Snapshot
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ConditionFailedError", "CorruptObjectError", "Delete", "FencedError", "Head",
-    "InvalidArgumentError", "LeveledError", "ObjectStoreError", "Options", "Put", "Store",
-    "StoreClosedError", "connect", "open",
+    "CheckpointNotFoundError", "ConditionFailedError", "CorruptObjectError", "Delete",
+    "FencedError", "Head", "InvalidArgumentError", "LeveledError", "ObjectStoreError", "Options",
+    "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",
 ]

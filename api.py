@@ -19,15 +19,16 @@ from .codec import (
     Delete,
     Head,
     Put,
-    check_name,
+    checked_key,
+    checked_keys,
     delete_change,
     make_change,
-    object_key,
     put_change,
 )
 from .errors import InvalidArgumentError, StoreClosedError
 from .files.store import ObjectStore, parse_url
 from .options import Options
+from .snapshot import Snapshot
 
 
 def ensure_ray() -> None:
@@ -116,6 +117,19 @@ def connect(name: str) -> Store:
     return Store(actor, _get(actor.get_options.remote()), stats["url"], name, {})
 
 
+class _SnapshotReleaser:
+    """Releases a snapshot through the Bookie that registered it."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    async def __call__(self, snapshot_id: str) -> None:
+        try:
+            await _await(self.actor.release_snapshot.remote(snapshot_id))
+        except StoreClosedError:
+            pass  # a closed store has no registrations left to release
+
+
 class Store:
     """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
 
@@ -170,18 +184,10 @@ class Store:
                                            ValueBatch.pack([v for _, v in pairs], nbytes))
 
     def _keys(self, pairs: Iterable[Sequence]) -> list[bytes]:
-        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
-            raise InvalidArgumentError("expected a list of (bucket, key) pairs")
-        out = []
-        for pair in pairs:
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
-            out.append(self._key(*pair))
-        return out
+        return checked_keys(pairs, self.options)
 
     def _key(self, bucket, key) -> bytes:
-        return object_key(check_name(bucket, "bucket", self.options.max_key_bytes),
-                          check_name(key, "key", self.options.max_key_bytes))
+        return checked_key(bucket, key, self.options)
 
     # -- synchronous API --
 
@@ -226,6 +232,32 @@ class Store:
 
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         return _get(self._actor.head_many.remote(self._keys(pairs)))
+
+    def snapshot(self, long_running: bool = False, *, values: bool = True,
+                 timeout_s: float | None = None) -> Snapshot:
+        """A :class:`~leveled_ray.snapshot.Snapshot`: the store as of now, readable from any
+        process until released or expired.
+
+        It holds every acknowledged write and nothing later. ``long_running`` picks the long
+        timeout (``Options.long_snapshot_timeout_s``) over the short one; ``timeout_s`` sets it
+        outright. ``values=False`` registers with the Penciller only (heads, not values).
+        Cost: one round trip plus registering with the owners; the Bookie's cache of changes
+        not yet in an SST is copied (bounded by ``max_unpersisted_keys``), no file is.
+        """
+        return self._wrap_snapshot(_get(self._snapshot_ref(long_running, values, timeout_s)))
+
+    def _snapshot_ref(self, long_running, values, timeout_s):
+        if timeout_s is None:
+            timeout_s = (self.options.long_snapshot_timeout_s if long_running
+                         else self.options.snapshot_timeout_s)
+        if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
+                or timeout_s <= 0):
+            raise InvalidArgumentError(f"timeout_s must be a number > 0, not {timeout_s!r}")
+        return self._actor.snapshot.remote(float(timeout_s), bool(values))
+
+    def _wrap_snapshot(self, taken: dict) -> Snapshot:
+        return Snapshot(taken["view"], taken["id"], taken["expires_at"], taken["values"],
+                        _SnapshotReleaser(self._actor))
 
     def stats(self) -> dict:
         """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests)."""
@@ -284,6 +316,12 @@ class Store:
     async def head_many_async(self, pairs) -> list[Head | None]:
         """Awaitable :meth:`head_many`."""
         return await _await(self._actor.head_many.remote(self._keys(pairs)))
+
+    async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
+                             timeout_s: float | None = None) -> Snapshot:
+        """Awaitable :meth:`snapshot`."""
+        return self._wrap_snapshot(
+            await _await(self._snapshot_ref(long_running, values, timeout_s)))
 
     async def stats_async(self) -> dict:
         """Awaitable :meth:`stats`."""

@@ -50,8 +50,8 @@ def _name(text: str) -> str | bytes:
 
 
 def _reader(args) -> StoreReader:
-    store = ObjectStore.from_url(args.url, parse_options(args.option))
-    return asyncio.run(StoreReader.open(store))
+    options = parse_options(args.option)
+    return asyncio.run(StoreReader.open(ObjectStore.from_url(args.url, options), options))
 
 
 def cmd_get(args) -> int:

@@ -80,6 +80,24 @@ def encode_key(tag: bytes, *parts: Any) -> bytes:
     return tag + b"".join(_encode_part(p) for p in parts)
 
 
+def checked_key(bucket, key, options) -> bytes:
+    """The Ledger key of ``(bucket, key)``, checked (``InvalidArgumentError`` if bad)."""
+    return object_key(check_name(bucket, "bucket", options.max_key_bytes),
+                      check_name(key, "key", options.max_key_bytes))
+
+
+def checked_keys(pairs, options) -> list[bytes]:
+    """Ledger keys of many ``(bucket, key)`` pairs, each checked."""
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+        raise InvalidArgumentError("expected a list of (bucket, key) pairs")
+    out = []
+    for pair in pairs:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
+        out.append(checked_key(*pair, options))
+    return out
+
+
 def object_key(bucket: str | bytes, key: str | bytes) -> bytes:
     """The Ledger key of an object (tag ``o``)."""
     return encode_key(TAG_OBJECT, bucket, key)

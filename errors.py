@@ -31,6 +31,15 @@ class StoreClosedError(LeveledError):
     """The store was closed, or its actors are gone; open it again to continue."""
 
 
+class SnapshotExpiredError(LeveledError):
+    """A snapshot (or reader) was read after its release or its timeout: the files it reads
+    may be gone. Take a new one."""
+
+
+class CheckpointNotFoundError(LeveledError):
+    """No live checkpoint has that id (it never existed, was deleted, or expired)."""
+
+
 class FencedError(LeveledError):
     """Another writer opened the store with a newer writer epoch.
 
@@ -112,6 +121,8 @@ __all__ = [
     "InvalidArgumentError",
     "StoreClosedError",
     "FencedError",
+    "SnapshotExpiredError",
+    "CheckpointNotFoundError",
     "ConditionFailedError",
     "CorruptObjectError",
     "ObjectStoreError",

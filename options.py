@@ -58,6 +58,17 @@ class Options:
     max_unpersisted_keys: int = 400_000
     #: The longest delay backpressure adds to one write below the hard limit.
     max_write_delay_ms: float = 200.0
+    #: A snapshot expires (and stops protecting the files it reads) this many seconds after it
+    #: was taken, unless released earlier; ``long_running`` snapshots get the second timeout.
+    snapshot_timeout_s: float = 900.0
+    long_snapshot_timeout_s: float = 43_200.0
+    #: Garbage collection runs inside the store every this many seconds (0: never; ``lr.gc``
+    #: runs it on demand) ...
+    gc_interval_s: float = 600.0
+    #: ... and deletes only objects older than this: an upload younger than it may still be
+    #: about to be published. Merges and compactions whose outputs are older than half of it
+    #: are not committed (they are redone), so GC never races a slow publisher.
+    gc_min_age_s: float = 3600.0
     #: Journal compaction runs every this many seconds (0: only on ``store.compact_journal()``).
     journal_compaction_interval_s: float = 3600.0
     #: Journal compaction rewrites at most this many consecutive journal files at once ...
@@ -113,11 +124,15 @@ class Options:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
         for name in ("journal_flush_ms", "push_ms", "catalog_s", "request_timeout_s",
-                     "max_write_delay_ms", "journal_compaction_interval_s",
+                     "max_write_delay_ms", "journal_compaction_interval_s", "gc_interval_s",
                      "singlefile_compactionpercentage", "maxrunlength_compactionpercentage"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise InvalidArgumentError(f"{name} must be a number >= 0, not {value!r}")
+        for name in ("snapshot_timeout_s", "long_snapshot_timeout_s", "gc_min_age_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise InvalidArgumentError(f"{name} must be a number > 0, not {value!r}")
         if not isinstance(self.cache_size, int) or self.cache_size < 0:
             raise InvalidArgumentError(f"cache_size must be an int >= 0, not {self.cache_size!r}")
         if self.recovery_strategy not in ("retain", "recovr"):

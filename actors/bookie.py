@@ -40,11 +40,13 @@ from ..errors import (
     StoreClosedError,
 )
 from ..files.clerk import ClerkHost, LruCache
+from ..files.names import ulid
 from ..files.store import ObjectStore
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
+from ..point_in_time import PointInTime
 from ..views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
 from .iclerk import InkerClerk
 from .inker import Inker
@@ -540,6 +542,40 @@ class Bookie:
         """The SQN each key's newest Ledger entry has (``None`` if the Ledger has none): what
         journal compaction asks to tell current entries from replaced ones."""
         return [None if e is None else e[0] for e in await self._entries(lkeys)]
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    async def snapshot(self, timeout_s: float, values: bool = True) -> dict:
+        """Take a snapshot: this process's view of the store (Ledger files, journal files, and
+        the cache of entries not yet in those files), registered with the Penciller (and the
+        Inker, when ``values``) so that no file it reads is deleted before it is released or
+        expires. Costs a copy of the cache, not of the store."""
+        self._check_readable()
+        files, journal, journal_version = self.files, self.journal.files, self.journal_version
+        view = PointInTime(self.url, self.options, files, journal, dict(self.cache),
+                           self.durable_sqn)
+        snapshot_id = f"snap-{ulid()}"
+        # Pin both versions here until the owners know the snapshot: the reaper must not delete
+        # a file of this view in between.
+        with self.host.reading(files.version), self.host.reading(journal_version):
+            await call(self.penciller.register_snapshot, snapshot_id, timeout_s, files.version)
+            if values:
+                try:
+                    await call(self.inker.register_snapshot, snapshot_id, timeout_s,
+                               journal_version)
+                except BaseException:
+                    await call(self.penciller.release_snapshot, snapshot_id)
+                    raise
+        return {"id": snapshot_id, "view": view, "expires_at": time.time() + timeout_s,
+                "values": values}
+
+    async def release_snapshot(self, snapshot_id: str) -> None:
+        """Release a snapshot: the files only it needed may now be deleted."""
+        if self.closed:
+            return
+        await call(self.penciller.release_snapshot, snapshot_id)
+        await call(self.inker.release_snapshot, snapshot_id)
+        self._wake_reaper.set()
 
     async def compact_journal(self) -> str:
         """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running."""

@@ -12,7 +12,7 @@ from ..files.store import ObjectStore
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore, Versioned
 from ..options import Options
-from ..snapshots import SnapshotRegistry
+from ..snapshot_registry import SnapshotRegistry
 
 
 class Owner:
@@ -38,10 +38,14 @@ class Owner:
 
     # -- snapshots and the delete rule --
 
-    def register_snapshot(self, snapshot_id: str, timeout_s: float) -> int:
-        """Register a snapshot of this owner's files; returns the manifest version it reads."""
-        self.snapshots.register(snapshot_id, self.manifest[0], timeout_s)
-        return self.manifest[0]
+    def register_snapshot(self, snapshot_id: str, timeout_s: float,
+                          manifest_id: int | None = None) -> int:
+        """Register a snapshot of this owner's files as of ``manifest_id`` (default: this
+        owner's newest version, which a reader cannot be behind of); returns that version."""
+        version = self.manifest[0] if manifest_id is None else min(manifest_id,
+                                                                    self.manifest[0])
+        self.snapshots.register(snapshot_id, version, timeout_s)
+        return version
 
     def release_snapshot(self, snapshot_id: str) -> None:
         self.snapshots.release(snapshot_id)

@@ -87,7 +87,16 @@ def tmp_url(tmp_path):
 @pytest.fixture(params=["memory", "file", pytest.param("s3", marks=pytest.mark.s3)])
 def backend(request, tmp_path):
     """``(url, options)`` for a fresh store on each object store kind."""
-    kind = request.param
+    yield from _backend(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=["file", pytest.param("s3", marks=pytest.mark.s3)])
+def durable_backend(request, tmp_path):
+    """``(url, options)`` for a fresh store on file:// and on s3:// (moto)."""
+    yield from _backend(request.param, request, tmp_path)
+
+
+def _backend(kind, request, tmp_path):
     if kind == "memory":
         name = f"t-{uuid.uuid4().hex[:12]}"
         yield f"memory://{name}", lr.Options()

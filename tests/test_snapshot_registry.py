@@ -3,7 +3,7 @@
 import pytest
 
 import leveled_ray as lr
-from leveled_ray import snapshots as sn
+from leveled_ray import snapshot_registry as sn
 
 
 def test_no_snapshots_means_delete():

@@ -1,0 +1,124 @@
+"""A frozen view of a store, read from the object store in whatever process holds it.
+
+:class:`PointInTime` is what snapshots, checkpoint readers and the CLI's reader share: the
+Ledger files of one manifest version, the journal files that hold their values, and an overlay
+of the Ledger entries that were not yet in those files (the Bookie's cache, or journal entries
+replayed by a reader). It is picklable (the overlay travels as one Arrow batch) and opens its
+own object-store client and file clerks lazily, so a copy sent to a Ray task or a Spark
+executor reads the same point in time there.
+
+It never writes. Whoever builds one makes sure its files are not deleted while it is in use: a
+snapshot registers with the store's owners, a reader pins a checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow as pa
+
+from .codec import LEDGER_SCHEMA, Head, LedgerRows, entry_to_head
+from .errors import ObjectStoreError
+from .files.clerk import ClerkHost
+from .files.journal import JournalInfo
+from .files.store import ObjectStore
+from .options import Options
+from .views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
+
+_GATHER = 256  # concurrent lookups per chunk
+
+
+class PointInTime:
+    """Ledger files + journal files + an overlay of newer entries, as of SQN ``sqn``."""
+
+    def __init__(self, url: str, options: Options, files: LedgerFiles,
+                 journal: list[JournalInfo], overlay: dict[bytes, tuple], sqn: int,
+                 store: ObjectStore | None = None):
+        self.url = url
+        self.options = options
+        self.files = files
+        self.journal = JournalIndex(journal)
+        self.overlay = overlay
+        self.sqn = sqn
+        self._store = store
+        self._host: ClerkHost | None = None
+
+    # -- pickling: the overlay as one Arrow batch, no clients --
+
+    def __getstate__(self) -> dict:
+        rows = LedgerRows()
+        for lkey, entry in self.overlay.items():
+            rows.add(lkey, *entry)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, LEDGER_SCHEMA) as writer:
+            writer.write_batch(rows.to_batch())
+        return {"url": self.url, "options": self.options, "files": self.files,
+                "journal": self.journal.files, "sqn": self.sqn,
+                "overlay": sink.getvalue().to_pybytes()}
+
+    def __setstate__(self, state: dict) -> None:
+        table = pa.ipc.open_stream(state.pop("overlay")).read_all()
+        rows = LedgerRows()
+        for batch in table.to_batches():
+            other = LedgerRows.from_batch(batch)
+            for name in LedgerRows.__slots__:
+                getattr(rows, name).extend(getattr(other, name))
+        self.__init__(state["url"], state["options"], state["files"], state["journal"],
+                      dict(rows.entries()), state["sqn"])
+
+    @property
+    def store(self) -> ObjectStore:
+        if self._store is None:
+            self._store = ObjectStore.from_url(self.url, self.options)
+        return self._store
+
+    @property
+    def host(self) -> ClerkHost:
+        if self._host is None:
+            self._host = ClerkHost(self.store, self.options.cache_size // 4)
+        return self._host
+
+    # -- reads by Ledger key --
+
+    async def entry(self, lkey: bytes) -> tuple | None:
+        entry = self.overlay.get(lkey)
+        if entry is not None:
+            return entry
+        return await ledger_get(self.host, self.files, lkey)
+
+    async def entries(self, lkeys: list[bytes]) -> list[tuple | None]:
+        out: list[tuple | None] = []
+        for i in range(0, len(lkeys), _GATHER):
+            out.extend(await asyncio.gather(*(self.entry(k) for k in lkeys[i:i + _GATHER])))
+        return out
+
+    async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
+        return [None if e is None else entry_to_head(*e) for e in await self.entries(lkeys)]
+
+    async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
+        heads = await self.head_many(lkeys)
+        sqns = [h.sqn for h in heads if h is not None]
+        records = await journal_fetch_many(self.host, self.journal, sqns) if sqns else {}
+        lost = [s for s in sqns if s not in records]
+        if lost:
+            raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}",
+                                   definite=True)
+        return [None if h is None else records[h.sqn].value for h in heads]
+
+    async def head(self, lkey: bytes) -> Head | None:
+        return (await self.head_many([lkey]))[0]
+
+    async def get(self, lkey: bytes) -> bytes | None:
+        return (await self.get_many([lkey]))[0]
+
+
+def run_sync(coro):
+    """Run a coroutine from synchronous code (refusing, clearly, inside a running loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise RuntimeError("called the synchronous API inside an event loop: use the *_async "
+                       "methods there")
+
