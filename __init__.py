@@ -5,6 +5,7 @@
 >>> store.put("users", "alice", b"...")         # doctest: +SKIP
 """
 
+from .admin import Admin, admin
 from .api import Store, connect, open
 from .codec import Delete, Head, Put
 from .errors import (
@@ -18,12 +19,15 @@ from .errors import (
     SnapshotExpiredError,
     StoreClosedError,
 )
+from .manifest.model import Checkpoint
 from .options import Options
+from .reader import Reader, reader
 from .snapshot import Snapshot
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Admin", "Checkpoint", "Reader", "admin", "reader",
     "CheckpointNotFoundError", "ConditionFailedError", "CorruptObjectError", "Delete",
     "FencedError", "Head", "InvalidArgumentError", "LeveledError", "ObjectStoreError", "Options",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",

@@ -27,6 +27,7 @@ from .codec import (
 )
 from .errors import InvalidArgumentError, StoreClosedError
 from .files.store import ObjectStore, parse_url
+from .manifest.model import Checkpoint
 from .options import Options
 from .snapshot import Snapshot
 
@@ -259,6 +260,28 @@ class Store:
         return Snapshot(taken["view"], taken["id"], taken["expires_at"], taken["values"],
                         _SnapshotReleaser(self._actor))
 
+    def checkpoint(self, lifetime: float | None = None, name: str | None = None,
+                   source: str | None = None) -> Checkpoint:
+        """A durable checkpoint: a pin of the store as of now, kept in the manifest, that
+        survives restarts and keeps its files until it expires (``lifetime`` seconds; ``None``:
+        until deleted). It holds every write acknowledged before the call (no flush needed).
+        ``source`` copies an existing checkpoint's pin instead. Returns
+        ``Checkpoint(id, manifest_id, expires_at, created_at, name)``."""
+        return _get(self._actor.checkpoint.remote(lifetime, name, source))
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        """The live (unexpired) checkpoints."""
+        return _get(self._actor.checkpoint_admin.remote("list"))
+
+    def refresh_checkpoint(self, checkpoint_id: str,
+                           lifetime: float | None = None) -> Checkpoint:
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+        return _get(self._actor.checkpoint_admin.remote("refresh", checkpoint_id, lifetime))
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint (``CheckpointNotFoundError`` if there is no such live one)."""
+        _get(self._actor.checkpoint_admin.remote("delete", checkpoint_id))
+
     def stats(self) -> dict:
         """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests)."""
         return _get(self._actor.stats.remote())
@@ -322,6 +345,20 @@ class Store:
         """Awaitable :meth:`snapshot`."""
         return self._wrap_snapshot(
             await _await(self._snapshot_ref(long_running, values, timeout_s)))
+
+    async def checkpoint_async(self, lifetime=None, name=None, source=None) -> Checkpoint:
+        """Awaitable :meth:`checkpoint`."""
+        return await _await(self._actor.checkpoint.remote(lifetime, name, source))
+
+    async def list_checkpoints_async(self) -> list[Checkpoint]:
+        return await _await(self._actor.checkpoint_admin.remote("list"))
+
+    async def refresh_checkpoint_async(self, checkpoint_id, lifetime=None) -> Checkpoint:
+        return await _await(self._actor.checkpoint_admin.remote("refresh", checkpoint_id,
+                                                                lifetime))
+
+    async def delete_checkpoint_async(self, checkpoint_id) -> None:
+        await _await(self._actor.checkpoint_admin.remote("delete", checkpoint_id))
 
     async def stats_async(self) -> dict:
         """Awaitable :meth:`stats`."""

@@ -14,10 +14,11 @@ snapshot registers with the store's owners, a reader pins a checkpoint.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
-from .codec import LEDGER_SCHEMA, Head, LedgerRows, entry_to_head
+from .codec import LEDGER_SCHEMA, Head, LedgerRows, checked_key, checked_keys, entry_to_head
 from .errors import ObjectStoreError
 from .files.clerk import ClerkHost
 from .files.journal import JournalInfo
@@ -110,6 +111,48 @@ class PointInTime:
 
     async def get(self, lkey: bytes) -> bytes | None:
         return (await self.get_many([lkey]))[0]
+
+
+class KeyReads:
+    """``get``/``head``/``get_many``/``head_many`` by ``(bucket, key)``, checked like the
+    store's, with ``*_async`` twins, over the :class:`PointInTime` that ``_view_for`` gives."""
+
+    def _view_for(self, needs_values: bool) -> PointInTime:
+        raise NotImplementedError
+
+    async def _view_async(self, needs_values: bool) -> PointInTime:
+        return self._view_for(needs_values)
+
+    def get(self, bucket, key) -> bytes | None:
+        """The value of ``(bucket, key)`` at this point in time, or ``None``."""
+        return run_sync(self.get_async(bucket, key))
+
+    def head(self, bucket, key) -> Head | None:
+        """The object's :class:`Head` at this point in time, or ``None``."""
+        return run_sync(self.head_async(bucket, key))
+
+    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """Values of many ``(bucket, key)`` pairs at this point in time."""
+        return run_sync(self.get_many_async(pairs))
+
+    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        return run_sync(self.head_many_async(pairs))
+
+    async def get_async(self, bucket, key) -> bytes | None:
+        view = await self._view_async(needs_values=True)
+        return await view.get(checked_key(bucket, key, view.options))
+
+    async def head_async(self, bucket, key) -> Head | None:
+        view = await self._view_async(needs_values=False)
+        return await view.head(checked_key(bucket, key, view.options))
+
+    async def get_many_async(self, pairs) -> list[bytes | None]:
+        view = await self._view_async(needs_values=True)
+        return await view.get_many(checked_keys(pairs, view.options))
+
+    async def head_many_async(self, pairs) -> list[Head | None]:
+        view = await self._view_async(needs_values=False)
+        return await view.head_many(checked_keys(pairs, view.options))
 
 
 def run_sync(coro):

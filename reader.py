@@ -10,16 +10,18 @@ the store as of when it was opened.
 from __future__ import annotations
 
 import asyncio
+import time
 
+from .admin import Admin
 from .codec import LedgerRows
-from .errors import InvalidArgumentError
+from .errors import CheckpointNotFoundError, InvalidArgumentError, SnapshotExpiredError
 from .files import journal as jfmt
 from .files.journal_slots import slot_info, tail_slots
 from .files.store import ObjectStore
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .options import Options
-from .point_in_time import PointInTime
+from .point_in_time import KeyReads, PointInTime, run_sync
 from .views import LedgerFiles
 
 
@@ -71,3 +73,93 @@ def open_reader(url: str, options: Options | None = None) -> StoreReader:
     """Open a :class:`StoreReader` from synchronous code."""
     return asyncio.run(StoreReader.open(ObjectStore.from_url(url, options), options))
 
+
+
+class Reader(KeyReads):
+    """A read-only handle on a store at one checkpoint, usable from any process (no Ray).
+
+    Opened by :func:`leveled_ray.reader`. Without a ``checkpoint`` it pins its own (for
+    ``lifetime`` seconds, renewed as it is used, deleted by :meth:`close`) on the newest
+    manifest; :meth:`refresh` moves it to the newest. With a ``checkpoint`` id it follows that
+    one and never changes it. A pickled copy reads the same checkpoint and owns nothing.
+    """
+
+    def __init__(self, url: str, checkpoint: str | None = None,
+                 options: Options | None = None, lifetime: float = 600.0,
+                 _owns: bool | None = None):
+        self.url = url
+        self.options = options or Options()
+        self.lifetime = lifetime
+        self.checkpoint_id = checkpoint
+        self.owns = checkpoint is None if _owns is None else _owns
+        self._admin = Admin(url, self.options)
+        self._view: StoreReader | None = None
+        self._renewed = 0.0
+        self.closed = False
+
+    def __reduce__(self):
+        return (Reader, (self.url, self.checkpoint_id, self.options, self.lifetime, False))
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def _view_async(self, needs_values: bool) -> StoreReader:
+        if self.closed:
+            raise SnapshotExpiredError("the reader is closed")
+        if self.checkpoint_id is None:
+            await self.refresh_async()
+        if self._view is None:
+            found = await self._admin.list_checkpoints_async()
+            pinned = {c.id: c.manifest_id for c in found}
+            if self.checkpoint_id not in pinned:
+                raise CheckpointNotFoundError(f"no live checkpoint {self.checkpoint_id!r}")
+            self._view = await StoreReader.open(self._admin.store, self.options,
+                                                manifest_id=pinned[self.checkpoint_id])
+        if self.owns and time.monotonic() - self._renewed > self.lifetime / 3:
+            await self._admin.refresh_checkpoint_async(self.checkpoint_id, self.lifetime)
+            self._renewed = time.monotonic()
+        return self._view
+
+    async def refresh_async(self) -> None:
+        """Move to the newest manifest (readers that own their checkpoint only)."""
+        if not self.owns:
+            raise InvalidArgumentError("this reader follows a given checkpoint: it cannot "
+                                       "move (open a new reader for a newer one)")
+        old = self.checkpoint_id
+        new = await self._admin.create_checkpoint_async(self.lifetime, name="reader")
+        self.checkpoint_id, self._view, self._renewed = new.id, None, time.monotonic()
+        if old is not None:
+            await self._admin.delete_checkpoint_async(old)
+
+    def refresh(self) -> None:
+        run_sync(self.refresh_async())
+
+    async def close_async(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.owns and self.checkpoint_id is not None:
+                try:
+                    await self._admin.delete_checkpoint_async(self.checkpoint_id)
+                except CheckpointNotFoundError:
+                    pass  # expired already
+
+    def close(self) -> None:
+        """Stop reading; an owned checkpoint is deleted."""
+        run_sync(self.close_async())
+
+    @property
+    def manifest_id(self) -> int | None:
+        return None if self._view is None else self._view.manifest_id
+
+
+def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
+           lifetime: float = 600.0) -> Reader:
+    """A :class:`Reader` of the store at ``url``: at the given checkpoint, or at one of its
+    own that it pins for ``lifetime`` seconds and renews while in use."""
+    out = Reader(url, checkpoint, options, lifetime)
+    if checkpoint is None:
+        out.refresh()
+    return out

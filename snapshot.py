@@ -15,14 +15,12 @@ timeout passes (``Options.snapshot_timeout_s``, or ``long_snapshot_timeout_s`` f
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
 
-from .codec import Head, checked_key, checked_keys
 from .errors import InvalidArgumentError, SnapshotExpiredError
-from .point_in_time import PointInTime, run_sync
+from .point_in_time import KeyReads, PointInTime, run_sync
 
 
-class Snapshot:
+class Snapshot(KeyReads):
     """A registered, point-in-time view of a store. Picklable; a context manager.
 
     Example::
@@ -60,7 +58,7 @@ class Snapshot:
         """Every change up to this SQN, and none after it, is visible."""
         return self._view.sqn
 
-    def _check(self, needs_values: bool = False) -> PointInTime:
+    def _view_for(self, needs_values: bool) -> PointInTime:
         if self.released or time.time() >= self.expires_at:
             raise SnapshotExpiredError(f"snapshot {self.id} was released or has expired")
         if needs_values and not self.values:
@@ -83,36 +81,3 @@ class Snapshot:
             self.released = True
             if self._release is not None:
                 await self._release(self.id)
-
-    # -- reads (validated like the store's) --
-
-    def get(self, bucket, key) -> bytes | None:
-        """The value of ``(bucket, key)`` as of the snapshot, or ``None``."""
-        return run_sync(self.get_async(bucket, key))
-
-    def head(self, bucket, key) -> Head | None:
-        """The object's :class:`Head` as of the snapshot, or ``None``."""
-        return run_sync(self.head_async(bucket, key))
-
-    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
-        """Values of many ``(bucket, key)`` pairs as of the snapshot."""
-        return run_sync(self.get_many_async(pairs))
-
-    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        return run_sync(self.head_many_async(pairs))
-
-    async def get_async(self, bucket, key) -> bytes | None:
-        view = self._check(needs_values=True)
-        return await view.get(checked_key(bucket, key, view.options))
-
-    async def head_async(self, bucket, key) -> Head | None:
-        view = self._check()
-        return await view.head(checked_key(bucket, key, view.options))
-
-    async def get_many_async(self, pairs) -> list[bytes | None]:
-        view = self._check(needs_values=True)
-        return await view.get_many(checked_keys(pairs, view.options))
-
-    async def head_many_async(self, pairs) -> list[Head | None]:
-        view = self._check()
-        return await view.head_many(checked_keys(pairs, view.options))

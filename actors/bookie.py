@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict
 
+from ..admin import create_checkpoint, delete_checkpoint, list_checkpoints, refresh_checkpoint
 from ..codec import (
     ACTIVE,
     IF_ABSENT,
@@ -42,7 +43,7 @@ from ..errors import (
 from ..files.clerk import ClerkHost, LruCache
 from ..files.names import ulid
 from ..files.store import ObjectStore
-from ..manifest.model import Manifest
+from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
@@ -575,6 +576,27 @@ class Bookie:
             return
         await call(self.penciller.release_snapshot, snapshot_id)
         await call(self.inker.release_snapshot, snapshot_id)
+        self._wake_reaper.set()
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    async def checkpoint(self, lifetime: float | None, name: str | None,
+                         source: str | None) -> Checkpoint:
+        """A durable checkpoint holding every write acknowledged before the call: the Inker
+        first records every journal file written so far in the manifest."""
+        self._check_usable()
+        if source is None:
+            await call(self.inker.catalog)
+        return await create_checkpoint(ManifestStore(self.store), lifetime, name, source)
+
+    async def checkpoint_admin(self, op: str, *args):
+        """``list``, ``refresh`` or ``delete`` a checkpoint (see :mod:`leveled_ray.admin`)."""
+        manifests = ManifestStore(self.store)
+        if op == "list":
+            return await list_checkpoints(manifests)
+        if op == "refresh":
+            return await refresh_checkpoint(manifests, *args)
+        await delete_checkpoint(manifests, *args)
         self._wake_reaper.set()
 
     async def compact_journal(self) -> str:

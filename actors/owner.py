@@ -5,10 +5,12 @@ registry of snapshots that decides when its removed files may be deleted."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from ..files.framing import codec_id
 from ..files.store import ObjectStore
+from ..manifest import checkpoints
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore, Versioned
 from ..options import Options
@@ -25,6 +27,7 @@ class Owner:
         self.manifest: Versioned = manifest
         self._commit_lock = asyncio.Lock()
         self.snapshots = SnapshotRegistry()
+        self._checkpoints_read = 0.0
 
     async def commit(self, transition: Callable[..., Manifest], *args) -> Versioned:
         """Apply ``transition(manifest, epoch, *args)`` to the newest manifest (the CAS loop);
@@ -50,7 +53,21 @@ class Owner:
     def release_snapshot(self, snapshot_id: str) -> None:
         self.snapshots.release(snapshot_id)
 
-    def may_delete(self, removed_in: int) -> bool:
+    async def may_delete(self, removed_in: int) -> bool:
         """May a file removed by manifest version ``removed_in`` be deleted? (leveled's
-        ``ready_to_delete``: only when no live snapshot reads an older version)."""
-        return self.snapshots.ready_to_delete(removed_in)
+        ``ready_to_delete``: only when no live snapshot reads an older version, and no live
+        checkpoint pins one.)
+
+        Every checkpoint that can need the file is in this owner's manifest: it pins an older
+        version, so it was committed before the removal, which was applied on top of it. A
+        checkpoint deleted since is seen by re-reading the manifest, at most every few seconds.
+        """
+        if not self.snapshots.ready_to_delete(removed_in):
+            return False
+        if not checkpoints.blocks_delete(self.manifest[1], removed_in, time.time()):
+            return True
+        if time.monotonic() - self._checkpoints_read > 5.0:
+            self._checkpoints_read = time.monotonic()
+            async with self._commit_lock:  # so the manifest held only moves forward
+                self.manifest = await self.manifests.latest(self.manifest)
+        return not checkpoints.blocks_delete(self.manifest[1], removed_in, time.time())

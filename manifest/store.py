@@ -26,8 +26,10 @@ async def cas_update(
     current: Versioned | None,
     read_latest: Callable[[Versioned | None], Awaitable[Versioned | None]],
     try_create: Callable[[int, Manifest], Awaitable[bool]],
-    transition: Callable[[Manifest], Manifest],
+    transition: Callable[..., Manifest],
     *,
+    with_id: bool = False,
+    superseded: Callable[[int], Awaitable[bool]] | None = None,
     max_conflicts: int = MAX_CONFLICTS,
 ) -> Versioned:
     """Apply ``transition`` to the newest manifest and create the next id, retrying on conflict.
@@ -35,7 +37,14 @@ async def cas_update(
     ``current`` is the caller's last known version: used as a first guess, so an update with no
     conflict costs one create. Returns the version written, or ``current`` unchanged when the
     transition returns the same manifest. Exceptions raised by ``transition`` (for example
-    ``FencedError``) propagate, and nothing is written.
+    ``FencedError``) propagate, and nothing is written. With ``with_id``, the transition is
+    called as ``transition(id, manifest)``: it may pin the version it is applied to.
+
+    Garbage collection deletes old versions, so a caller whose ``current`` is older than them
+    could re-create a deleted id (SlateDB #352). So when the first guess succeeds,
+    ``superseded(id)`` asks whether a newer version existed before it; if so the write is
+    already superseded, and the loop goes on from the newest. (Later attempts start from a
+    fresh read, which cannot be that old.)
     """
     if current is None:
         current = await read_latest(None)
@@ -43,11 +52,14 @@ async def cas_update(
             raise InvalidArgumentError("no store here: the manifest does not exist")
     for attempt in range(max_conflicts + 1):
         mid, manifest = current
-        updated = transition(manifest)
+        updated = transition(mid, manifest) if with_id else transition(manifest)
         if updated is manifest:
             return current
         if await try_create(mid + 1, updated):
-            return mid + 1, updated
+            if attempt or superseded is None or not await superseded(mid + 1):
+                return mid + 1, updated
+            current = await read_latest(None)  # a re-created old id: go on from the newest
+            continue
         newer = await read_latest(current)
         current = newer if newer is not None else current
         if attempt > 3:  # a busy manifest: back off a little, with jitter
@@ -91,9 +103,20 @@ class ManifestStore:
         assert latest is not None
         return latest
 
-    async def update(self, transition: Callable[[Manifest], Manifest],
-                     current: Versioned | None = None) -> Versioned:
-        return await cas_update(current, self.latest, self.try_create, transition)
+    async def update(self, transition: Callable[..., Manifest],
+                     current: Versioned | None = None, *, with_id: bool = False) -> Versioned:
+        return await cas_update(current, self.latest, self.try_create, transition,
+                                with_id=with_id, superseded=self.superseded)
+
+    async def superseded(self, manifest_id: int) -> bool:
+        """Did a version newer than ``manifest_id`` exist before it was created? (By the
+        object store's own clock: a real successor is always created after it.)"""
+        metas = await self.store.list_async(MANIFEST_PREFIX, offset=manifest_name(manifest_id - 1)
+                                            if manifest_id else None)
+        times = {manifest_id_of(m.path): m.last_modified for m in metas}
+        mine = times.get(manifest_id)
+        return mine is not None and any(i is not None and i > manifest_id and t < mine
+                                        for i, t in times.items())
 
     async def all_ids(self) -> list[int]:
         return await self._list_ids(None)

@@ -9,6 +9,7 @@ import leveled_ray as lr
 from leveled_ray.files.sst import SstInfo
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Checkpoint, Manifest, ManifestStore, cas_update
+from leveled_ray.manifest import checkpoints as cp
 from leveled_ray.manifest import transitions as tr
 
 from conftest import S3_BUCKET, s3_options
@@ -76,6 +77,45 @@ def test_cas_update_transition_errors_write_nothing():
     assert fake.creates == 0 and list(fake.objects) == [0]
 
 
+def test_cas_update_does_not_trust_a_recreated_old_id():
+    """GC deleted old versions 1..4 while a stale caller still held version 0: its create of
+    id 1 succeeds, but version 5 is newer. The change is applied again on top of 5."""
+    fake = FakeManifests(Manifest.new())
+    fake.objects[5] = add_marker("newest")(fake.objects[0])
+    stale = (0, fake.objects[0])
+
+    async def superseded(mid):  # version 5 predates the re-created 1
+        return mid == 1
+
+    mid, m = asyncio.run(cas_update(stale, fake.read_latest, fake.try_create, add_marker("mine"),
+                                    superseded=superseded))
+    assert mid == 6 and [c.id for c in m.checkpoints] == ["newest", "mine"]
+
+
+def test_checkpoints_pin_versions_and_expire():
+    m = Manifest.new()
+    a = cp.new_checkpoint(None, "forever", now=100.0)
+    m = cp.add_checkpoint(7, m, a, None, now=100.0)
+    assert cp.find(m, a.id, 100.0).manifest_id == 7  # the version it was applied to
+    b = cp.new_checkpoint(10.0, None, now=100.0)
+    m = cp.add_checkpoint(9, m, b, a.id, now=100.0)  # from a source: the source's version
+    assert cp.find(m, b.id, 100.0).manifest_id == 7
+    assert cp.blocks_delete(m, 8, now=105.0) and not cp.blocks_delete(m, 7, now=105.0)
+    m = cp.refresh_checkpoint(m, b.id, 100.0, now=105.0)
+    assert cp.find(m, b.id, 150.0).expires_at == 205.0
+    assert [c.id for c in cp.live(m, 300.0)] == [a.id]  # b expired
+    m = cp.delete_checkpoint(m, a.id, now=300.0)
+    assert not cp.blocks_delete(m, 10**6, now=300.0)
+    with pytest.raises(lr.CheckpointNotFoundError):
+        cp.delete_checkpoint(m, a.id, now=300.0)
+    with pytest.raises(lr.CheckpointNotFoundError):
+        cp.refresh_checkpoint(m, b.id, 5.0, now=300.0)  # expired is gone
+    with pytest.raises(lr.InvalidArgumentError):
+        cp.new_checkpoint(-1, None, now=0.0)
+    with pytest.raises(lr.InvalidArgumentError):
+        cp.add_checkpoint(1, m.with_changes(destroyed_at=1.0), a, None, now=0.0)
+
+
 def test_transitions_fence_old_writers():
     m = tr.bump_epoch(Manifest.new())
     assert m.writer_epoch == 1
@@ -134,3 +174,15 @@ def test_eight_threads_race_for_the_next_id(url_kind, tmp_path, request):
     assert ids == list(range(total + 1))
     final = asyncio.run(manifests.read(total))
     assert sorted(c.id for c in final.checkpoints) == sorted(v[0] for v in won.values())
+
+
+def test_a_stale_writer_cannot_revive_a_collected_version(tmp_path):
+    store = ObjectStore.from_url(f"file://{tmp_path}/db")
+    manifests = ManifestStore(store)
+    stale = asyncio.run(manifests.create_initial(Manifest.new()))
+    for i in range(5):
+        asyncio.run(manifests.update(add_marker(f"v{i + 1}")))
+    for old in range(1, 5):  # what GC does with old versions
+        store.delete(f"manifest/{old:020d}")
+    mid, m = asyncio.run(manifests.update(add_marker("stale"), stale))
+    assert mid == 6 and m.checkpoints[-1].id == "stale" and len(m.checkpoints) == 6
