@@ -5,7 +5,7 @@
 >>> store.put("users", "alice", b"...")         # doctest: +SKIP
 """
 
-from .admin import Admin, admin
+from .admin import Admin, admin, destroy, gc
 from .api import Store, connect, open
 from .codec import Delete, Head, Put
 from .errors import (
@@ -27,7 +27,7 @@ from .snapshot import Snapshot
 __version__ = "0.1.0"
 
 __all__ = [
-    "Admin", "Checkpoint", "Reader", "admin", "reader",
+    "Admin", "Checkpoint", "Reader", "admin", "destroy", "gc", "reader",
     "CheckpointNotFoundError", "ConditionFailedError", "CorruptObjectError", "Delete",
     "FencedError", "Head", "InvalidArgumentError", "LeveledError", "ObjectStoreError", "Options",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",

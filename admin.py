@@ -1,5 +1,5 @@
-"""Administration on a store URL, with or without the store running: checkpoints today, and
-the functions the running store uses for the same work.
+"""Administration on a store URL, with or without the store running: checkpoints, garbage
+collection and destroy, and the functions the running store uses for the same work.
 
 ``lr.admin(url)`` changes only the manifest's checkpoints, with the CAS loop, so it never
 fences the store's writer and a running store keeps every checkpoint made this way. A
@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import time
 
+from . import garbage_collection
 from .errors import InvalidArgumentError
+from .files.journal_slots import write_fence
 from .files.store import ObjectStore
 from .manifest import checkpoints as cp
 from .manifest.model import Checkpoint
 from .manifest.store import ManifestStore, Versioned
+from .manifest.transitions import mark_destroyed
 from .options import Options
 from .point_in_time import run_sync
 
@@ -50,7 +53,7 @@ async def list_checkpoints(manifests: ManifestStore) -> list[Checkpoint]:
 
 
 class Admin:
-    """Checkpoint administration on a store URL; every call has an ``*_async`` twin."""
+    """Administration of the store at a URL; every call has an ``*_async`` twin."""
 
     def __init__(self, url: str, options: Options | None = None):
         self.url = url
@@ -78,6 +81,25 @@ class Admin:
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
         await delete_checkpoint(await self._existing(), checkpoint_id)
 
+    async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
+                       progress=None) -> garbage_collection.Plan:
+        await self._existing()
+        return await garbage_collection.collect(self.store, self.options, min_age=min_age,
+                                                dry_run=dry_run, progress=progress)
+
+    def gc(self, min_age: float | None = None, dry_run: bool = False,
+           progress=None) -> garbage_collection.Plan:
+        """One garbage-collection pass (see :mod:`leveled_ray.garbage_collection`); returns
+        the :class:`~leveled_ray.garbage_collection.Plan` it carried out."""
+        return run_sync(self.gc_async(min_age, dry_run, progress))
+
+    async def destroy_async(self, soft: bool = True) -> int:
+        return await destroy_store(self.store, self.options, soft)
+
+    def destroy(self, soft: bool = True) -> int:
+        """Destroy the store (see :func:`destroy_store`)."""
+        return run_sync(self.destroy_async(soft))
+
     def create_checkpoint(self, lifetime: float | None = None, name: str | None = None,
                           source: str | None = None) -> Checkpoint:
         """Pin the newest manifest version (or ``source``'s) for ``lifetime`` seconds
@@ -98,6 +120,39 @@ class Admin:
         run_sync(self.delete_checkpoint_async(checkpoint_id))
 
 
+async def destroy_store(store: ObjectStore, options: Options, soft: bool = True) -> int:
+    """Mark the store destroyed (fencing any writer); ``soft=False`` also deletes every object
+    now, and refuses while a live checkpoint exists. Returns the objects deleted."""
+    manifests = ManifestStore(store)
+    latest = await manifests.latest()
+    if latest is None:
+        raise InvalidArgumentError(f"no store at {store.url}")
+    if not soft and cp.live(latest[1], time.time()):
+        raise InvalidArgumentError("the store has live checkpoints (clones or readers may "
+                                   "depend on them): delete them first, or destroy softly")
+    _, m = await manifests.update(lambda m: mark_destroyed(m, time.time()))
+    await write_fence(store, m.writer_epoch, m.journal_next_slot)  # the writer's next append
+    if soft:
+        return 0
+    plan = await garbage_collection.collect(store, options, min_age=0.0)
+    return len(plan.paths)
+
+
 def admin(url: str, options: Options | None = None) -> Admin:
     """An :class:`Admin` for the store at ``url`` (no store needs to be running)."""
     return Admin(url, options)
+
+
+def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
+       options: Options | None = None, progress=None) -> garbage_collection.Plan:
+    """One garbage-collection pass on the store at ``url`` (running or not): deletes what no
+    manifest, checkpoint, clone or snapshot can read and is older than ``min_age`` seconds
+    (default ``Options.gc_min_age_s``)."""
+    return Admin(url, options).gc(min_age, dry_run, progress)
+
+
+def destroy(url: str, soft: bool = True, *, options: Options | None = None) -> int:
+    """Destroy the store at ``url``. ``soft`` marks it destroyed and fences its writer; GC then
+    deletes everything after a grace period (``gc_min_age_s``) once no checkpoint is left.
+    ``soft=False`` deletes everything now, and refuses while live checkpoints exist."""
+    return Admin(url, options).destroy(soft)

@@ -254,6 +254,9 @@ class Store:
         if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
                 or timeout_s <= 0):
             raise InvalidArgumentError(f"timeout_s must be a number > 0, not {timeout_s!r}")
+        if timeout_s > self.options.long_snapshot_timeout_s:  # GC protects no longer than this
+            raise InvalidArgumentError(f"timeout_s={timeout_s} is over long_snapshot_timeout_s="
+                                       f"{self.options.long_snapshot_timeout_s}")
         return self._actor.snapshot.remote(float(timeout_s), bool(values))
 
     def _wrap_snapshot(self, taken: dict) -> Snapshot:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict
 
+from .. import garbage_collection
 from ..admin import create_checkpoint, delete_checkpoint, list_checkpoints, refresh_checkpoint
 from ..codec import (
     ACTIVE,
@@ -121,7 +122,8 @@ class Bookie:
         self._pusher_task: asyncio.Task | None = None
         self.counters = {"groups": 0, "changes": 0, "replayed": 0, "gets": 0, "heads": 0,
                          "journal_reads": 0, "files_deleted": 0, "throttled_writes": 0,
-                         "throttle_ms": 0}
+                         "throttle_ms": 0, "gc_deleted": 0, "gc_failures": 0}
+        self.last_gc_error: str | None = None
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -147,7 +149,7 @@ class Bookie:
         self._pusher_task = asyncio.ensure_future(self._pusher())
         self._tasks = [asyncio.ensure_future(t()) for t in
                        (self._journal_writer, self._watch_ledger, self._watch_journal,
-                        self._reaper)]
+                        self._reaper, self._gc_loop)]
         started = time.monotonic()
         cursor: int | None = 0
         while cursor is not None:
@@ -481,6 +483,19 @@ class Bookie:
                     progressed = True
             delay = 0.05 if progressed else min(delay * 2, 2.0)
             await asyncio.sleep(delay)
+
+    async def _gc_loop(self) -> None:
+        """Garbage collection every ``gc_interval_s`` (the backstop for files no clerk will
+        delete: a crashed writer's, unpublished uploads, old manifests)."""
+        interval = self.options.gc_interval_s
+        while interval > 0:
+            await asyncio.sleep(interval)
+            try:
+                plan = await garbage_collection.collect(self.store, self.options)
+                self.counters["gc_deleted"] += len(plan.paths)
+            except Exception as exc:  # the next pass tries again
+                self.counters["gc_failures"] += 1
+                self.last_gc_error = repr(exc)
 
     # -- reads ---------------------------------------------------------------------------------
 

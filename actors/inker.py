@@ -20,9 +20,10 @@ import time
 from ..codec import LedgerRows
 from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
 from ..files import journal as jfmt
-from ..files.journal_slots import slot_info, tail_slots
+from ..files.journal_slots import write_fence
 from ..files.names import journal_slot_name
 from ..files.store import ObjectStore
+from ..garbage_collection import check_publishable
 from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
@@ -57,24 +58,10 @@ class Inker(Owner):
 
     async def open(self) -> dict:
         """Fence every older writer; returns the journal files and the highest SQN."""
-        m = self.manifest[1]
-        slots = await tail_slots(self.store, m.journal_next_slot)
-        tail = [await slot_info(self.store, s) for s in slots]
-        slot = (slots[-1] + 1) if slots else m.journal_next_slot
-        while True:
-            name = journal_slot_name(slot)
-            data, info = jfmt.build_journal(name, self.epoch, slot, [], kind=jfmt.KIND_FENCE)
-            if await self.store.put_if_absent_async(name, data):
-                break
-            other = await slot_info(self.store, slot)
-            if other.epoch >= self.epoch:
-                raise FencedError(f"writer epoch {self.epoch} lost the journal to epoch "
-                                  f"{other.epoch}", epoch=self.epoch, current_epoch=other.epoch)
-            tail.append(other)  # an older writer's last group, written before our fence
-            slot += 1
-        self.counters["fence_slot"] = slot
-        self.next_slot = slot + 1
-        await self._catalog(tail + [info])
+        fence, tail = await write_fence(self.store, self.epoch, self.manifest[1].journal_next_slot)
+        self.counters["fence_slot"] = fence.slot
+        self.next_slot = fence.slot + 1
+        await self._catalog(tail + [fence])
         return {"files": self.data_files(), "max_sqn": self.max_sqn()}
 
     # -- writing --
@@ -237,6 +224,7 @@ class Inker(Owner):
             result = await call(self.clerk.compact, self.candidates(persisted), persisted,
                                 self.epoch)
             if result["removed"]:
+                check_publishable([f.name for f in result["added"]], self.options, time.time())
                 await self.commit(replace_journal, tuple(result["removed"]),
                                   tuple(result["added"]))
                 gone = set(result["removed"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pyarrow as pa
 
@@ -18,6 +19,7 @@ from ..errors import ObjectStoreError
 from ..files import sst as sfmt
 from ..files.clerk import write_sst
 from ..files.store import ObjectStore
+from ..garbage_collection import check_publishable
 from ..manifest.levels import MergeJob, apply_merge, choose_work
 from ..manifest.store import Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn
@@ -141,6 +143,7 @@ class Penciller(Owner):
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
         """Commit a finished merge; returns the manifest version that removed its inputs."""
         try:
+            check_publishable([o.name for o in outputs], self.options, time.time())
             mid, _ = await self.commit(apply_merge, job, outputs)
         except BaseException as exc:
             self.counters["merge_failures"] += 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import CorruptObjectError
+from ..errors import CorruptObjectError, FencedError
 from . import journal as jfmt
 from .names import JOURNAL_PREFIX, journal_slot_name, journal_slot_of
 from .store import ObjectStore
@@ -27,3 +27,25 @@ async def slot_info(store: ObjectStore, slot: int) -> jfmt.JournalInfo:
     sqns = jfmt.parse_footer(len(data), data, name).sqns
     return jfmt.JournalInfo(name, slot, epoch, kind, len(data), len(sqns),
                             sqns[0] if sqns else 0, sqns[-1] if sqns else 0)
+
+
+async def write_fence(store: ObjectStore, epoch: int,
+                      next_slot: int) -> tuple[jfmt.JournalInfo, list[jfmt.JournalInfo]]:
+    """Claim the first free slot after the tail with an empty fence file of ``epoch``: an
+    older writer's next journal write collides with it (or with a later slot of the tail).
+    Returns the fence and the tail slots before it. ``FencedError`` if a slot already holds
+    a file of ``epoch`` or newer."""
+    slots = await tail_slots(store, next_slot)
+    tail = [await slot_info(store, s) for s in slots]
+    slot = (slots[-1] + 1) if slots else next_slot
+    while True:
+        name = journal_slot_name(slot)
+        data, info = jfmt.build_journal(name, epoch, slot, [], kind=jfmt.KIND_FENCE)
+        if await store.put_if_absent_async(name, data):
+            return info, tail
+        other = await slot_info(store, slot)
+        if other.epoch >= epoch:
+            raise FencedError(f"writer epoch {epoch} lost the journal to epoch {other.epoch}",
+                              epoch=epoch, current_epoch=other.epoch)
+        tail.append(other)  # an older writer's last group, written before our fence
+        slot += 1

@@ -21,6 +21,17 @@ def ulid() -> str:
     return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
 
 
+def ulid_age(path: str, now: float) -> float | None:
+    """Seconds since the file ``path`` (named with :func:`ulid`) was named, or ``None``."""
+    stem = path.rsplit("/", 1)[-1].split(".", 1)[0]
+    if len(stem) != 26 or any(ch not in _CROCKFORD for ch in stem):
+        return None
+    value = 0
+    for ch in stem:
+        value = value * 32 + _CROCKFORD.index(ch)
+    return now - (value >> 80) / 1000.0
+
+
 def manifest_name(manifest_id: int) -> str:
     return f"{MANIFEST_PREFIX}{manifest_id:020d}"
 

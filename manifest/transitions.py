@@ -74,3 +74,11 @@ def replace_journal(manifest: Manifest, epoch: int, removed: tuple[str, ...],
     kept = tuple(j for j in manifest.journal if j.name not in set(removed))
     return manifest.with_changes(journal=tuple(sorted(kept + tuple(added),
                                                       key=lambda j: (j.min_sqn, j.slot))))
+
+
+def mark_destroyed(manifest: Manifest, now: float) -> Manifest:
+    """Destroy the store: fence every writer (a new epoch nobody holds) and record when, so
+    GC deletes everything once the grace period has passed and no checkpoint is left."""
+    if manifest.destroyed_at is not None:
+        return manifest
+    return manifest.with_changes(destroyed_at=now, writer_epoch=manifest.writer_epoch + 1)
