@@ -7,6 +7,7 @@
 
 from .admin import Admin, admin, destroy, gc
 from .api import Store, connect, open
+from .clone import clone
 from .codec import Delete, Head, Put
 from .errors import (
     CheckpointNotFoundError,
@@ -27,7 +28,7 @@ from .snapshot import Snapshot
 __version__ = "0.1.0"
 
 __all__ = [
-    "Admin", "Checkpoint", "Reader", "admin", "destroy", "gc", "reader",
+    "Admin", "Checkpoint", "Reader", "admin", "clone", "destroy", "gc", "reader",
     "CheckpointNotFoundError", "ConditionFailedError", "CorruptObjectError", "Delete",
     "FencedError", "Head", "InvalidArgumentError", "LeveledError", "ObjectStoreError", "Options",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",

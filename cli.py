@@ -1,9 +1,10 @@
 """``leveled-ray``: the command line for operators.
 
 ``get``, ``head`` and ``inspect`` read the store in this process (see :mod:`.reader`) and never
-disturb a running writer. ``put`` and ``delete`` go through a running store when ``--name`` is
-given, and otherwise open the store at ``--url`` as its writer for the one change (which fences
-any other writer of that store).
+disturb a running writer. ``checkpoint``, ``gc`` and ``destroy`` work on the URL's manifest,
+with or without the store running (see :mod:`.admin`). ``put`` and ``delete`` go through a
+running store when ``--name`` is given, and otherwise open the store at ``--url`` as its writer
+for the one change (which fences any other writer of that store).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import os
 import sys
 
 from . import api
+from .admin import Admin
 from .codec import object_key
 from .errors import LeveledError
 from .files import journal as jfmt
 from .files import sst as sfmt
 from .files.store import ObjectStore
 from .options import Options
+from .progress import progress_bar
 from .reader import StoreReader
 
 
@@ -143,6 +146,7 @@ def describe(reader: StoreReader) -> dict:
         },
         "unpersisted_changes": len(reader.overlay),
         "checkpoints": len(m.checkpoints),
+        "destroyed_at": m.destroyed_at,
     }
 
 
@@ -176,6 +180,8 @@ def cmd_inspect(args) -> int:
              "max_sqn": j.max_sqn}
             for j in reader.journal.files
         ]
+    if args.checkpoints:
+        info["checkpoint_list"] = [_checkpoint_row(c) for c in reader.manifest.checkpoints]
     if args.verify:
         info["problems"] = asyncio.run(verify(reader))
     if args.json:
@@ -195,6 +201,9 @@ def cmd_inspect(args) -> int:
         for row in info.get("ssts", []):
             print(f"  L{row['level']} {row['name']}  {_human(row['bytes'])}  {row['entries']} "
                   f"entries  SQN {row['min_sqn']}..{row['max_sqn']}")
+        for row in info.get("checkpoint_list", []):
+            print(f"  checkpoint {row['id']}  pins manifest {row['manifest_id']}  "
+                  f"name={row['name']}  expires_at={row['expires_at']}")
         for row in info.get("journal_files", []):
             print(f"  {row['name']}  {_human(row['bytes'])}  {row['entries']} entries  "
                   f"SQN {row['min_sqn']}..{row['max_sqn']}")
@@ -204,6 +213,68 @@ def cmd_inspect(args) -> int:
             for p in info["problems"]:
                 print("  " + p)
     return 1 if args.verify and info["problems"] else 0
+
+
+def _checkpoint_row(c) -> dict:
+    return {"id": c.id, "manifest_id": c.manifest_id, "name": c.name,
+            "created_at": c.created_at, "expires_at": c.expires_at}
+
+
+def _print_rows(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        print("  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+def cmd_checkpoint(args) -> int:
+    admin = Admin(args.url, parse_options(args.option))
+    if args.action == "create":
+        rows = [_checkpoint_row(admin.create_checkpoint(args.lifetime, args.name, args.source))]
+    elif args.action == "list":
+        rows = [_checkpoint_row(c) for c in admin.list_checkpoints()]
+    elif args.action == "refresh":
+        rows = [_checkpoint_row(admin.refresh_checkpoint(args.id, args.lifetime))]
+    else:
+        admin.delete_checkpoint(args.id)
+        rows = [{"deleted": args.id}]
+    _print_rows(rows, args.json)
+    return 0
+
+
+def cmd_gc(args) -> int:
+    admin = Admin(args.url, parse_options(args.option))
+    plan = admin.gc(args.min_age, dry_run=args.dry_run, progress=progress_bar("deleting"))
+    verb = "would delete" if args.dry_run else "deleted"
+    if args.json:
+        print(json.dumps({verb.replace(" ", "_"): plan.paths, "kept": plan.kept}, indent=2))
+    else:
+        print(f"{verb} {len(plan.files)} file(s) and {len(plan.manifests)} manifest(s); kept: "
+              + (", ".join(f"{n} {why}" for why, n in sorted(plan.kept.items())) or "nothing"))
+        for path in plan.paths if args.verbose else []:
+            print("  " + path)
+    return 0
+
+
+def cmd_destroy(args) -> int:
+    deleted = Admin(args.url, parse_options(args.option)).destroy(soft=not args.now)
+    print(f"destroyed: {deleted} object(s) deleted" if args.now else
+          "marked destroyed: the writer is fenced, and GC deletes everything after the grace "
+          "period (gc_min_age_s) once no checkpoint is left")
+    return 0
+
+
+def cmd_backup(args) -> int:
+    store, owned = _writer(args)
+    try:
+        done = store.backup(args.target)
+    finally:
+        if owned:
+            store.close()
+    print(f"backed up {done['files']} journal file(s), {_human(done['bytes'])}, up to SQN "
+          f"{done['max_sqn']}, to {args.target}; open it to restore")
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -253,11 +324,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--files", action="store_true", help="list every SST and journal file")
     p.add_argument("--verify", action="store_true",
                    help="read and validate every file (checksums, structure)")
+    p.add_argument("--checkpoints", action="store_true", help="list the checkpoints")
+    p = add("checkpoint", cmd_checkpoint, "create, list, refresh or delete durable checkpoints "
+            "(works with or without the store running)")
+    p.add_argument("action", choices=["create", "list", "refresh", "delete"])
+    p.add_argument("id", nargs="?", help="the checkpoint (refresh, delete)")
+    p.add_argument("--lifetime", type=float, help="seconds until it expires (default: never)")
+    p.add_argument("--name", help="a label (create)")
+    p.add_argument("--source", help="pin this checkpoint's version instead (create)")
+    p.add_argument("--json", action="store_true")
+    p = add("gc", cmd_gc, "delete objects that no manifest, checkpoint or snapshot can read")
+    p.add_argument("--min-age", type=float, help="seconds (default: gc_min_age_s)")
+    p.add_argument("--dry-run", action="store_true", help="only report what would go")
+    p.add_argument("--verbose", action="store_true", help="list every path")
+    p.add_argument("--json", action="store_true")
+    p = add("backup", cmd_backup, "copy the Journal, as of now, to an empty store location "
+            "(opening that location restores the store)")
+    p.add_argument("target", help="the backup's store URL")
+    p.add_argument("--name", help="back up the running store of this name")
+    p = add("destroy", cmd_destroy, "mark the store destroyed (GC deletes it after a grace "
+            "period), or --now delete everything at once")
+    p.add_argument("--now", action="store_true",
+                   help="delete everything now (refused while live checkpoints exist)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "action", None) in ("refresh", "delete") and not args.id:
+        print(f"error: checkpoint {args.action} needs the checkpoint's id", file=sys.stderr)
+        return 2
     try:
         return args.fn(args)
     except LeveledError as exc:

@@ -78,6 +78,7 @@ class Plan:
     files: list[str] = field(default_factory=list)
     manifests: list[str] = field(default_factory=list)
     kept: dict[str, int] = field(default_factory=dict)  # reason -> count
+    detached: bool = False  # a clone that stopped sharing its ancestors' files
 
     @property
     def paths(self) -> list[str]:
@@ -156,6 +157,11 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
         except Exception:  # a pinned version that is gone pins nothing
             continue
     out = plan(metas, latest, versions, now, min_age, window, grace=min_age)
+    if latest[1].parent is not None:
+        from .clone import detach, shares_files
+
+        if not shares_files(versions.values()):
+            out.detached = dry_run or await detach(store, options, latest[1])
     if not dry_run:
         for n, path in enumerate(out.paths):
             await store.delete_async(path)

@@ -22,6 +22,7 @@ from .codec import LEDGER_SCHEMA, Head, LedgerRows, checked_key, checked_keys, e
 from .errors import ObjectStoreError
 from .files.clerk import ClerkHost
 from .files.journal import JournalInfo
+from .files.routed import store_for
 from .files.store import ObjectStore
 from .options import Options
 from .views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
@@ -42,6 +43,7 @@ class PointInTime:
         self.overlay = overlay
         self.sqn = sqn
         self._store = store
+        self.routes = tuple(getattr(store, "routes", ()))  # a clone's ancestors
         self._host: ClerkHost | None = None
 
     # -- pickling: the overlay as one Arrow batch, no clients --
@@ -54,7 +56,7 @@ class PointInTime:
         with pa.ipc.new_stream(sink, LEDGER_SCHEMA) as writer:
             writer.write_batch(rows.to_batch())
         return {"url": self.url, "options": self.options, "files": self.files,
-                "journal": self.journal.files, "sqn": self.sqn,
+                "journal": self.journal.files, "sqn": self.sqn, "routes": self.routes,
                 "overlay": sink.getvalue().to_pybytes()}
 
     def __setstate__(self, state: dict) -> None:
@@ -66,11 +68,13 @@ class PointInTime:
                 getattr(rows, name).extend(getattr(other, name))
         self.__init__(state["url"], state["options"], state["files"], state["journal"],
                       dict(rows.entries()), state["sqn"])
+        self.routes = state["routes"]
 
     @property
     def store(self) -> ObjectStore:
         if self._store is None:
-            self._store = ObjectStore.from_url(self.url, self.options)
+            self._store = store_for(ObjectStore.from_url(self.url, self.options), self.routes,
+                                    self.options)
         return self._store
 
     @property

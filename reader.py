@@ -17,6 +17,7 @@ from .codec import LedgerRows
 from .errors import CheckpointNotFoundError, InvalidArgumentError, SnapshotExpiredError
 from .files import journal as jfmt
 from .files.journal_slots import slot_info, tail_slots
+from .files.routed import store_for
 from .files.store import ObjectStore
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
@@ -54,7 +55,9 @@ class StoreReader(PointInTime):
                     for s in await tail_slots(store, m.journal_next_slot)]
         else:
             m, tail = await manifests.read(manifest_id), []
-        reader = cls(store, manifest_id, m, tail, options or Options())
+        options = options or Options()
+        store = store_for(store, m.stores, options)
+        reader = cls(store, manifest_id, m, tail, options)
         await reader._replay()
         return reader
 

@@ -43,6 +43,7 @@ from ..errors import (
 )
 from ..files.clerk import ClerkHost, LruCache
 from ..files.names import ulid
+from ..files.routed import store_for
 from ..files.store import ObjectStore
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
@@ -92,8 +93,8 @@ class Bookie:
         self.name = name
         self.local = local
         self.store = store if store is not None else ObjectStore.from_url(url, options)
-        file_budget = options.cache_size - options.cache_size // 4
-        self.host = ClerkHost(self.store, file_budget)
+        self._file_budget = options.cache_size - options.cache_size // 4
+        self.host = ClerkHost(self.store, self._file_budget)
         self.values = LruCache(options.cache_size // 4)
         self.cache: SortedDict = SortedDict()  # ledger key -> entry, not yet in an SST
         self.cache_log: deque[tuple[int, bytes]] = deque()  # (sqn, key) in SQN order
@@ -135,6 +136,9 @@ class Bookie:
             latest = await manifests.create_initial(Manifest.new())
         mid, m = await manifests.update(bump_epoch, latest)
         self.epoch = m.writer_epoch
+        if m.stores:  # a clone: its ancestors' files are read from their stores
+            self.store = store_for(self.store, m.stores, self.options)
+            self.host = ClerkHost(self.store, self._file_budget)
         self.inker = self._spawn(Inker, "inker", (mid, m))
         self.penciller = self._spawn(Penciller, "penciller", (mid, m))
         self.pclerk = self._spawn(PencillerClerk, "pclerk", None)
@@ -569,7 +573,7 @@ class Bookie:
         self._check_readable()
         files, journal, journal_version = self.files, self.journal.files, self.journal_version
         view = PointInTime(self.url, self.options, files, journal, dict(self.cache),
-                           self.durable_sqn)
+                           self.durable_sqn, store=self.store)
         snapshot_id = f"snap-{ulid()}"
         # Pin both versions here until the owners know the snapshot: the reaper must not delete
         # a file of this view in between.

@@ -8,13 +8,11 @@ is running (so every actor of a store sees the same objects) and in this process
 
 from __future__ import annotations
 
-import asyncio
 import datetime as _dt
 import os
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlparse
 
 import obstore
@@ -536,7 +534,3 @@ class ObjectStore:
         self.stats.puts += 1
         self.stats.put_bytes += n
 
-
-def run_sync(coro) -> Any:
-    """Run a coroutine from synchronous code (CLI, admin calls, tests)."""
-    return asyncio.run(coro)

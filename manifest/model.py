@@ -65,6 +65,9 @@ class Manifest:
     created_at: float = field(default_factory=time.time)
     #: Store-wide settings fixed at creation (for example the head_only mode).
     settings: tuple[tuple[str, str], ...] = ()
+    #: A clone's ancestors whose files it still reads: ``(store_id, url)``. Their files appear
+    #: in ``levels`` and ``journal`` as ``@<store_id>/<name>``.
+    stores: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def new(cls, **settings: str) -> Manifest:
@@ -112,6 +115,7 @@ def encode(manifest: Manifest, manifest_id: int, codec: int = CODEC_LZ4) -> byte
         "destroyed_at": manifest.destroyed_at,
         "created_at": manifest.created_at,
         "settings": [list(kv) for kv in manifest.settings],
+        "stores": [list(kv) for kv in manifest.stores],
     }
     raw = msgpack.packb(doc, use_bin_type=True)
     used, payload = compress(codec, raw)
@@ -152,6 +156,7 @@ def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
             destroyed_at=doc["destroyed_at"],
             created_at=float(doc["created_at"]),
             settings=tuple(tuple(kv) for kv in doc["settings"]),
+            stores=tuple(tuple(kv) for kv in doc.get("stores", ())),
         )
     except CorruptObjectError:
         raise

@@ -78,3 +78,29 @@ def test_errors_are_reported_cleanly(tmp_path, capsys):
     assert "no store at" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["inspect", "--url", f"file://{tmp_path}/x", "--option", "colour=blue"])
+
+
+def test_checkpoint_gc_and_destroy_commands(loaded, capsys):
+    url, store = loaded
+    assert cli.main(["checkpoint", "create", "--url", url, "--name", "ops", "--json"]) == 0
+    created = json.loads(capsys.readouterr().out)[0]
+    assert created["name"] == "ops" and created["expires_at"] is None
+    assert cli.main(["checkpoint", "refresh", created["id"], "--url", url,
+                     "--lifetime", "600", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["expires_at"] is not None
+    assert cli.main(["inspect", "--url", url, "--checkpoints", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["checkpoint_list"]
+    assert [c["id"] for c in listed] == [created["id"]]
+    assert cli.main(["checkpoint", "delete", "--url", url]) == 2  # no id given
+    assert cli.main(["checkpoint", "delete", "no-such", "--url", url]) == 2
+    assert "CheckpointNotFoundError" in capsys.readouterr().err
+    assert cli.main(["checkpoint", "delete", created["id"], "--url", url]) == 0
+    capsys.readouterr()
+    assert cli.main(["gc", "--url", url, "--dry-run", "--min-age", "0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kept"]["referenced"] > 0
+    assert store.get("b", "k1") == b"value 1"  # a GC pass leaves the store whole
+    store.close()
+    assert cli.main(["destroy", "--url", url, "--now"]) == 0
+    assert "destroyed" in capsys.readouterr().out
+    assert cli.main(["inspect", "--url", url]) == 2  # nothing left

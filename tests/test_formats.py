@@ -99,7 +99,7 @@ def sample_manifest():
     return Manifest.new(head_only="no").with_changes(
         writer_epoch=3, journal=(jnl,), journal_next_slot=1, ledger_sqn=10, levels=((sst,), ()),
         checkpoints=(Checkpoint("c1", 4, None, 1.0, "nightly"),),
-        parent=CloneParent("s3://b/p", "c9"),
+        parent=CloneParent("s3://b/p", "c9"), stores=(("p-id", "s3://b/p"),),
     )
 
 
