@@ -1,11 +1,12 @@
 """Administration on a store URL, with or without the store running: checkpoints, garbage
 collection and destroy, and the functions the running store uses for the same work.
 
-``lr.admin(url)`` changes only the manifest's checkpoints, with the CAS loop, so it never
-fences the store's writer and a running store keeps every checkpoint made this way. A
-checkpoint made here pins the newest manifest, which holds every write a cleanly closed store
-acknowledged; a running store's own ``store.checkpoint()`` also records the journal files it
-wrote since, so it holds every write acknowledged before the call.
+``lr.admin(url)`` changes only the manifest's checkpoints and its record of journal files, with
+the CAS loop, so it never fences the store's writer, and a running store keeps every checkpoint
+made this way. A
+checkpoint (and so a reader's pin, and a clone) first records the journal files written since
+the newest manifest recorded them, so it holds every write acknowledged before the call, even
+while the store runs.
 """
 
 from __future__ import annotations
@@ -14,22 +15,41 @@ import time
 
 from . import garbage_collection
 from .errors import InvalidArgumentError
-from .files.journal_slots import write_fence
+from .files.journal_slots import slot_info, tail_slots, write_fence
 from .files.store import ObjectStore
 from .manifest import checkpoints as cp
 from .manifest.model import Checkpoint
 from .manifest.store import ManifestStore, Versioned
-from .manifest.transitions import mark_destroyed
+from .manifest.transitions import mark_destroyed, record_journal
 from .options import Options
 from .point_in_time import run_sync
+
+
+async def record_tail(manifests: ManifestStore, current: Versioned | None = None) -> Versioned:
+    """Record the journal files written since the newest version recorded them (a running
+    writer records them every ``catalog_s``), so that the newest version holds every write
+    acknowledged so far."""
+    latest = await manifests.latest(current)
+    if latest is None:
+        raise InvalidArgumentError(f"no store at {manifests.store.url}")
+    store = manifests.store
+    tail = [await slot_info(store, s) for s in await tail_slots(store,
+                                                                 latest[1].journal_next_slot)]
+    if not tail:
+        return latest
+    next_slot = tail[-1].slot + 1
+    return await manifests.update(lambda m: record_journal(m, tuple(tail), next_slot), latest)
 
 
 async def create_checkpoint(manifests: ManifestStore, lifetime: float | None = None,
                             name: str | None = None, source: str | None = None,
                             current: Versioned | None = None) -> Checkpoint:
-    """Add a checkpoint pinning the newest version (at or after ``current``), or the version of
-    the checkpoint ``source``."""
+    """Add a checkpoint pinning the newest version (at or after ``current``, and after
+    recording the journal tail: every acknowledged write is in it), or the version of the
+    checkpoint ``source``."""
     new = cp.new_checkpoint(lifetime, name, time.time())
+    if source is None:
+        current = await record_tail(manifests, current)
     _, m = await manifests.update(
         lambda mid, m: cp.add_checkpoint(mid, m, new, source, time.time()), current,
         with_id=True)

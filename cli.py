@@ -265,6 +265,17 @@ def cmd_destroy(args) -> int:
     return 0
 
 
+def cmd_clone(args) -> int:
+    from .clone import create_clone
+    from .point_in_time import run_sync
+
+    options = parse_options(args.option)
+    m = run_sync(create_clone(args.url, args.target, args.checkpoint, options))
+    print(f"cloned {args.url} to {args.target} (store {m.store_id}, pinned by checkpoint "
+          f"{m.parent.checkpoint_id} in the parent)")
+    return 0
+
+
 def cmd_backup(args) -> int:
     store, owned = _writer(args)
     try:
@@ -338,6 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="only report what would go")
     p.add_argument("--verbose", action="store_true", help="list every path")
     p.add_argument("--json", action="store_true")
+    p = add("clone", cmd_clone, "create a writable clone of the store at --url (a retry "
+            "finishes an interrupted one)")
+    p.add_argument("target", help="the clone's store URL")
+    p.add_argument("--checkpoint", help="clone as of this checkpoint (default: now)")
     p = add("backup", cmd_backup, "copy the Journal, as of now, to an empty store location "
             "(opening that location restores the store)")
     p.add_argument("target", help="the backup's store URL")

@@ -145,6 +145,7 @@ class Bookie:
         self._clerk_run = self.pclerk.run.remote()  # polls the Penciller until stopped
         self.iclerk = self._spawn(InkerClerk, "iclerk", None)
         opened = await call(self.inker.open)
+        await call(self.penciller.attach_inker, self.inker)
         await call(self.inker.attach_clerk, self.iclerk)
         self.journal_version = mid
         self.journal = JournalIndex(opened["files"])

@@ -26,7 +26,7 @@ from ..manifest.transitions import add_l0, persist_ledger_sqn
 from ..options import Options
 from ..views import LedgerFiles
 from .owner import Owner
-from .remote import process_stats
+from .remote import call, process_stats
 
 
 class Penciller(Owner):
@@ -45,6 +45,7 @@ class Penciller(Owner):
         self.error: BaseException | None = None
         self.last_error: str | None = None
         self.merging: MergeJob | None = None
+        self.inker = None  # asked to record the journal before each persisted SQN moves
         self.rng = random.Random()
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
                          "merges": 0, "merge_failures": 0}
@@ -92,10 +93,17 @@ class Penciller(Owner):
                 self.error = exc
                 return
 
+    def attach_inker(self, inker) -> None:
+        self.inker = inker
+
     async def flush(self) -> None:
         """Write all of L0 memory to one L0 SST and commit it to the manifest."""
         async with self._flush_lock:
             batches, upto = list(self.l0_memory), self.pushed_sqn
+            if upto > self.manifest[1].ledger_sqn and self.inker is not None:
+                # Every manifest version must record the journal files that hold the values of
+                # the Ledger it describes (checkpoints and clones read exactly one version).
+                await call(self.inker.catalog)
             if not batches:
                 if upto > self.manifest[1].ledger_sqn:
                     await self.commit(persist_ledger_sqn, upto)

@@ -38,6 +38,17 @@ def catalog_journal(manifest: Manifest, epoch: int, files: tuple[JournalInfo, ..
                     next_slot: int) -> Manifest:
     """Record journal files in the manifest and move the catalogued-slot boundary forward."""
     require_writer(manifest, epoch)
+    return record_journal(manifest, files, next_slot)
+
+
+def record_journal(manifest: Manifest, files: tuple[JournalInfo, ...],
+                   next_slot: int) -> Manifest:
+    """Record journal files that exist in the store's slots, without the writer: what an
+    administrator does before pinning the newest version, so that it holds every
+    acknowledged write. Safe beside a running writer: a slot's file only ever holds
+    durable writes (a fenced writer's later writes collide with the fence), and recording is
+    idempotent."""
+    require_usable(manifest)
     known = {j.name for j in manifest.journal}
     added = tuple(f for f in files if f.name not in known)
     if not added and next_slot <= manifest.journal_next_slot:

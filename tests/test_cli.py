@@ -100,7 +100,16 @@ def test_checkpoint_gc_and_destroy_commands(loaded, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["kept"]["referenced"] > 0
     assert store.get("b", "k1") == b"value 1"  # a GC pass leaves the store whole
+    assert cli.main(["clone", "--url", url, url + "-clone"]) == 0
+    assert "cloned" in capsys.readouterr().out
+    with lr.reader(url + "-clone") as r:
+        assert r.get("b", "k1") == b"value 1"
     store.close()
+    assert cli.main(["destroy", "--url", url, "--now"]) == 2  # the clone's pin is live
+    assert "checkpoints" in capsys.readouterr().err
+    lr.destroy(url + "-clone", soft=False)
+    pin = lr.admin(url).list_checkpoints()[0]
+    lr.admin(url).delete_checkpoint(pin.id)
     assert cli.main(["destroy", "--url", url, "--now"]) == 0
     assert "destroyed" in capsys.readouterr().out
     assert cli.main(["inspect", "--url", url]) == 2  # nothing left

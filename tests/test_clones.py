@@ -5,6 +5,7 @@ import asyncio
 import threading
 
 import pytest
+from test_snapshots_ray import SMALL
 
 import leveled_ray as lr
 from leveled_ray.clone import clone_manifest
@@ -13,7 +14,6 @@ from leveled_ray.manifest import ManifestStore
 from leveled_ray.reader import open_reader
 
 from conftest import wait_until
-from test_snapshots_ray import SMALL
 
 pytestmark = pytest.mark.ray
 
