@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
-from .codec import LEDGER_SCHEMA, Head, LedgerRows, checked_key, checked_keys, entry_to_head
+from .codec import Head, LedgerRows, checked_key, checked_keys, entry_to_head
 from .errors import ObjectStoreError
 from .files.clerk import ClerkHost
 from .files.journal import JournalInfo
@@ -31,44 +31,54 @@ _GATHER = 256  # concurrent lookups per chunk
 
 
 class PointInTime:
-    """Ledger files + journal files + an overlay of newer entries, as of SQN ``sqn``."""
+    """Ledger files + journal files + an overlay of newer entries, as of SQN ``sqn``.
+
+    The overlay is given as Arrow batches of Ledger rows in SQN order (the Bookie's recent
+    pushes: taking a snapshot copies references, not entries), and becomes a dict on the first
+    read, in the process that reads.
+    """
 
     def __init__(self, url: str, options: Options, files: LedgerFiles,
-                 journal: list[JournalInfo], overlay: dict[bytes, tuple], sqn: int,
-                 store: ObjectStore | None = None):
+                 journal: list[JournalInfo], batches: list[pa.RecordBatch], sqn: int,
+                 store: ObjectStore | None = None, routes: tuple = ()):
         self.url = url
         self.options = options
         self.files = files
         self.journal = JournalIndex(journal)
-        self.overlay = overlay
+        self._batches = list(batches)
+        self._overlay: dict[bytes, tuple] | None = None
         self.sqn = sqn
         self._store = store
-        self.routes = tuple(getattr(store, "routes", ()))  # a clone's ancestors
+        self.routes = tuple(getattr(store, "routes", routes))  # a clone's ancestors
         self._host: ClerkHost | None = None
 
-    # -- pickling: the overlay as one Arrow batch, no clients --
+    @property
+    def overlay(self) -> dict[bytes, tuple]:
+        """Ledger key -> newest entry not in the Ledger files (later batches win)."""
+        if self._overlay is None:
+            self._overlay = {}
+            for batch in self._batches:
+                self._overlay.update(LedgerRows.from_batch(batch).entries())
+            self._batches = []
+        return self._overlay
+
+    # -- pickling: the overlay as Arrow batches, no clients --
 
     def __getstate__(self) -> dict:
-        rows = LedgerRows()
-        for lkey, entry in self.overlay.items():
-            rows.add(lkey, *entry)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, LEDGER_SCHEMA) as writer:
-            writer.write_batch(rows.to_batch())
+        batches = self._batches
+        if self._overlay:  # already a dict (or a reader's replay): send it as one batch
+            rows = LedgerRows()
+            for lkey, entry in self._overlay.items():
+                rows.add(lkey, *entry)
+            batches = [rows.to_batch()]
         return {"url": self.url, "options": self.options, "files": self.files,
                 "journal": self.journal.files, "sqn": self.sqn, "routes": self.routes,
-                "overlay": sink.getvalue().to_pybytes()}
+                "batches": batches}
 
     def __setstate__(self, state: dict) -> None:
-        table = pa.ipc.open_stream(state.pop("overlay")).read_all()
-        rows = LedgerRows()
-        for batch in table.to_batches():
-            other = LedgerRows.from_batch(batch)
-            for name in LedgerRows.__slots__:
-                getattr(rows, name).extend(getattr(other, name))
-        self.__init__(state["url"], state["options"], state["files"], state["journal"],
-                      dict(rows.entries()), state["sqn"])
-        self.routes = state["routes"]
+        PointInTime.__init__(self, state["url"], state["options"], state["files"],
+                             state["journal"], state["batches"], state["sqn"],
+                             routes=state["routes"])
 
     @property
     def store(self) -> ObjectStore:

@@ -102,6 +102,9 @@ class Bookie:
         self.queue: deque[_Group] = deque()
         self.queued_bytes = 0
         self.unpushed = LedgerRows()
+        # Batches pushed to the Penciller and not yet in an SST, as (SQN pushed up to, batch):
+        # with the unpushed rows, every change the Ledger files lack, in SQN order.
+        self.pushed: deque[tuple[int, object]] = deque()
         self.durable_sqn = 0
         self.next_sqn = 1
         self.epoch = 0
@@ -378,7 +381,9 @@ class Bookie:
         async with self._push_lock:  # one push in flight keeps pushes in SQN order
             rows, upto = self.unpushed, self.durable_sqn
             self.unpushed = LedgerRows()
-            await call(self.penciller.push, rows.to_batch(), upto)
+            batch = rows.to_batch()
+            self.pushed.append((upto, batch))  # until persisted: what snapshots copy
+            await call(self.penciller.push, batch, upto)
 
     async def _pusher(self) -> None:
         """Push recent Ledger changes to the Penciller: every ``push_keys`` or ``push_ms``.
@@ -422,6 +427,8 @@ class Bookie:
         if removed:
             self._wake_reaper.set()
         self.files = files
+        while self.pushed and self.pushed[0][0] <= files.persisted_sqn:
+            self.pushed.popleft()
         log, cache = self.cache_log, self.cache
         while log and log[0][0] <= files.persisted_sqn:
             sqn, lkey = log.popleft()
@@ -568,13 +575,16 @@ class Bookie:
 
     async def snapshot(self, timeout_s: float, values: bool = True) -> dict:
         """Take a snapshot: this process's view of the store (Ledger files, journal files, and
-        the cache of entries not yet in those files), registered with the Penciller (and the
+        the batches of changes not yet in those files), registered with the Penciller (and the
         Inker, when ``values``) so that no file it reads is deleted before it is released or
-        expires. Costs a copy of the cache, not of the store."""
+        expires. Costs references to immutable batches, not a copy of anything."""
         self._check_readable()
         files, journal, journal_version = self.files, self.journal.files, self.journal_version
-        view = PointInTime(self.url, self.options, files, journal, dict(self.cache),
-                           self.durable_sqn, store=self.store)
+        batches = [b for _, b in self.pushed]
+        if len(self.unpushed):
+            batches.append(self.unpushed.to_batch())
+        view = PointInTime(self.url, self.options, files, journal, batches, self.durable_sqn,
+                           store=self.store)
         snapshot_id = f"snap-{ulid()}"
         # Pin both versions here until the owners know the snapshot: the reaper must not delete
         # a file of this view in between.

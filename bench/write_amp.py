@@ -26,14 +26,15 @@ import multiprocessing
 import os
 import queue
 import shutil
-import sys
 import tempfile
 import time
 
 import numpy as np
 import ray
+from put_get import bounded  # bench/ is the script's directory
 
 import leveled_ray as lr
+from leveled_ray.progress import progress_bar
 
 MIB = 2**20
 PRESETS = {  # keys, memory_keys, durable writes
@@ -62,23 +63,6 @@ def batches(keys: int, size: int, batch: int, overwrite: float, seed: int = 7):
         yield ([f"key{i:010d}" for i in ids],
                [blob[j * size:(j + 1) * size] for j in range(n)])
         written += n
-
-
-def progress(done: int, total: int, started: float, label: str) -> None:
-    rate = done / max(time.perf_counter() - started, 1e-9)
-    print(f"\r  {label}: {done}/{total} ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
-    if done >= total:
-        print(file=sys.stderr)
-
-
-async def bounded(fn, items, in_flight):
-    sem = asyncio.Semaphore(in_flight)
-
-    async def one(item):
-        async with sem:
-            await fn(item)
-
-    await asyncio.gather(*(one(i) for i in items))
 
 
 # --- leveled-ray -------------------------------------------------------------------------------
@@ -113,6 +97,8 @@ def leveled_write_amp(url, args) -> dict:
     ingested = 0
     started = time.perf_counter()
     try:
+        show = progress_bar("leveled-ray writes")
+
         async def load():
             nonlocal ingested
             done = 0
@@ -123,7 +109,7 @@ def leveled_write_amp(url, args) -> dict:
                 await store.put_many_async([lr.Put("bench", k, v) for k, v in zip(keys, vals)])
                 ingested += sum(map(len, vals))
                 done += len(keys)
-                progress(done, args.keys, started, "leveled-ray writes")
+                show(done, args.keys)
 
             await bounded(write, batches(args.keys, args.size, args.batch, args.overwrite),
                           args.in_flight)
@@ -159,13 +145,13 @@ def penciller_memory(url, keys: int) -> dict:
     store = lr.open(url, options)
     try:
         idle = store.stats()["penciller"]["process"]
-        started = time.perf_counter()
+        show = progress_bar("Penciller memory keys")
         batch = 20_000
         for lo in range(0, keys, batch):
             n = min(batch, keys - lo)
             store.put_many([lr.Put("bench", f"m{lo + i:010d}", b"v%d" % (lo + i))
                             for i in range(n)])
-            progress(lo + n, keys, started, "Penciller memory keys")
+            show(lo + n, keys)
         settle(store)
         stats = store.stats()["penciller"]
         return {"idle": idle, "loaded": stats["process"], "levels": stats["level_files"]}
