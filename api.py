@@ -242,8 +242,9 @@ class Store:
         It holds every acknowledged write and nothing later. ``long_running`` picks the long
         timeout (``Options.long_snapshot_timeout_s``) over the short one; ``timeout_s`` sets it
         outright. ``values=False`` registers with the Penciller only (heads, not values).
-        Cost: one round trip plus registering with the owners; the Bookie's cache of changes
-        not yet in an SST is copied (bounded by ``max_unpersisted_keys``), no file is.
+        Cost: one round trip plus registering with the owners. The changes not yet in an SST
+        travel as the Bookie's Arrow batches (at most ``max_unpersisted_keys``); no file is
+        copied.
         """
         return self._wrap_snapshot(_get(self._snapshot_ref(long_running, values, timeout_s)))
 
