@@ -293,6 +293,7 @@ class Store:
         Ledger from the Journal. The copy runs in this process, with a progress line on stderr
         unless ``progress=False``. Returns ``{"files", "bytes", "max_sqn"}``."""
         from .backup import copy_journal
+        from .files.routed import store_for
         from .manifest.store import ManifestStore
         from .point_in_time import run_sync
         from .progress import progress_bar
@@ -305,7 +306,8 @@ class Store:
 
             async def run():
                 manifest = await ManifestStore(source).read(pin.manifest_id)
-                return await copy_journal(source, target, manifest,
+                return await copy_journal(store_for(source, manifest.stores, self.options),
+                                          target, manifest,
                                           progress_bar("backup") if progress else None)
 
             return run_sync(run())

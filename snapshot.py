@@ -1,10 +1,10 @@
 """Snapshots: the store as of one moment, readable from any process (leveled's "clones").
 
 ``store.snapshot()`` returns a :class:`Snapshot`. Taking one references the Bookie's recent
-changes (immutable Arrow batches) and registers with the store's owners; it copies no file. Reads go straight to the
-object store from the process that holds the snapshot (or a pickled copy of it: Ray tasks,
-Spark executors), so they see exactly the store as of the snapshot, whatever is written,
-merged or compacted afterwards.
+changes (immutable Arrow batches) and registers with the store's owners; it copies no file.
+Reads go straight to the object store from the process that holds the snapshot (or a pickled
+copy of it: Ray tasks, Spark executors), so they see exactly the store as of the snapshot,
+whatever is written, merged or compacted afterwards.
 
 A snapshot ends with :meth:`Snapshot.release`, at the end of a ``with`` block, or when its
 timeout passes (``Options.snapshot_timeout_s``, or ``long_snapshot_timeout_s`` for

@@ -50,3 +50,21 @@ def test_backup_command(ray_cluster, tmp_path, capsys):
     assert cli.main(["backup", "--url", url, f"file://{tmp_path}/copy"]) == 0
     assert "backed up" in capsys.readouterr().out
     assert lr.reader(f"file://{tmp_path}/copy").get("b", "k") == b"v"
+
+
+def test_a_clone_backs_up_with_its_shared_files(ray_cluster, tmp_path):
+    url, child, copy = (f"file://{tmp_path}/{n}" for n in ("p", "c", "copy"))
+    parent = lr.open(url)
+    parent.put_many([lr.Put("b", f"k{i}", b"parent") for i in range(20)])
+    parent.close()
+    clone = lr.clone(url, child)
+    try:
+        clone.put("b", "k1", b"clone")
+        clone.backup(copy, progress=False)
+    finally:
+        clone.close()
+    restored = lr.open(copy)
+    try:
+        assert restored.get_many([("b", "k0"), ("b", "k1")]) == [b"parent", b"clone"]
+    finally:
+        restored.close()
