@@ -167,7 +167,9 @@ def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
        options: Options | None = None, progress=None) -> garbage_collection.Plan:
     """One garbage-collection pass on the store at ``url`` (running or not): deletes what no
     manifest, checkpoint, clone or snapshot can read and is older than ``min_age`` seconds
-    (default ``Options.gc_min_age_s``)."""
+    (default ``Options.gc_min_age_s``). While a writer runs, ``min_age`` must be longer than
+    any upload takes to be published (the default leaves an hour); ``min_age=0`` is for a
+    store nobody writes."""
     return Admin(url, options).gc(min_age, dry_run, progress)
 
 

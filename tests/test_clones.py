@@ -113,7 +113,7 @@ def test_a_clone_detaches_once_it_shares_nothing(ray_cluster, tmp_path):
 
         def detached():
             child.compact_journal()
-            return lr.gc(child_url, min_age=0, options=options).detached
+            return lr.gc(child_url, min_age=2, options=options).detached
 
         wait_until(detached, timeout=120, interval=1.0)
         assert open_reader(child_url, options).manifest.parent is None
@@ -140,7 +140,7 @@ def test_a_clone_made_while_gc_runs_on_its_parent(ray_cluster, durable_backend):
 
         def collect():
             while not stop.is_set():
-                passes.append(lr.gc(url, min_age=0, options=options))
+                passes.append(lr.gc(url, min_age=2, options=options))
 
         worker = threading.Thread(target=collect)
         worker.start()
@@ -154,7 +154,7 @@ def test_a_clone_made_while_gc_runs_on_its_parent(ray_cluster, durable_backend):
             worker.join()
         try:
             assert passes
-            assert lr.gc(url, min_age=0, options=options).kept["referenced"] > 0
+            assert lr.gc(url, min_age=2, options=options).kept["referenced"] > 0
             assert child.get_many(keys(300)) == [b"round 4"] * 300
         finally:
             child.close()

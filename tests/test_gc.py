@@ -99,7 +99,9 @@ def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, durable_backe
             store.put_many([lr.Put("b", f"k{i:04d}", b"round %d" % r) for i in range(300)])
         orphan = sst_name()  # what a writer that crashed mid-merge leaves behind
         objects.put(orphan, b"never published")
-        plan = lr.gc(url, min_age=0, options=options)
+        time.sleep(2.1)
+        # A store is running: min_age must exceed the time from an upload to its commit.
+        plan = lr.gc(url, min_age=2, options=options)
         assert orphan in plan.files and orphan not in stored(url, options)
         keys = [("b", f"k{i:04d}") for i in range(300)]
         assert lr.reader(url, checkpoint.id, options=options).get_many(keys) == [b"first"] * 300
@@ -111,7 +113,7 @@ def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, durable_backe
         time.sleep(3.5)  # past the snapshot window
 
         def only_current():
-            lr.gc(url, min_age=0, options=options)
+            lr.gc(url, min_age=2, options=options)
             return stored(url, options) <= current_files(url, options) | {
                 m.path for m in objects.list("journal/")}  # the tail stays
 
