@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from .actors import bookie as bookie_mod
 from .actors.remote import NAMESPACE, ValueBatch, pack, unwrap
+from .backup import copy_journal
 from .codec import (
     Change,
     Delete,
@@ -26,9 +27,13 @@ from .codec import (
     put_change,
 )
 from .errors import InvalidArgumentError, StoreClosedError
+from .files.routed import store_for
 from .files.store import ObjectStore, parse_url
 from .manifest.model import Checkpoint
+from .manifest.store import ManifestStore
 from .options import Options
+from .point_in_time import run_sync
+from .progress import progress_bar
 from .snapshot import Snapshot
 
 
@@ -292,12 +297,6 @@ class Store:
         an empty store location; opening ``target_url`` restores the store, rebuilding the
         Ledger from the Journal. The copy runs in this process, with a progress line on stderr
         unless ``progress=False``. Returns ``{"files", "bytes", "max_sqn"}``."""
-        from .backup import copy_journal
-        from .files.routed import store_for
-        from .manifest.store import ManifestStore
-        from .point_in_time import run_sync
-        from .progress import progress_bar
-
         parse_url(target_url)
         pin = self.checkpoint(lifetime=self.options.long_snapshot_timeout_s, name="backup")
         try:

@@ -18,12 +18,14 @@ import sys
 
 from . import api
 from .admin import Admin
+from .clone import create_clone
 from .codec import object_key
 from .errors import LeveledError
 from .files import journal as jfmt
 from .files import sst as sfmt
 from .files.store import ObjectStore
 from .options import Options
+from .point_in_time import run_sync
 from .progress import progress_bar
 from .reader import StoreReader
 
@@ -266,9 +268,6 @@ def cmd_destroy(args) -> int:
 
 
 def cmd_clone(args) -> int:
-    from .clone import create_clone
-    from .point_in_time import run_sync
-
     options = parse_options(args.option)
     m = run_sync(create_clone(args.url, args.target, args.checkpoint, options))
     print(f"cloned {args.url} to {args.target} (store {m.store_id}, pinned by checkpoint "

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from .admin import create_checkpoint, delete_checkpoint
+from .api import open as open_store
 from .errors import CheckpointNotFoundError, InvalidArgumentError
 from .files import journal as jfmt
 from .files.routed import foreign_name, is_foreign
@@ -34,6 +35,7 @@ from .manifest import checkpoints as cp
 from .manifest.model import CloneParent, Manifest
 from .manifest.store import ManifestStore
 from .options import Options
+from .point_in_time import run_sync
 
 
 def clone_manifest(parent: Manifest, parent_url: str, checkpoint_id: str) -> Manifest:
@@ -113,8 +115,5 @@ def clone(parent_url: str, url: str, checkpoint: str | None = None, *,
     """Create the clone at ``url`` of the store at ``parent_url`` (as of the checkpoint
     ``checkpoint``, or of now) and open it for writing; returns its :class:`~leveled_ray.Store`.
     Safe to retry: an interrupted clone is finished, a finished one is just opened."""
-    from .api import open as open_store
-    from .point_in_time import run_sync
-
     run_sync(create_clone(parent_url, url, checkpoint, options, parent_options))
     return open_store(url, options, name=name)

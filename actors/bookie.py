@@ -382,7 +382,7 @@ class Bookie:
             rows, upto = self.unpushed, self.durable_sqn
             self.unpushed = LedgerRows()
             batch = rows.to_batch()
-            self.pushed.append((upto, batch))  # until persisted: what snapshots copy
+            self.pushed.append((upto, batch))  # until persisted: what snapshots reference
             await call(self.penciller.push, batch, upto)
 
     async def _pusher(self) -> None:

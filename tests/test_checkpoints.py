@@ -65,7 +65,15 @@ def test_checkpoint_admin_with_and_without_the_store(ray_cluster, durable_backen
         reopened.put("b", "k", b"v2")
     finally:
         reopened.close()
-    assert lr.reader(url, a.id, options=options).get("b", "k") == b"v1"
+    follower = lr.reader(url, a.id, options=options)
+    assert follower.get("b", "k") == b"v1"
+    with pytest.raises(lr.InvalidArgumentError):
+        follower.refresh()  # it follows a given checkpoint: it cannot move
+    follower.close()
+    with pytest.raises(lr.SnapshotExpiredError):
+        follower.get("b", "k")
+    with pytest.raises(lr.CheckpointNotFoundError):
+        lr.reader(url, "no-such-checkpoint", options=options).get("b", "k")
     with pytest.raises(lr.InvalidArgumentError):
         lr.admin(url.rstrip("/") + "-nothing-here", options).list_checkpoints()
 

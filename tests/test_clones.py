@@ -8,9 +8,10 @@ import pytest
 from test_snapshots_ray import SMALL
 
 import leveled_ray as lr
-from leveled_ray.clone import clone_manifest
+from leveled_ray.clone import clone_manifest, create_clone
 from leveled_ray.files.store import ObjectStore
-from leveled_ray.manifest import ManifestStore
+from leveled_ray.manifest import Manifest, ManifestStore
+from leveled_ray.point_in_time import run_sync
 from leveled_ray.reader import open_reader
 
 from conftest import wait_until
@@ -69,6 +70,22 @@ def test_a_clone_and_its_parent_are_isolated_both_ways(ray_cluster, durable_back
     assert open_reader(url, options).manifest.parent is None
     names = [c.name for c in lr.admin(url, options).list_checkpoints()]
     assert f"clone:{child_url}" in names
+
+
+def test_bad_clones_are_refused(tmp_path):
+    url = f"file://{tmp_path}/p"
+    with pytest.raises(lr.InvalidArgumentError):  # no parent there
+        run_sync(create_clone(url, f"file://{tmp_path}/c"))
+    asyncio.run(ManifestStore(ObjectStore.from_url(url)).create_initial(Manifest.new()))
+    with pytest.raises(lr.InvalidArgumentError):  # onto itself
+        run_sync(create_clone(url, url))
+    other = f"file://{tmp_path}/other"
+    asyncio.run(ManifestStore(ObjectStore.from_url(other)).create_initial(Manifest.new()))
+    with pytest.raises(lr.InvalidArgumentError):  # over a store that is not its clone
+        run_sync(create_clone(url, other))
+    with pytest.raises(lr.CheckpointNotFoundError):  # as of a checkpoint that does not exist
+        run_sync(create_clone(url, f"file://{tmp_path}/c", checkpoint="nope"))
+    assert lr.admin(url).list_checkpoints() == []  # nothing was pinned by the failures
 
 
 def test_an_interrupted_clone_is_finished_by_a_retry(ray_cluster, tmp_path):

@@ -113,6 +113,8 @@ def test_checkpoints_pin_versions_and_expire():
     with pytest.raises(lr.InvalidArgumentError):
         cp.new_checkpoint(-1, None, now=0.0)
     with pytest.raises(lr.InvalidArgumentError):
+        cp.new_checkpoint(None, "", now=0.0)
+    with pytest.raises(lr.InvalidArgumentError):
         cp.add_checkpoint(1, m.with_changes(destroyed_at=1.0), a, None, now=0.0)
 
 

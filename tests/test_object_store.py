@@ -1,10 +1,12 @@
 """The object store layer: URLs, path confinement, put-if-absent and ranged reads (no Ray)."""
 
 import asyncio
+import pickle
 
 import pytest
 
 import leveled_ray as lr
+from leveled_ray.files.routed import RoutedStore
 from leveled_ray.files.store import NotFound, ObjectStore, check_path, parse_url
 
 from conftest import S3_BUCKET, s3_options
@@ -77,3 +79,22 @@ def test_store_pickles_as_its_configuration(tmp_path):
     s.put_if_absent("x", b"1")
     clone = pickle.loads(pickle.dumps(s))
     assert clone.get("x") == b"1" and clone.url == s.url
+
+
+def test_a_clones_routed_store_reads_ancestors_and_writes_only_its_own(tmp_path):
+    parent = ObjectStore.from_url(f"file://{tmp_path}/parent")
+    parent.put("ledger/a.sst", b"shared")
+    routed = RoutedStore(ObjectStore.from_url(f"file://{tmp_path}/clone"),
+                         (("p1", f"file://{tmp_path}/parent"),), lr.Options())
+    assert routed.get("@p1/ledger/a.sst") == b"shared"
+    assert routed.get_range("@p1/ledger/a.sst", 1, 3) == b"ha"
+    with pytest.raises(lr.InvalidArgumentError):
+        routed.put_if_absent("@p1/ledger/b.sst", b"x")  # an ancestor's files are read-only
+    with pytest.raises(lr.InvalidArgumentError):
+        routed.get("@unknown/ledger/a.sst")
+    routed.delete("@p1/ledger/a.sst")  # the clone only stops referencing it
+    assert parent.get("ledger/a.sst") == b"shared"
+    assert routed.put_if_absent("ledger/own.sst", b"mine")
+    assert [m.path for m in routed.list("ledger/")] == ["ledger/own.sst"]
+    copy = pickle.loads(pickle.dumps(routed))
+    assert copy.get("@p1/ledger/a.sst") == b"shared"
