@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 
+from . import head_only as head_only_mode
 from .actors import bookie as bookie_mod
 from .actors.remote import NAMESPACE, ValueBatch, pack, unwrap
 from .backup import copy_journal
@@ -34,6 +35,7 @@ from .manifest.store import ManifestStore
 from .options import Options
 from .point_in_time import run_sync
 from .progress import progress_bar
+from .queries import Queries
 from .snapshot import Snapshot
 
 
@@ -64,7 +66,8 @@ async def _await(ref):
 
 
 def open(url: str, options: Options | None = None, *, name: str | None = None,
-         detached: bool = False, store: ObjectStore | None = None) -> Store:
+         detached: bool = False, store: ObjectStore | None = None,
+         head_only: str | None = None) -> Store:
     """Open (or create) the store at ``url`` for writing, with its actors on Ray.
 
     ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes the
@@ -72,7 +75,9 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
     drivers can :func:`connect`; ``detached=True`` keeps them alive after this driver exits.
     Opening fences any other writer of the same store (its later writes fail with
     ``FencedError``). ``store`` overrides the object store client built from ``url`` (for
-    example a fault-injecting wrapper).
+    example a fault-injecting wrapper). ``head_only`` (``"with_lookup"`` or ``"no_lookup"``)
+    creates or opens a store that keeps small values in the Ledger (see
+    :mod:`leveled_ray.head_only`); a store is always opened in the mode it was created with.
 
     Cost: about one Ray actor start-up per actor (a few seconds on first use) plus the replay of
     journal entries not yet persisted in the Ledger.
@@ -81,6 +86,7 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
     if not isinstance(options, Options):
         raise InvalidArgumentError(f"options must be an lr.Options, not {type(options).__name__}")
     parse_url(url)
+    head_only_mode.check_mode(head_only)
     if name is not None and (not isinstance(name, str) or not name or "/" in name):
         raise InvalidArgumentError(f"name must be a non-empty str without '/', not {name!r}")
     if detached and name is None:
@@ -101,7 +107,8 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
         opts["name"] = name
     if detached:
         opts["lifetime"] = "detached"
-    actor = bookie_mod.make_actor().options(**opts).remote(url, options, name, store=store)
+    actor = bookie_mod.make_actor().options(**opts).remote(url, options, name, store=store,
+                                                          head_only=head_only)
     try:
         info = _get(actor.start.remote())
     except BaseException:
@@ -120,7 +127,8 @@ def connect(name: str) -> Store:
     except ValueError:
         raise InvalidArgumentError(f"no running store named {name!r}") from None
     stats = _get(actor.stats.remote())
-    return Store(actor, _get(actor.get_options.remote()), stats["url"], name, {})
+    return Store(actor, _get(actor.get_options.remote()), stats["url"], name,
+                 {"head_only": stats["head_only"]})
 
 
 class _SnapshotReleaser:
@@ -136,7 +144,7 @@ class _SnapshotReleaser:
             pass  # a closed store has no registrations left to release
 
 
-class Store:
+class Store(Queries):
     """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
 
     Example::
@@ -154,6 +162,7 @@ class Store:
         self.url = url
         self.name = name
         self.open_info = info
+        self.head_only: str | None = info.get("head_only")
 
     def __reduce__(self):
         return (Store, (self._actor, self.options, self.url, self.name, self.open_info))
@@ -173,6 +182,9 @@ class Store:
         change, value = put_change(bucket, key, value, self.options, time.time(),
                                    indexes=indexes, ttl=ttl, metadata=metadata, if_sqn=if_sqn,
                                    if_absent=if_absent)
+        if self.head_only:
+            change = head_only_mode.ledger_change(change, value,
+                                                  self.options.max_head_only_value_bytes)
         return self._actor.put_many.remote(pack([change]), ValueBatch.pack([value], change.size))
 
     def _delete_ref(self, bucket, key, indexes, if_sqn):
@@ -184,15 +196,20 @@ class Store:
             raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
         now_s = time.time()
         pairs = [make_change(item, self.options, now_s) for item in items]
+        if self.head_only:
+            limit = self.options.max_head_only_value_bytes
+            pairs = [(head_only_mode.ledger_change(c, v, limit), v) for c, v in pairs]
         changes: list[Change] = [c for c, _ in pairs]
         nbytes = bookie_mod.check_put_size(changes, self.options)
         return self._actor.put_many.remote(pack(changes),
                                            ValueBatch.pack([v for _, v in pairs], nbytes))
 
-    def _keys(self, pairs: Iterable[Sequence]) -> list[bytes]:
+    def _keys(self, pairs: Iterable[Sequence], what: str) -> list[bytes]:
+        head_only_mode.refuse(self.head_only, what)
         return checked_keys(pairs, self.options)
 
-    def _key(self, bucket, key) -> bytes:
+    def _key(self, bucket, key, what: str) -> bytes:
+        head_only_mode.refuse(self.head_only, what)
         return checked_key(bucket, key, self.options)
 
     # -- synchronous API --
@@ -226,18 +243,18 @@ class Store:
     def get(self, bucket, key) -> bytes | None:
         """The value of ``(bucket, key)``, or ``None``. Cost: one round trip; inside the Bookie,
         at most one ranged GET per candidate SST plus one for the value (footers cached)."""
-        return _get(self._actor.get.remote(self._key(bucket, key)))
+        return _get(self._actor.get.remote(self._key(bucket, key, "get")))
 
     def head(self, bucket, key) -> Head | None:
         """The object's :class:`Head` (SQN, size, last modified, hash, ...) without its value."""
-        return _get(self._actor.head.remote(self._key(bucket, key)))
+        return _get(self._actor.head.remote(self._key(bucket, key, "head")))
 
     def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """Values of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
-        return _get(self._actor.get_many.remote(self._keys(pairs)))
+        return _get(self._actor.get_many.remote(self._keys(pairs, "get")))
 
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        return _get(self._actor.head_many.remote(self._keys(pairs)))
+        return _get(self._actor.head_many.remote(self._keys(pairs, "head")))
 
     def snapshot(self, long_running: bool = False, *, values: bool = True,
                  timeout_s: float | None = None) -> Snapshot:
@@ -313,6 +330,28 @@ class Store:
         finally:
             self.delete_checkpoint(pin.id)
 
+    # -- queries (see leveled_ray.queries): each runs on a snapshot of its own --
+
+    def _query_view(self, needs_values: bool):
+        snap = self.snapshot(long_running=True, values=needs_values)
+        return snap._view, snap.release
+
+    async def _query_view_async(self, needs_values: bool):
+        snap = await self.snapshot_async(long_running=True, values=needs_values)
+        return snap._view, snap.release_async
+
+    def _check_fold(self, kind: str, order: str = "key") -> None:
+        head_only_mode.refuse(self.head_only, {"objects": "fold_objects",
+                                               "index": "index_query"}.get(kind, "fold"))
+
+    def trim_journal(self) -> str:
+        """head_only stores: delete the journal files whose entries the Ledger holds now
+        (it also happens on its own as the Ledger persists). ``"started"`` or ``"busy"``."""
+        if not self.head_only:
+            raise InvalidArgumentError("trim_journal is for head_only stores: the Journal of "
+                                       "this store holds its values")
+        return self.compact_journal()
+
     def stats(self) -> dict:
         """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests)."""
         return _get(self._actor.stats.remote())
@@ -357,19 +396,19 @@ class Store:
 
     async def get_async(self, bucket, key) -> bytes | None:
         """Awaitable :meth:`get`."""
-        return await _await(self._actor.get.remote(self._key(bucket, key)))
+        return await _await(self._actor.get.remote(self._key(bucket, key, "get")))
 
     async def head_async(self, bucket, key) -> Head | None:
         """Awaitable :meth:`head`."""
-        return await _await(self._actor.head.remote(self._key(bucket, key)))
+        return await _await(self._actor.head.remote(self._key(bucket, key, "head")))
 
     async def get_many_async(self, pairs) -> list[bytes | None]:
         """Awaitable :meth:`get_many`."""
-        return await _await(self._actor.get_many.remote(self._keys(pairs)))
+        return await _await(self._actor.get_many.remote(self._keys(pairs, "get")))
 
     async def head_many_async(self, pairs) -> list[Head | None]:
         """Awaitable :meth:`head_many`."""
-        return await _await(self._actor.head_many.remote(self._keys(pairs)))
+        return await _await(self._actor.head_many.remote(self._keys(pairs, "head")))
 
     async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
                              timeout_s: float | None = None) -> Snapshot:

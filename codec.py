@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import msgpack
 import pyarrow as pa
 import xxhash
 
@@ -39,6 +40,7 @@ NO_CONDITION = -2
 IF_ABSENT = -1
 
 MAX_METADATA_BYTES = 4096
+PACKED_EXTRA = b"\x01"  # JSON metadata starts with "{": the first byte tells them apart
 MAX_INDEX_TERM_BYTES = 1024
 
 #: One Ledger entry per row, sorted by ``key`` (then ``sqn`` descending) inside SSTs.
@@ -302,7 +304,10 @@ class Head:
     hash: int
     expires_at: float | None = None
     metadata: dict | None = None
+    #: The index terms the object holds now, as sorted ``(field, term)`` pairs.
     indexes: tuple = field(default=())
+    #: The value itself, in ``head_only`` stores (which keep small values in the Ledger).
+    value: bytes | None = None
 
 
 class Change(NamedTuple):
@@ -475,15 +480,43 @@ def empty_ledger_batch() -> pa.RecordBatch:
     return LedgerRows().to_batch()
 
 
-def entry_to_head(sqn, status, expiry, vhash, size, last_modified_ms, extra) -> Head | None:
+def pack_extra(metadata: bytes = b"", terms: Sequence[tuple] = (),
+               value: bytes | None = None) -> bytes:
+    """The ``extra`` column of an object's Ledger entry: its user metadata (JSON), the index
+    terms it holds and, in ``head_only`` stores, its value. Metadata alone stays plain JSON."""
+    if not terms and value is None:
+        return metadata
+    return PACKED_EXTRA + msgpack.packb([metadata, [list(t) for t in terms], value],
+                                         use_bin_type=True)
+
+
+def unpack_extra(extra: bytes) -> tuple[bytes, tuple, bytes | None]:
+    """``(metadata JSON, terms, value)`` of an ``extra`` column (see :func:`pack_extra`)."""
+    if extra[:1] != PACKED_EXTRA:
+        return extra, (), None
+    metadata, terms, value = msgpack.unpackb(extra[1:], raw=False)
+    return metadata, tuple((f, t) for f, t in terms), value
+
+
+def entry_to_head(sqn, status, expiry, vhash, size, last_modified_ms, extra,
+                  now_s: float | None = None) -> Head | None:
     """A :class:`Head` for a Ledger entry, or ``None`` for tombstones and expired entries."""
-    if status != ACTIVE or (expiry and expiry <= time.time()):
+    if status != ACTIVE or (expiry and expiry <= (time.time() if now_s is None else now_s)):
         return None
+    metadata, terms, value = unpack_extra(extra) if extra else (b"", (), None)
     return Head(
         sqn=sqn, size=size, last_modified=last_modified_ms / 1000.0, hash=vhash,
         expires_at=float(expiry) if expiry else None,
-        metadata=json.loads(extra) if extra else None,
+        metadata=json.loads(metadata) if metadata else None, indexes=terms, value=value,
     )
+
+
+def is_live(entry: tuple | None, now_s: float) -> bool:
+    """Whether a Ledger entry is a current object (not a tombstone, not expired)."""
+    if entry is None or entry[1] != ACTIVE:
+        return False
+    expiry = entry[2]
+    return not expiry or expiry > now_s
 
 
 def now_ms() -> int:

@@ -44,6 +44,8 @@ class Options:
     max_value_bytes: int = 16 * MIB
     #: Largest bucket or key, in encoded bytes.
     max_key_bytes: int = 4 * KIB
+    #: Largest value of a ``head_only`` store (which keeps values in the Ledger).
+    max_head_only_value_bytes: int = 4 * KIB
     #: The Bookie pushes its recent Ledger changes to the Penciller once it holds this many ...
     push_keys: int = 4000
     #: ... or once the oldest unpushed change is this old.
@@ -115,6 +117,7 @@ class Options:
             )
         positive = (
             "journal_flush_bytes", "max_journal_bytes", "max_value_bytes", "max_key_bytes",
+            "max_head_only_value_bytes",
             "push_keys", "l0_max_keys", "max_l0_files", "max_unpersisted_keys", "sst_max_keys",
             "sst_block_bytes", "max_run_length", "compaction_sample", "bloom_bits_per_key",
             "catalog_files",

@@ -18,11 +18,12 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
-from .codec import Head, LedgerRows, checked_key, checked_keys, entry_to_head
+from .codec import LEDGER_SCHEMA, Head, LedgerRows, checked_key, checked_keys, entry_to_head
 from .errors import ObjectStoreError
 from .files.clerk import ClerkHost
 from .files.journal import JournalInfo
 from .files.routed import store_for
+from .files.sst import sort_and_dedupe
 from .files.store import ObjectStore
 from .options import Options
 from .views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
@@ -47,6 +48,7 @@ class PointInTime:
         self.journal = JournalIndex(journal)
         self._batches = list(batches)
         self._overlay: dict[bytes, tuple] | None = None
+        self._sorted_overlay: tuple[list[bytes], pa.Table] | None = None
         self.sqn = sqn
         self._store = store
         self.routes = tuple(getattr(store, "routes", routes))  # a clone's ancestors
@@ -61,6 +63,20 @@ class PointInTime:
                 self._overlay.update(LedgerRows.from_batch(batch).entries())
             self._batches = []
         return self._overlay
+
+    def overlay_table(self) -> tuple[list[bytes], pa.Table]:
+        """The overlay sorted by key, as ``(keys, table)`` (built once, for range scans)."""
+        if self._sorted_overlay is None:
+            if self._overlay is None:
+                table = sort_and_dedupe(pa.Table.from_batches(self._batches, LEDGER_SCHEMA))
+            else:
+                rows = LedgerRows()
+                for lkey, entry in self._overlay.items():
+                    rows.add(lkey, *entry)
+                table = sort_and_dedupe(rows.to_batch())
+            table = table.combine_chunks()
+            self._sorted_overlay = (table.column("key").to_pylist(), table)
+        return self._sorted_overlay
 
     # -- pickling: the overlay as Arrow batches, no clients --
 

@@ -23,6 +23,7 @@ from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .options import Options
 from .point_in_time import KeyReads, PointInTime, run_sync
+from .queries import Queries
 from .views import LedgerFiles
 
 
@@ -78,7 +79,7 @@ def open_reader(url: str, options: Options | None = None) -> StoreReader:
 
 
 
-class Reader(KeyReads):
+class Reader(KeyReads, Queries):
     """A read-only handle on a store at one checkpoint, usable from any process (no Ray).
 
     Opened by :func:`leveled_ray.reader`. Without a ``checkpoint`` it pins its own (for

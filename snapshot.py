@@ -18,9 +18,10 @@ import time
 
 from .errors import InvalidArgumentError, SnapshotExpiredError
 from .point_in_time import KeyReads, PointInTime, run_sync
+from .queries import Queries
 
 
-class Snapshot(KeyReads):
+class Snapshot(KeyReads, Queries):
     """A registered, point-in-time view of a store. Picklable; a context manager.
 
     Example::

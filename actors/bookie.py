@@ -17,20 +17,23 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from sortedcontainers import SortedDict
 
-from .. import garbage_collection
+from .. import garbage_collection, head_only
 from ..admin import create_checkpoint, delete_checkpoint, list_checkpoints, refresh_checkpoint
 from ..codec import (
-    ACTIVE,
     IF_ABSENT,
     NO_CONDITION,
     OP_PUT,
+    PACKED_EXTRA,
+    TAG_OBJECT,
     Change,
     Head,
     LedgerRows,
     entry_to_head,
+    is_live,
     now_ms,
     split_object_key,
 )
@@ -45,6 +48,7 @@ from ..files.clerk import ClerkHost, LruCache
 from ..files.names import ulid
 from ..files.routed import store_for
 from ..files.store import ObjectStore
+from ..index_terms import change_entry, resolve_all
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
@@ -58,14 +62,6 @@ from .penciller import Penciller
 from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, process_stats, unpack
 
 _GATHER = 256  # concurrent lookups per get_many chunk
-
-
-def is_live(entry: tuple | None, now_s: float) -> bool:
-    """Whether a Ledger entry is a current object (not a tombstone, not expired)."""
-    if entry is None or entry[1] != ACTIVE:
-        return False
-    expiry = entry[2]
-    return not expiry or expiry > now_s
 
 
 @dataclass
@@ -87,8 +83,10 @@ class Bookie:
     """Plain-object logic of the Bookie; :func:`make_actor` gives its Ray actor."""
 
     def __init__(self, url: str, options: Options, name: str | None = None, *,
-                 store: ObjectStore | None = None, local: bool = False):
+                 store: ObjectStore | None = None, local: bool = False,
+                 head_only: str | None = None):
         self.url = url
+        self.head_only = head_only
         self.options = options
         self.name = name
         self.local = local
@@ -98,7 +96,10 @@ class Bookie:
         self.values = LruCache(options.cache_size // 4)
         self.cache: SortedDict = SortedDict()  # ledger key -> entry, not yet in an SST
         self.cache_log: deque[tuple[int, bytes]] = deque()  # (sqn, key) in SQN order
-        self.pending: dict[bytes, tuple[int, bool]] = {}  # key -> (sqn, live), not yet durable
+        self.pending: dict[bytes, tuple] = {}  # object key -> its entry, not yet durable
+        #: Whether any object may hold index terms: then every change is resolved against
+        #: the object's current entry (see :mod:`leveled_ray.index_terms`).
+        self.indexed = False
         self.queue: deque[_Group] = deque()
         self.queued_bytes = 0
         self.unpushed = LedgerRows()
@@ -136,7 +137,10 @@ class Bookie:
         manifests = ManifestStore(self.store)
         latest = await manifests.latest()
         if latest is None:
-            latest = await manifests.create_initial(Manifest.new())
+            settings = {} if self.head_only is None else {head_only.SETTING: self.head_only}
+            latest = await manifests.create_initial(Manifest.new(**settings))
+        head_only.check_store_mode(self.head_only, latest[1].setting(head_only.SETTING),
+                                   self.url)
         mid, m = await manifests.update(bump_epoch, latest)
         self.epoch = m.writer_epoch
         if m.stores:  # a clone: its ancestors' files are read from their stores
@@ -169,7 +173,12 @@ class Bookie:
             self.counters["replayed"] += batch.num_rows
             await self._push()  # replay waits for the Penciller: memory stays bounded
         self.next_sqn = max(self.durable_sqn, opened["max_sqn"], m.ledger_sqn) + 1
-        return {"epoch": self.epoch, "manifest_id": mid, "replayed": self.counters["replayed"],
+        # Index keys (tag "i") sort before object keys: any file or cached key below the
+        # first object key means some object may hold index terms.
+        self.indexed = any(f.min_key < TAG_OBJECT for level in m.levels for f in level) or (
+            bool(self.cache) and self.cache.keys()[0] < TAG_OBJECT)
+        return {"epoch": self.epoch, "manifest_id": mid, "head_only": self.head_only,
+                "replayed": self.counters["replayed"],
                 "replay_s": round(time.monotonic() - started, 3), "next_sqn": self.next_sqn}
 
     def _spawn(self, cls, role: str, manifest):
@@ -212,11 +221,24 @@ class Bookie:
         changes: list[Change] = unpack(packed_changes)
         if not changes:
             return []
+        if self.head_only and any(c.op == OP_PUT and c.extra[:1] != PACKED_EXTRA
+                                  for c in changes):
+            raise InvalidArgumentError("this store is head_only: write to it through a "
+                                       "handle that knows (lr.open(..., head_only=...))")
         await self._backpressure()
-        if any(c.condition != NO_CONDITION for c in changes):
-            await self._check_conditions(changes)
+        conditional = [c.lkey for c in changes if c.condition != NO_CONDITION]
+        stored: dict[bytes, tuple | None] = {}
+        if conditional or self.indexed:
+            stored = await self._current_entries(
+                {c.lkey for c in changes} if self.indexed else set(conditional))
+        # From here to the allocation nothing awaits, so no other change can slip in.
+        now_s = time.time()
+        if conditional:
+            self._check_conditions(changes, stored, now_s)
+        if self.indexed or any(c.indexes for c in changes):
+            changes = resolve_all(changes, lambda k: self._known_entry(k, stored), now_s)
+            self.indexed = True
         return await self._allocate(changes, values).future
-
     async def _backpressure(self) -> None:
         """Slow writers down while the Ledger falls behind (leveled #402): changes not yet in
         an SST live in this process, so their number must stay bounded."""
@@ -236,43 +258,47 @@ class Bookie:
         self.counters["throttle_ms"] += round((time.monotonic() - started) * 1000)
         self._check_usable()
 
-    async def _check_conditions(self, changes: list[Change]) -> None:
-        """Check ``if_sqn``/``if_absent``. The caller allocates right after, with no await in
-        between, so no other change can slip in."""
-        keys = {c.lkey for c in changes if c.condition != NO_CONDITION}
+    async def _current_entries(self, keys: set[bytes]) -> dict[bytes, tuple | None]:
+        """The Ledger entries of the keys that are neither pending nor cached, read so that
+        the caller can use them with what is pending and cached, with no await in between."""
+        stored: dict[bytes, tuple | None] = {}
         while True:
             files = self.files
-            looked = [k for k in keys if k not in self.pending and k not in self.cache]
-            stored = dict(zip(looked, await self._entries(looked)))
+            looked = [k for k in keys
+                      if k not in self.pending and k not in self.cache and k not in stored]
+            if not looked:
+                return stored
+            stored.update(zip(looked, await self._entries(looked)))
             self._check_usable()
-            if self.files is files:  # else the Ledger's files changed meanwhile: look again
-                break
-        now_s = time.time()
-        shadow: dict[bytes, tuple[int, bool]] = {}
+            if self.files is not files:  # the Ledger's files changed meanwhile: look again
+                stored = {}
+
+    def _known_entry(self, lkey: bytes, stored: dict) -> tuple | None:
+        entry = self.pending.get(lkey)
+        if entry is None:
+            entry = self.cache.get(lkey)
+        return stored.get(lkey) if entry is None else entry
+
+    def _check_conditions(self, changes: list[Change], stored: dict, now_s: float) -> None:
+        """Check ``if_sqn``/``if_absent`` against the keys' current SQNs."""
+        shadow: dict[bytes, tuple] = {}
         failures = []
         sqn = self.next_sqn
         for change in changes:
             if change.condition != NO_CONDITION:
-                current = self._current(change.lkey, shadow, stored, now_s)
+                entry = shadow.get(change.lkey) or self._known_entry(change.lkey, stored)
+                current = entry[0] if is_live(entry, now_s) else None
                 if (change.condition == IF_ABSENT and current is not None) or (
                     change.condition >= 0 and current != change.condition
                 ):
                     bucket, key = split_object_key(change.lkey)
                     expected = None if change.condition == IF_ABSENT else change.condition
                     failures.append((bucket, key, expected, current))
-            shadow[change.lkey] = (sqn, change.op == OP_PUT)
+            shadow[change.lkey] = change_entry(change, sqn, 0)
             sqn += 1
         if failures:
             raise ConditionFailedError(f"{len(failures)} condition(s) failed: {failures[:5]}",
                                        tuple(failures))
-
-    def _current(self, lkey, shadow, stored, now_s) -> int | None:
-        """The live SQN of a key as seen by a new change (``None`` when absent)."""
-        state = shadow.get(lkey) or self.pending.get(lkey)
-        if state is not None:
-            return state[0] if state[1] else None
-        entry = self.cache.get(lkey, stored.get(lkey))
-        return entry[0] if is_live(entry, now_s) else None
 
     def _allocate(self, changes: list[Change], values: ValueBatch) -> _Group:
         """Give the changes SQNs and queue them for the next journal group."""
@@ -284,7 +310,7 @@ class Bookie:
         ops, lkeys, sizes, hashes, indexes, expiries, extras, _ = zip(*changes)
         rows = LedgerRows.from_changes(sqns, ops, lkeys, sizes, hashes, indexes, expiries,
                                        extras, lm)
-        self.pending.update(zip(lkeys, zip(sqns, [op == OP_PUT for op in ops])))
+        self.pending.update(zip(lkeys, map(change_entry, changes, sqns, repeat(lm))))
         records = (first, lm, ops, lkeys, indexes, expiries, extras)
         nbytes = sum(sizes) + sum(map(len, lkeys))
         group = _Group(sqns, records, values, rows, nbytes)
@@ -426,6 +452,8 @@ class Bookie:
             self.host.sst(info).retire(files.version)
         if removed:
             self._wake_reaper.set()
+        if self.head_only and files.persisted_sqn > self.files.persisted_sqn:
+            self._trim_journal()
         self.files = files
         while self.pushed and self.pushed[0][0] <= files.persisted_sqn:
             self.pushed.popleft()
@@ -436,6 +464,15 @@ class Bookie:
             if entry is not None and entry[0] == sqn:
                 del cache[lkey]
         self._persisted.set()
+
+    def _trim_journal(self) -> None:
+        """head_only: ask the Inker to delete the journal files the Ledger now holds."""
+        async def trim():
+            try:
+                await call(self.inker.compact)
+            except Exception:
+                pass  # closing, or broken: the next persisted batch asks again
+        asyncio.ensure_future(trim())
 
     async def _watch_journal(self) -> None:
         """Adopt the journal files of each compaction, and retire the files it replaced."""
@@ -579,6 +616,7 @@ class Bookie:
         Inker, when ``values``) so that no file it reads is deleted before it is released or
         expires. Costs references to immutable batches, not a copy of anything."""
         self._check_readable()
+        values = values and not self.head_only  # head_only values live in the Ledger
         files, journal, journal_version = self.files, self.journal.files, self.journal_version
         batches = [b for _, b in self.pushed]
         if len(self.unpushed):
@@ -653,6 +691,7 @@ class Bookie:
         return {
             "url": self.url,
             "name": self.name,
+            "head_only": self.head_only,
             "epoch": self.epoch,
             "next_sqn": self.next_sqn,
             "durable_sqn": self.durable_sqn,

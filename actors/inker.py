@@ -24,6 +24,7 @@ from ..files.journal_slots import write_fence
 from ..files.names import journal_slot_name
 from ..files.store import ObjectStore
 from ..garbage_collection import check_publishable
+from ..head_only import SETTING as HEAD_ONLY
 from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
@@ -39,6 +40,7 @@ class Inker(Owner):
         self.files: list[jfmt.JournalInfo] = list(manifest[1].journal)
         self.uncatalogued: list[jfmt.JournalInfo] = []
         self.next_slot = manifest[1].journal_next_slot
+        self.head_only = manifest[1].setting(HEAD_ONLY) is not None
         self.broken: BaseException | None = None
         self.closed = False
         self._write_lock = asyncio.Lock()
@@ -221,8 +223,12 @@ class Inker(Owner):
             await self.catalog()
             latest = await self.manifests.latest(self.manifest)
             persisted = latest[1].ledger_sqn  # the Penciller moves it: read the newest
-            result = await call(self.clerk.compact, self.candidates(persisted), persisted,
-                                self.epoch)
+            if self.head_only:  # trim_journal: the Ledger holds everything, values included
+                removed = [f.name for f in self.candidates(persisted)]
+                result = {"scores": [], "removed": removed, "added": []}
+            else:
+                result = await call(self.clerk.compact, self.candidates(persisted), persisted,
+                                    self.epoch)
             if result["removed"]:
                 check_publishable([f.name for f in result["added"]], self.options, time.time())
                 await self.commit(replace_journal, tuple(result["removed"]),

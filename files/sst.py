@@ -235,6 +235,12 @@ class Block:
 
 def decode_block(raw_block: bytes, expected_sum: int, path: str, offset: int) -> Block:
     """Validate and decode one block read from ``offset``."""
+    return Block(decode_batch(raw_block, expected_sum, path, offset))
+
+
+def decode_batch(raw_block: bytes, expected_sum: int, path: str,
+                 offset: int) -> pa.RecordBatch:
+    """Validate and decode one block read from ``offset``, as an Arrow batch (for scans)."""
     if checksum(raw_block) != expected_sum:
         raise CorruptObjectError(path, offset, "block checksum mismatch")
     r = Reader(raw_block, path, base=offset)
@@ -245,7 +251,37 @@ def decode_block(raw_block: bytes, expected_sum: int, path: str, offset: int) ->
         batch.validate(full=True)
     except (pa.ArrowInvalid, pa.ArrowException, ValueError) as exc:
         raise CorruptObjectError(path, offset, f"malformed block: {exc}") from None
-    return Block(batch)
+    return batch
+
+
+def decode_blocks(raw: bytes, footer: SstFooter, first: int, path: str) -> list[pa.RecordBatch]:
+    """Decode consecutive blocks ``first, first + 1, ...`` read in one range starting at
+    block ``first``'s offset."""
+    base = footer.offsets[first]
+    out, i = [], first
+    while base + len(raw) > footer.offsets[i]:
+        lo, hi = footer.block_range(i)
+        out.append(decode_batch(raw[lo - base : hi - base], footer.checksums[i], path, lo))
+        i += 1
+    return out
+
+
+def block_ranges(footer: SstFooter, lo: bytes, hi: bytes,
+                 read_bytes: int) -> list[tuple[int, int]]:
+    """The blocks that may hold keys in ``[lo, hi)``, grouped into reads of about
+    ``read_bytes``: ``[(first, end), ...]`` with ``end`` exclusive."""
+    if hi <= footer.min_key or lo > footer.max_key:
+        return []
+    first = max(0, bisect.bisect_right(footer.first_keys, lo) - 1)
+    end = bisect.bisect_left(footer.first_keys, hi)
+    out = []
+    while first < end:
+        stop = first + 1
+        while stop < end and footer.offsets[stop + 1] - footer.offsets[first] <= read_bytes:
+            stop += 1
+        out.append((first, stop))
+        first = stop
+    return out
 
 
 def read_all(data: bytes, path: str) -> tuple[SstFooter, pa.Table]:

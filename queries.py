@@ -1,0 +1,575 @@
+"""Queries: folds over keys, heads and objects, secondary-index queries, buckets.
+
+Every query reads one point in time (a :class:`~leveled_ray.point_in_time.PointInTime`), so it
+sees one moment of the store while writes go on. On a :class:`~leveled_ray.api.Store` each
+query takes its own snapshot and releases it when the query ends: when it is exhausted, when
+the loop breaks out of it, or when it is closed (leveled's breaking folds).
+
+Folds stream: they read the Ledger a range of blocks at a time (see :mod:`leveled_ray.scan`)
+and hand out ``batch_size`` rows at a time, so memory stays bounded however large the store
+is. Each fold has an Arrow form (``*_batches``) yielding ``pyarrow.RecordBatch``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .codec import (
+    OP_PUT,
+    TAG_INDEX,
+    decode_key,
+    entry_to_head,
+    is_live,
+    split_object_key,
+    unpack_extra,
+)
+from .errors import InvalidArgumentError, ObjectStoreError
+from .key_ranges import Names, check_term, index_prefix, index_range, next_bucket, object_range
+from .point_in_time import PointInTime, run_sync
+from .scan import scan
+from .views import journal_fetch_many
+
+ORDERS = ("key", "sqn")
+
+KEYS_SCHEMA = pa.schema([("bucket", pa.string()), ("key", pa.string())])
+_TERM = pa.struct([("field", pa.string()), ("term_bin", pa.string()), ("term_int", pa.int64())])
+HEADS_SCHEMA = pa.schema([
+    ("bucket", pa.string()), ("key", pa.string()), ("sqn", pa.uint64()), ("size", pa.uint64()),
+    ("hash", pa.uint64()), ("last_modified", pa.timestamp("ms", tz="UTC")),
+    ("expires_at", pa.timestamp("s", tz="UTC")), ("metadata", pa.string()),
+    ("indexes", pa.list_(_TERM)), ("value", pa.binary()),
+])
+OBJECTS_SCHEMA = pa.schema([
+    ("bucket", pa.string()), ("key", pa.string()), ("value", pa.binary()),
+    ("sqn", pa.uint64()), ("last_modified", pa.timestamp("ms", tz="UTC")),
+])
+
+
+def schema(kind: str, binary_names: bool = False, with_indexes: bool = False) -> pa.Schema:
+    """The schema of a fold's Arrow form: ``"keys"``, ``"heads"`` or ``"objects"``."""
+    base = {"keys": KEYS_SCHEMA, "heads": HEADS_SCHEMA, "objects": OBJECTS_SCHEMA}[kind]
+    if binary_names:
+        base = base.set(0, pa.field("bucket", pa.binary())).set(1, pa.field("key", pa.binary()))
+    if with_indexes and kind == "objects":
+        base = base.append(pa.field("indexes", pa.list_(_TERM)))
+    return base
+
+
+def _check_batch_size(batch_size) -> int:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        raise InvalidArgumentError(f"batch_size must be a positive int, not {batch_size!r}")
+    return batch_size
+
+
+# --- building Arrow batches from Ledger rows -------------------------------------------------
+
+
+def _terms_column(extras: list[bytes]) -> pa.Array:
+    rows = []
+    for extra in extras:
+        terms = unpack_extra(extra)[1] if extra else ()
+        rows.append([{"field": f, "term_bin": t if isinstance(t, str) else None,
+                      "term_int": t if isinstance(t, int) else None} for f, t in terms])
+    return pa.array(rows, pa.list_(_TERM))
+
+
+def _timestamps(table: pa.Table) -> pa.Array:
+    return table.column("last_modified").cast(pa.timestamp("ms", tz="UTC"))
+
+
+def keys_batch(table: pa.Table, binary_names: bool) -> pa.RecordBatch:
+    buckets, keys = Names(table.column("key").combine_chunks()).arrow(binary_names)
+    return pa.RecordBatch.from_arrays([buckets, keys], schema=schema("keys", binary_names))
+
+
+def heads_batch(table: pa.Table, binary_names: bool) -> pa.RecordBatch:
+    buckets, keys = Names(table.column("key").combine_chunks()).arrow(binary_names)
+    extras = table.column("extra").to_pylist()
+    unpacked = [unpack_extra(e) if e else (b"", (), None) for e in extras]
+    expiry = table.column("expiry").combine_chunks().cast(pa.int64())
+    expires = pc.if_else(pc.equal(expiry, 0), pa.scalar(None, pa.int64()), expiry)
+    return pa.RecordBatch.from_arrays([
+        buckets, keys, table.column("sqn").combine_chunks(), table.column("size").combine_chunks(),
+        table.column("hash").combine_chunks(), _timestamps(table).combine_chunks(),
+        expires.cast(pa.timestamp("s", tz="UTC")),
+        pa.array([m.decode() if m else None for m, _, _ in unpacked], pa.string()),
+        _terms_column(extras),
+        pa.array([v for _, _, v in unpacked], pa.binary()),
+    ], schema=schema("heads", binary_names))
+
+
+def objects_batch(table: pa.Table, values: list, binary_names: bool,
+                  with_indexes: bool) -> pa.RecordBatch:
+    buckets, keys = Names(table.column("key").combine_chunks()).arrow(binary_names)
+    columns = [buckets, keys, pa.array(values, pa.binary()),
+               table.column("sqn").combine_chunks(), _timestamps(table).combine_chunks()]
+    if with_indexes:
+        columns.append(_terms_column(table.column("extra").to_pylist()))
+    return pa.RecordBatch.from_arrays(columns,
+                                      schema=schema("objects", binary_names, with_indexes))
+
+
+async def _values(view: PointInTime, sqns: list[int]) -> list[bytes]:
+    records = await journal_fetch_many(view.host, view.journal, sqns)
+    lost = [s for s in sqns if s not in records]
+    if lost:
+        raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}", definite=True)
+    return [records[s].value for s in sqns]
+
+
+# --- the queries, as async generators of Arrow batches ----------------------------------------
+
+
+async def fold_rows(view: PointInTime, lo: bytes, hi: bytes,
+                    batch_size: int) -> AsyncIterator[pa.Table]:
+    """Live Ledger rows in ``[lo, hi)``, ``batch_size`` at a time (fewer only at the end)."""
+    held: list[pa.Table] = []
+    count = 0
+    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+        async for table in tables:
+            held.append(table)
+            count += table.num_rows
+            if count < batch_size:
+                continue
+            rows = pa.concat_tables(held)
+            full = count - count % batch_size
+            for start in range(0, full, batch_size):
+                yield rows.slice(start, batch_size)
+            held, count = [rows.slice(full)], count - full
+    if count:
+        yield pa.concat_tables(held)
+
+
+async def object_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
+                      order: str) -> AsyncIterator[tuple[pa.Table, list[bytes]]]:
+    """Live objects in ``[lo, hi)`` as ``(Ledger rows, values)``, ``batch_size`` at a time."""
+    if order == "sqn":
+        async with contextlib.aclosing(_objects_by_sqn(view, lo, hi, batch_size)) as found:
+            async for item in found:
+                yield item
+        return
+    async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
+        async for table in rows:
+            yield table, await _values(view, table.column("sqn").to_pylist())
+
+
+async def _objects_by_sqn(view: PointInTime, lo: bytes, hi: bytes,
+                          batch_size: int) -> AsyncIterator[tuple[pa.Table, list[bytes]]]:
+    """Objects in the order they were written: each journal file read whole, in file order,
+    keeping the entries that are still their key's current entry at ``view``."""
+    now_s = time.time()
+    for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
+        records = [r for r in await view.host.journal(info).read_records()
+                   if r.op == OP_PUT and lo <= r.lkey < hi and r.sqn <= view.sqn]
+        for start in range(0, len(records), batch_size):
+            chunk = records[start:start + batch_size]
+            entries = await view.entries([r.lkey for r in chunk])
+            kept = [(r, e) for r, e in zip(chunk, entries)
+                    if e is not None and e[0] == r.sqn and is_live(e, now_s)]
+            if kept:
+                yield pa.table({
+                    "key": pa.array([r.lkey for r, _ in kept], pa.binary()),
+                    "sqn": pa.array([r.sqn for r, _ in kept], pa.uint64()),
+                    "last_modified": pa.array([e[5] for _, e in kept], pa.int64()),
+                    "extra": pa.array([e[6] for _, e in kept], pa.binary()),
+                }), [r.value for r, _ in kept]
+
+
+async def index_entries(view: PointInTime, bucket, field: str, start, end, *,
+                        return_terms: bool, term_regex, start_key,
+                        max_results: int | None) -> AsyncIterator[list]:
+    """Batches of index query results: keys, or ``(term, key)`` pairs, in (term, key) order."""
+    lo, hi = index_range(bucket, field, start, end, start_key,
+                         max_key_bytes=view.options.max_key_bytes)
+    if start > end or max_results == 0:
+        return
+    plen = len(index_prefix(bucket, field))
+    pattern = re.compile(term_regex) if isinstance(term_regex, str) else term_regex
+    left = max_results
+    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+        async for table in tables:
+            out = []
+            for lkey in table.column("key").to_pylist():
+                _, term, key = decode_key(TAG_INDEX + lkey[plen:])
+                if pattern is not None and not pattern.search(term):
+                    continue
+                out.append((term, key) if return_terms else key)
+                if left is not None and len(out) == left:
+                    break
+            if out:
+                yield out
+            if left is not None:
+                left -= len(out)
+                if left == 0:
+                    return
+
+
+def check_index_query(field: str, start, end, term_regex, max_results) -> None:
+    check_term(field, start, "start")
+    check_term(field, end, "end")
+    if term_regex is not None:
+        if not field.endswith("_bin"):
+            raise InvalidArgumentError("term_regex applies to _bin fields only")
+        if not isinstance(term_regex, (str, re.Pattern)):
+            raise InvalidArgumentError("term_regex must be a str or a compiled re.Pattern")
+        if isinstance(term_regex, str):
+            try:
+                re.compile(term_regex)
+            except re.error as exc:
+                raise InvalidArgumentError(f"term_regex is not a valid regex: {exc}") from None
+    if max_results is not None and (not isinstance(max_results, int)
+                                    or isinstance(max_results, bool) or max_results < 0):
+        raise InvalidArgumentError(f"max_results must be an int >= 0, not {max_results!r}")
+
+
+async def first_live_key(view: PointInTime, lo: bytes, hi: bytes) -> bytes | None:
+    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+        async for table in tables:
+            return table.column("key")[0].as_py()
+    return None
+
+
+async def list_buckets(view: PointInTime) -> list:
+    """Every bucket that holds a live object, in key order (one short scan per bucket)."""
+    lo, hi = object_range()
+    out = []
+    while (lkey := await first_live_key(view, lo, hi)) is not None:
+        bucket = split_object_key(lkey)[0]
+        out.append(bucket)
+        lo = next_bucket(bucket)
+    return out
+
+
+# --- running async generators from synchronous code ----------------------------------------
+
+
+def iterate(make: Callable[[], AsyncIterator], *, flatten: bool,
+            on_close: Callable[[], None] | None = None) -> Fold:
+    """A synchronous iterator over an async generator of batches, run on a private event loop.
+    ``flatten`` hands out the items of each batch. Closing it (or breaking out of a ``for``
+    loop over it) stops the generator and calls ``on_close``."""
+    once = _Once(on_close)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return Fold(_iterate(make, flatten, once), once)
+    once()
+    raise RuntimeError("called a synchronous query inside an event loop: use its *_async "
+                       "form there")
+
+
+class _Once:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self) -> None:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
+class Fold:
+    """The iterator a query returns. It ends, and releases what it holds (its snapshot), when
+    it is exhausted, when :meth:`close` is called, at the end of a ``with`` block, or once
+    nothing refers to it (breaking out of a ``for`` loop)."""
+
+    def __init__(self, gen: Iterator, release: _Once):
+        self._gen = gen
+        self._release = release
+
+    def __iter__(self) -> Fold:
+        return self
+
+    def __next__(self):
+        return next(self._gen)
+
+    def close(self) -> None:
+        try:
+            self._gen.close()  # a started generator releases in its finally block
+        finally:
+            self._release()  # one never started releases here
+
+    def __enter__(self) -> Fold:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass  # at interpreter exit: the snapshot expires on its own
+
+
+def _iterate(make, flatten, on_close: _Once):
+    runner = asyncio.Runner()
+    agen = None
+    try:
+        agen = make()
+        while True:
+            try:
+                batch = runner.run(agen.__anext__())
+            except StopAsyncIteration:
+                return
+            if flatten:
+                yield from batch
+            else:
+                yield batch
+    finally:
+        try:
+            if agen is not None:
+                runner.run(agen.aclose())
+            runner.close()  # also stops the loop's worker threads
+        finally:
+            on_close()
+
+
+async def aiterate(make: Callable[[], AsyncIterator], *, flatten: bool,
+                   on_close: Callable[[], object] | None = None) -> AsyncIterator:
+    """The ``*_async`` twin of :func:`iterate`: an async generator; ``on_close`` may be async."""
+    try:
+        async with contextlib.aclosing(make()) as agen:
+            async for batch in agen:
+                if flatten:
+                    for item in batch:
+                        yield item
+                else:
+                    yield batch
+    finally:
+        if on_close is not None:
+            done = on_close()
+            if asyncio.iscoroutine(done):
+                await done
+
+
+# --- the user-facing mixin --------------------------------------------------------------------
+
+
+def _python_names(table: pa.Table) -> tuple[list, list]:
+    """Buckets and keys as the ``str`` / ``bytes`` values they were written as."""
+    return Names(table.column("key").combine_chunks()).python()
+
+
+def _python_heads(table: pa.Table, now_s: float) -> list:
+    buckets, keys = _python_names(table)
+    cols = [table.column(c).to_pylist() for c in
+            ("sqn", "status", "expiry", "hash", "size", "last_modified", "extra")]
+    return [(b, k, entry_to_head(*e, now_s=now_s)) for b, k, e in zip(buckets, keys, zip(*cols))]
+
+
+class Queries:
+    """Folds, index queries and bucket listing over the point in time :meth:`_query_view`
+    gives. Subclasses provide ``_query_view`` (and may release something when a query ends).
+    """
+
+    def _query_view(self, needs_values: bool) -> tuple[PointInTime, Callable | None]:
+        """``(view, on_close)``: the point in time to read, and what to call when done.
+        By default the ``_view_async`` of :class:`~leveled_ray.point_in_time.KeyReads`."""
+        return run_sync(self._query_view_async(needs_values))
+
+    async def _query_view_async(self, needs_values: bool):
+        return await self._view_async(needs_values), None
+
+    def _check_fold(self, kind: str, order: str = "key") -> None:
+        """Refuse folds the store cannot answer (a ``head_only`` store keeps no values)."""
+
+    # -- describing a query: (needs_values, flatten, async generator factory) --
+
+    def _keys_query(self, bucket, start, end, batch_size, arrow, binary_names):
+        batch_size = _check_batch_size(batch_size)
+        self._check_fold("keys")
+
+        def make(view):
+            lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
+
+            async def gen():
+                async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
+                    async for table in rows:
+                        yield (keys_batch(table, binary_names) if arrow
+                               else list(zip(*_python_names(table))))
+            return gen()
+        return False, not arrow, make
+
+    def _heads_query(self, bucket, start, end, batch_size, arrow, binary_names):
+        batch_size = _check_batch_size(batch_size)
+        self._check_fold("heads")
+
+        def make(view):
+            lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
+            now_s = time.time()
+
+            async def gen():
+                async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
+                    async for table in rows:
+                        yield (heads_batch(table, binary_names) if arrow
+                               else _python_heads(table, now_s))
+            return gen()
+        return False, not arrow, make
+
+    def _objects_query(self, bucket, start, end, batch_size, arrow, binary_names, order,
+                       with_indexes=False):
+        batch_size = _check_batch_size(batch_size)
+        if order not in ORDERS:
+            raise InvalidArgumentError(f"order must be one of {ORDERS}, not {order!r}")
+        self._check_fold("objects", order)
+
+        def make(view):
+            lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
+
+            async def gen():
+                found = object_rows(view, lo, hi, batch_size, order)
+                async with contextlib.aclosing(found) as it:
+                    async for table, values in it:
+                        if arrow:
+                            yield objects_batch(table, values, binary_names, with_indexes)
+                        else:
+                            yield list(zip(*_python_names(table), values))
+            return gen()
+        return True, not arrow, make
+
+    def _run(self, query) -> Iterator:
+        needs_values, flatten, make = query
+        view, on_close = self._query_view(needs_values)
+        return iterate(lambda: make(view), flatten=flatten, on_close=on_close)
+
+    def _run_async(self, query) -> AsyncIterator:
+        needs_values, flatten, make = query
+
+        async def gen():
+            view, on_close = await self._query_view_async(needs_values)
+            async with contextlib.aclosing(aiterate(lambda: make(view), flatten=flatten,
+                                                    on_close=on_close)) as it:
+                async for item in it:
+                    yield item
+        return gen()
+
+    # -- folds --
+
+    def fold_keys(self, bucket=None, start=None, end=None, *,
+                  batch_size: int = 1000) -> Iterator[tuple]:
+        """``(bucket, key)`` of every live object, in key order: all buckets, or one bucket
+        with keys from ``start`` to ``end`` (both included; either may be ``None``)."""
+        return self._run(self._keys_query(bucket, start, end, batch_size, False, False))
+
+    def fold_keys_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
+                          binary_names: bool = False) -> Iterator[pa.RecordBatch]:
+        """:meth:`fold_keys` as Arrow batches with columns ``bucket`` and ``key`` (``string``;
+        ``binary`` with ``binary_names=True``)."""
+        return self._run(self._keys_query(bucket, start, end, batch_size, True, binary_names))
+
+    def fold_heads(self, bucket=None, start=None, end=None, *,
+                   batch_size: int = 1000) -> Iterator[tuple]:
+        """``(bucket, key, Head)`` of every live object in the range, in key order."""
+        return self._run(self._heads_query(bucket, start, end, batch_size, False, False))
+
+    def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
+                           binary_names: bool = False) -> Iterator[pa.RecordBatch]:
+        """:meth:`fold_heads` as Arrow batches (see :data:`HEADS_SCHEMA`)."""
+        return self._run(self._heads_query(bucket, start, end, batch_size, True, binary_names))
+
+    def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",
+                     batch_size: int = 1000) -> Iterator[tuple]:
+        """``(bucket, key, value)`` of every live object in the range.
+
+        ``order="key"`` reads the Ledger in key order and fetches each batch's values (one
+        request per journal file involved). ``order="sqn"`` reads the Journal in file order,
+        whole files at a time, and keeps the entries still current: objects come in the
+        order they were written.
+        """
+        return self._run(self._objects_query(bucket, start, end, batch_size, False, False,
+                                             order))
+
+    def fold_objects_batches(self, bucket=None, start=None, end=None, *, order: str = "key",
+                             batch_size: int = 1000, binary_names: bool = False,
+                             with_indexes: bool = False) -> Iterator[pa.RecordBatch]:
+        """:meth:`fold_objects` as Arrow batches with columns ``bucket``, ``key``, ``value``,
+        ``sqn`` and ``last_modified`` (and ``indexes`` with ``with_indexes=True``)."""
+        return self._run(self._objects_query(bucket, start, end, batch_size, True,
+                                             binary_names, order, with_indexes))
+
+    def fold_keys_async(self, bucket=None, start=None, end=None, *,
+                        batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """Async iterator form of :meth:`fold_keys`."""
+        return self._run_async(self._keys_query(bucket, start, end, batch_size, False, False))
+
+    def fold_heads_async(self, bucket=None, start=None, end=None, *,
+                         batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """Async iterator form of :meth:`fold_heads`."""
+        return self._run_async(self._heads_query(bucket, start, end, batch_size, False, False))
+
+    def fold_objects_async(self, bucket=None, start=None, end=None, *, order: str = "key",
+                           batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """Async iterator form of :meth:`fold_objects`."""
+        return self._run_async(self._objects_query(bucket, start, end, batch_size, False,
+                                                   False, order))
+
+    # -- secondary indexes --
+
+    def _index_query(self, bucket, field, start, end, return_terms, term_regex, start_key,
+                     max_results):
+        check_index_query(field, start, end, term_regex, max_results)
+        self._check_fold("index")
+
+        def make(view):
+            return index_entries(view, bucket, field, start, end, return_terms=return_terms,
+                                 term_regex=term_regex, start_key=start_key,
+                                 max_results=max_results)
+        return False, True, make
+
+    def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
+                    term_regex=None, start_key=None,
+                    max_results: int | None = None) -> Iterator:
+        """Keys of the objects whose ``field`` holds a term from ``start`` to ``end`` (both
+        included), in (term, key) order; ``(term, key)`` pairs with ``return_terms=True``.
+
+        ``_bin`` fields take ``str`` terms, ``_int`` fields ``int`` terms. ``term_regex``
+        keeps terms that match it (Python ``re.search``; ``_bin`` fields). Paging:
+        ``max_results`` stops after that many; to continue after a result ``(term, key)``,
+        ask again with ``start=term, start_key=key``.
+        """
+        return self._run(self._index_query(bucket, field, start, end, return_terms,
+                                           term_regex, start_key, max_results))
+
+    def index_query_async(self, bucket, field: str, start, end, *, return_terms=False,
+                          term_regex=None, start_key=None, max_results=None) -> AsyncIterator:
+        """Async iterator form of :meth:`index_query`."""
+        return self._run_async(self._index_query(bucket, field, start, end, return_terms,
+                                                 term_regex, start_key, max_results))
+
+    # -- buckets --
+
+    def list_buckets(self) -> list:
+        """Every bucket holding a live object, in key order."""
+        return next(self._run((False, False, lambda view: _once(list_buckets(view)))))
+
+    def is_empty(self) -> bool:
+        """Whether the store holds no live object."""
+        lo, hi = object_range()
+        return next(self._run((False, False, lambda view: _once(first_live_key(view, lo, hi)))
+                              )) is None
+
+    async def list_buckets_async(self) -> list:
+        async with contextlib.aclosing(self._run_async(
+                (False, False, lambda view: _once(list_buckets(view))))) as it:
+            async for result in it:
+                return result
+
+    async def is_empty_async(self) -> bool:
+        lo, hi = object_range()
+        async with contextlib.aclosing(self._run_async(
+                (False, False, lambda view: _once(first_live_key(view, lo, hi))))) as it:
+            async for result in it:
+                return result is None
+
+
+async def _once(coro) -> AsyncIterator:
+    yield await coro
+
