@@ -35,8 +35,12 @@ from .manifest.store import ManifestStore
 from .options import Options
 from .point_in_time import run_sync
 from .progress import progress_bar
-from .queries import Queries
+from .queries import Queries, check_index_query
 from .snapshot import Snapshot
+
+#: Index queries with ``max_results`` up to this are answered by the Bookie in one round trip;
+#: larger or unbounded ones stream from a snapshot in the caller's process.
+BOOKIE_QUERY_MAX = 10_000
 
 
 def ensure_ray() -> None:
@@ -334,7 +338,11 @@ class Store(Queries):
 
     def _query_view(self, needs_values: bool):
         snap = self.snapshot(long_running=True, values=needs_values)
-        return snap._view, snap.release
+
+        def release():  # without waiting: a query's caller need not pay for the release
+            snap.released = True
+            self._actor.release_snapshot.remote(snap.id)
+        return snap._view, release
 
     async def _query_view_async(self, needs_values: bool):
         snap = await self.snapshot_async(long_running=True, values=needs_values)
@@ -343,6 +351,30 @@ class Store(Queries):
     def _check_fold(self, kind: str, order: str = "key") -> None:
         head_only_mode.refuse(self.head_only, {"objects": "fold_objects",
                                                "index": "index_query"}.get(kind, "fold"))
+
+    def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
+                    term_regex=None, start_key=None, max_results: int | None = None):
+        """See :meth:`Queries.index_query <leveled_ray.queries.Queries.index_query>`. With
+        ``max_results`` up to :data:`BOOKIE_QUERY_MAX` the Bookie answers in one round trip,
+        on its own view pinned for the query; otherwise results stream from a snapshot."""
+        query = self._bookie_query(bucket, field, start, end, return_terms, term_regex,
+                                   start_key, max_results)
+        if query is None:
+            return super().index_query(bucket, field, start, end, return_terms=return_terms,
+                                       term_regex=term_regex, start_key=start_key,
+                                       max_results=max_results)
+        return iter(_get(self._actor.index_query.remote(query)))
+
+    def _bookie_query(self, bucket, field, start, end, return_terms, term_regex, start_key,
+                      max_results) -> dict | None:
+        """A query small enough for the Bookie to answer in one round trip, or ``None``."""
+        check_index_query(field, start, end, term_regex, max_results)
+        self._check_fold("index")
+        if max_results is None or max_results > BOOKIE_QUERY_MAX:
+            return None
+        return {"bucket": bucket, "field": field, "start": start, "end": end,
+                "return_terms": return_terms, "term_regex": term_regex,
+                "start_key": start_key, "max_results": max_results}
 
     def trim_journal(self) -> str:
         """head_only stores: delete the journal files whose entries the Ledger holds now

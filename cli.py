@@ -1,8 +1,9 @@
 """``leveled-ray``: the command line for operators.
 
-``get``, ``head`` and ``inspect`` read the store in this process (see :mod:`.reader`) and never
-disturb a running writer. ``checkpoint``, ``gc`` and ``destroy`` work on the URL's manifest,
-with or without the store running (see :mod:`.admin`). ``put`` and ``delete`` go through a
+``get``, ``head``, ``keys``, ``buckets``, ``index`` and ``inspect`` read the store in this
+process (see :mod:`.reader`) and never disturb a running writer. ``checkpoint``, ``gc`` and
+``destroy`` work on the URL's manifest, with or without the store running (see
+:mod:`.admin`). ``put`` and ``delete`` go through a
 running store when ``--name`` is given, and otherwise open the store at ``--url`` as its writer
 for the one change (which fences any other writer of that store).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import itertools
 import json
 import os
 import sys
@@ -80,6 +82,47 @@ def cmd_head(args) -> int:
         print("not found", file=sys.stderr)
         return 1
     print(json.dumps(dataclasses.asdict(head), default=str, indent=2))
+    return 0
+
+
+def _print_tuples(rows, as_json: bool) -> None:
+    for row in rows:
+        if as_json:
+            print(json.dumps([r.hex() if isinstance(r, bytes) else r for r in row]))
+        else:
+            print("\t".join(f"hex:{r.hex()}" if isinstance(r, bytes) else str(r) for r in row))
+
+
+def cmd_keys(args) -> int:
+    bucket = None if args.bucket is None else _name(args.bucket)
+    start = None if args.start is None else _name(args.start)
+    end = None if args.end is None else _name(args.end)
+    with _reader(args).fold_keys(bucket, start, end) as fold:
+        _print_tuples(itertools.islice(fold, args.limit), args.json)
+    return 0
+
+
+def cmd_buckets(args) -> int:
+    _print_tuples(([b] for b in _reader(args).list_buckets()), args.json)
+    return 0
+
+
+def _term(field: str, text: str):
+    if field.endswith("_int"):
+        try:
+            return int(text)
+        except ValueError:
+            raise LeveledError(f"field {field!r} takes int terms, not {text!r}") from None
+    return text
+
+
+def cmd_index(args) -> int:
+    start = _term(args.field, args.start)
+    end = start if args.end is None else _term(args.field, args.end)
+    with _reader(args).index_query(_name(args.bucket), args.field, start, end,
+                                   return_terms=args.terms, term_regex=args.regex,
+                                   max_results=args.limit) as found:
+        _print_tuples(((r if args.terms else (r,)) for r in found), args.json)
     return 0
 
 
@@ -318,6 +361,25 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("key", help="a str key, or hex:... for bytes")
         if name == "get":
             p.add_argument("--out", help="write the value to this file")
+    p = add("keys", cmd_keys, "list the live keys: every bucket, or one bucket from --start "
+            "to --end (read-only)")
+    p.add_argument("--bucket")
+    p.add_argument("--start", help="first key (included)")
+    p.add_argument("--end", help="last key (included)")
+    p.add_argument("--limit", type=int, help="stop after this many")
+    p.add_argument("--json", action="store_true", help="one JSON array per line")
+    p = add("buckets", cmd_buckets, "list the buckets that hold live objects (read-only)")
+    p.add_argument("--json", action="store_true")
+    p = add("index", cmd_index, "query a secondary index: the keys whose FIELD holds a term "
+            "from START to END (read-only)")
+    p.add_argument("bucket")
+    p.add_argument("field", help="an index field, ending in _bin (str terms) or _int")
+    p.add_argument("start")
+    p.add_argument("end", nargs="?", help="last term (default: START)")
+    p.add_argument("--terms", action="store_true", help="print the term with each key")
+    p.add_argument("--regex", help="keep terms matching this Python regex (_bin fields)")
+    p.add_argument("--limit", type=int, help="stop after this many")
+    p.add_argument("--json", action="store_true")
     p = add("put", cmd_put, "write an object (value from the argument, --file, or stdin)")
     p.add_argument("bucket")
     p.add_argument("key")

@@ -41,7 +41,8 @@ class PointInTime:
 
     def __init__(self, url: str, options: Options, files: LedgerFiles,
                  journal: list[JournalInfo], batches: list[pa.RecordBatch], sqn: int,
-                 store: ObjectStore | None = None, routes: tuple = ()):
+                 store: ObjectStore | None = None, routes: tuple = (),
+                 host: ClerkHost | None = None):
         self.url = url
         self.options = options
         self.files = files
@@ -51,8 +52,9 @@ class PointInTime:
         self._sorted_overlay: tuple[list[bytes], pa.Table] | None = None
         self.sqn = sqn
         self._store = store
+        self._given_store = store is not None
         self.routes = tuple(getattr(store, "routes", routes))  # a clone's ancestors
-        self._host: ClerkHost | None = None
+        self._host = host  # the file clerks to read through (made lazily when not given)
 
     @property
     def overlay(self) -> dict[bytes, tuple]:
@@ -106,7 +108,12 @@ class PointInTime:
     @property
     def host(self) -> ClerkHost:
         if self._host is None:
-            self._host = ClerkHost(self.store, self.options.cache_size // 4)
+            budget = self.options.cache_size // 4
+            if self._given_store:
+                self._host = ClerkHost(self.store, budget)
+            else:  # files are immutable: views of one store in this process share a cache
+                self._host = ClerkHost.shared(self.store, (self.url, self.routes, self.options),
+                                              budget)
         return self._host
 
     # -- reads by Ledger key --

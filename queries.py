@@ -18,15 +18,14 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .codec import (
-    OP_PUT,
     TAG_INDEX,
     decode_key,
     entry_to_head,
-    is_live,
     split_object_key,
     unpack_extra,
 )
@@ -37,6 +36,8 @@ from .scan import scan
 from .views import journal_fetch_many
 
 ORDERS = ("key", "sqn")
+#: Bytes of journal entries an SQN-order fold reads at a time (one ranged GET).
+JOURNAL_SPAN_BYTES = 8 << 20
 
 KEYS_SCHEMA = pa.schema([("bucket", pa.string()), ("key", pa.string())])
 _TERM = pa.struct([("field", pa.string()), ("term_bin", pa.string()), ("term_int", pa.int64())])
@@ -160,31 +161,46 @@ async def object_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
             yield table, await _values(view, table.column("sqn").to_pylist())
 
 
+async def live_sqn_bits(view: PointInTime, lo: bytes, hi: bytes) -> np.ndarray:
+    """One bit per SQN up to ``view.sqn``, set for the live objects in ``[lo, hi)``."""
+    bits = np.zeros(view.sqn // 8 + 1, dtype=np.uint8)
+    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+        async for table in tables:
+            sqns = table.column("sqn").to_numpy()
+            sqns = sqns[sqns <= view.sqn]
+            np.bitwise_or.at(bits, sqns >> 3,
+                             np.left_shift(np.uint8(1), (sqns & 7).astype(np.uint8)))
+    return bits
+
+
 async def _objects_by_sqn(view: PointInTime, lo: bytes, hi: bytes,
                           batch_size: int) -> AsyncIterator[tuple[pa.Table, list[bytes]]]:
-    """Objects in the order they were written: each journal file read whole, in file order,
-    keeping the entries that are still their key's current entry at ``view``."""
-    now_s = time.time()
+    """Objects in the order they were written. A key-order pass over the Ledger marks the SQNs
+    of the live objects in range (one bit per SQN); then each journal file is read in file
+    order, only the spans that hold marked entries."""
+    bits = await live_sqn_bits(view, lo, hi)
     for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
-        records = [r for r in await view.host.journal(info).read_records()
-                   if r.op == OP_PUT and lo <= r.lkey < hi and r.sqn <= view.sqn]
-        for start in range(0, len(records), batch_size):
-            chunk = records[start:start + batch_size]
-            entries = await view.entries([r.lkey for r in chunk])
-            kept = [(r, e) for r, e in zip(chunk, entries)
-                    if e is not None and e[0] == r.sqn and is_live(e, now_s)]
-            if kept:
+        clerk = view.host.journal(info)
+        sqns = np.asarray((await clerk.footer()).sqns, dtype=np.uint64)
+        inside = sqns <= view.sqn
+        marked = np.zeros(len(sqns), dtype=bool)
+        s = sqns[inside]
+        marked[inside] = (bits[s >> 3] >> (s & 7).astype(np.uint8)) & 1 == 1
+        wanted = np.flatnonzero(marked).tolist()
+        async for records in clerk.read_entries(wanted, JOURNAL_SPAN_BYTES):
+            for start in range(0, len(records), batch_size):
+                chunk = records[start:start + batch_size]
                 yield pa.table({
-                    "key": pa.array([r.lkey for r, _ in kept], pa.binary()),
-                    "sqn": pa.array([r.sqn for r, _ in kept], pa.uint64()),
-                    "last_modified": pa.array([e[5] for _, e in kept], pa.int64()),
-                    "extra": pa.array([e[6] for _, e in kept], pa.binary()),
-                }), [r.value for r, _ in kept]
+                    "key": pa.array([r.lkey for r in chunk], pa.binary()),
+                    "sqn": pa.array([r.sqn for r in chunk], pa.uint64()),
+                    "last_modified": pa.array([r.last_modified for r in chunk], pa.int64()),
+                    "extra": pa.array([r.extra for r in chunk], pa.binary()),
+                }), [r.value for r in chunk]
 
 
 async def index_entries(view: PointInTime, bucket, field: str, start, end, *,
-                        return_terms: bool, term_regex, start_key,
-                        max_results: int | None) -> AsyncIterator[list]:
+                        return_terms: bool = False, term_regex=None, start_key=None,
+                        max_results: int | None = None) -> AsyncIterator[list]:
     """Batches of index query results: keys, or ``(term, key)`` pairs, in (term, key) order."""
     lo, hi = index_range(bucket, field, start, end, start_key,
                          max_key_bytes=view.options.max_key_bytes)

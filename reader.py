@@ -27,9 +27,9 @@ from .queries import Queries
 from .views import LedgerFiles
 
 
-class StoreReader(PointInTime):
+class StoreReader(PointInTime, Queries):
     """A read-only view of one manifest version, opened with :meth:`open` or
-    :func:`open_reader`."""
+    :func:`open_reader`. Its queries (folds, index queries) read this one view."""
 
     def __init__(self, store: ObjectStore, manifest_id: int, manifest: Manifest,
                  tail: list[jfmt.JournalInfo], options: Options):
@@ -61,6 +61,9 @@ class StoreReader(PointInTime):
         reader = cls(store, manifest_id, m, tail, options)
         await reader._replay()
         return reader
+
+    async def _query_view_async(self, needs_values: bool):
+        return self, None
 
     async def _replay(self) -> None:
         after = self.manifest.ledger_sqn

@@ -49,11 +49,13 @@ from ..files.names import ulid
 from ..files.routed import store_for
 from ..files.store import ObjectStore
 from ..index_terms import change_entry, resolve_all
+from ..key_ranges import index_range
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
 from ..point_in_time import PointInTime
+from ..queries import index_entries
 from ..views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
 from .iclerk import InkerClerk
 from .inker import Inker
@@ -607,6 +609,20 @@ class Bookie:
         """The SQN each key's newest Ledger entry has (``None`` if the Ledger has none): what
         journal compaction asks to tell current entries from replaced ones."""
         return [None if e is None else e[0] for e in await self._entries(lkeys)]
+
+    async def index_query(self, query: dict) -> list:
+        """A bounded index query (``max_results`` set) answered here, in one round trip: on
+        this process's view, pinned for the query, with the cached changes of the range."""
+        self._check_readable()
+        lo, hi = index_range(query["bucket"], query["field"], query["start"], query["end"],
+                             query["start_key"], max_key_bytes=self.options.max_key_bytes)
+        rows = LedgerRows()
+        for lkey in self.cache.irange(lo, hi, inclusive=(True, False)):
+            rows.add(lkey, *self.cache[lkey])
+        view = PointInTime(self.url, self.options, self.files, [], [rows.to_batch()],
+                           self.durable_sqn, store=self.store, host=self.host)
+        with self.host.reading(self.files.version):
+            return [item async for batch in index_entries(view, **query) for item in batch]
 
     # -- snapshots ---------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import threading
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -45,7 +46,8 @@ class FileStateError(LeveledError):
 
 
 class LruCache:
-    """Least-recently-used cache with a byte budget (the budget may be 0: cache nothing)."""
+    """Least-recently-used cache with a byte budget (the budget may be 0: cache nothing).
+    Thread-safe: readers in one process may share it across threads."""
 
     def __init__(self, budget: int):
         self.budget = budget
@@ -53,32 +55,36 @@ class LruCache:
         self.hits = 0
         self.misses = 0
         self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, key):
-        item = self._items.get(key)
-        if item is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._items.move_to_end(key)
-        return item[0]
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._items.move_to_end(key)
+            return item[0]
 
     def put(self, key, value, nbytes: int) -> None:
         if nbytes > self.budget:
             return
-        old = self._items.pop(key, None)
-        if old is not None:
-            self.used -= old[1]
-        self._items[key] = (value, nbytes)
-        self.used += nbytes
-        while self.used > self.budget:
-            _, (_, size) = self._items.popitem(last=False)
-            self.used -= size
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.used -= old[1]
+            self._items[key] = (value, nbytes)
+            self.used += nbytes
+            while self.used > self.budget:
+                _, (_, size) = self._items.popitem(last=False)
+                self.used -= size
 
     def drop_prefix(self, name: str) -> None:
         """Forget everything cached for one file (after it is deleted)."""
-        for key in [k for k in self._items if k[0] == name]:
-            self.used -= self._items.pop(key)[1]
+        with self._lock:
+            for key in [k for k in self._items if k[0] == name]:
+                self.used -= self._items.pop(key)[1]
 
     def __len__(self) -> int:
         return len(self._items)
@@ -128,11 +134,13 @@ class FileClerk:
         value = self.host.cache.get(key)
         if value is not None:
             return value
-        pending = self._loading.get(part)
+        loop = asyncio.get_running_loop()
+        loading = (part, loop)  # a host shared by several event loops keeps their loads apart
+        pending = self._loading.get(loading)
         if pending is not None:
             return await asyncio.shield(pending)
-        fut = asyncio.get_running_loop().create_future()
-        self._loading[part] = fut
+        fut = loop.create_future()
+        self._loading[loading] = fut
         try:
             value = await load()
             self.host.cache.put(key, value, nbytes(value))
@@ -143,7 +151,7 @@ class FileClerk:
             fut.exception()  # mark retrieved: the caller re-raises it
             raise
         finally:
-            del self._loading[part]
+            del self._loading[loading]
 
     async def _footer_bytes(self, span) -> bytes:
         """The file's last bytes, covering its footer: one ranged GET, or two when the footer
@@ -249,6 +257,23 @@ class JournalClerk(FileClerk):
         return {sqn: jfmt.decode_entry(raw, self.name, off, sqn)
                 for (sqn, (off, _)), raw in zip(found, parts)}
 
+    async def read_entries(self, wanted: list[int], span_bytes: int):
+        """The records at entry positions ``wanted`` (ascending), read with one ranged GET per
+        ``span_bytes`` of entries: an async iterator of record lists, for scans that must not
+        hold the whole file."""
+        footer = await self.footer()
+        offsets, lengths, sqns = footer.offsets, footer.lengths, footer.sqns
+        k = 0
+        while k < len(wanted):
+            start, j = offsets[wanted[k]], k + 1
+            while j < len(wanted) and offsets[wanted[j]] + lengths[wanted[j]] - start <= span_bytes:
+                j += 1
+            end = offsets[wanted[j - 1]] + lengths[wanted[j - 1]]
+            raw = memoryview(await self.host.store.get_range_async(self.name, start, end))
+            yield [jfmt.decode_entry(raw[offsets[i] - start : offsets[i] + lengths[i] - start],
+                                     self.name, offsets[i], sqns[i]) for i in wanted[k:j]]
+            k = j
+
     async def read_records(self, after_sqn: int = 0) -> list[JournalRecord]:
         self._check_readable()
         data = await self.host.store.get_async(self.name)
@@ -268,6 +293,11 @@ async def write_sst(store: ObjectStore, table, options) -> SstInfo:
     )
     await store.put_if_absent_async(name, data)
     return info
+
+
+_SHARED: dict = {}
+_SHARED_LOCK = threading.Lock()
+_MAX_SHARED_CLERKS = 20_000
 
 
 class ClerkHost:
@@ -310,6 +340,18 @@ class ClerkHost:
         if clerk is None:
             clerk = self.clerks[info.name] = JournalClerk(self, info)
         return clerk  # type: ignore[return-value]
+
+    @classmethod
+    def shared(cls, store: ObjectStore, key, cache_bytes: int) -> ClerkHost:
+        """One host per ``key`` in this process, for readers of immutable files: snapshots,
+        queries and checkpoint readers of one store reuse its cached footers and blocks."""
+        with _SHARED_LOCK:
+            host = _SHARED.get(key)
+            if host is None:
+                host = _SHARED[key] = cls(store, cache_bytes)
+            elif len(host.clerks) > _MAX_SHARED_CLERKS:
+                host.clerks = {}  # clerks are cheap to remake; the cache is keyed by file
+            return host
 
     def forget(self, name: str) -> None:
         """Drop a file's clerk and everything cached for it."""

@@ -24,7 +24,7 @@ import xxhash
 
 from ..errors import CorruptObjectError
 from . import framing
-from .framing import CODEC_LZ4, Reader, checksum, compress, decompress, encode_footer
+from .framing import CODEC_LZ4, checksum, compress, decompress, encode_footer
 
 MAGIC = b"LRJNL\x00\x00\x01"
 VERSION = 1
@@ -193,30 +193,49 @@ def parse_footer(size: int, tail: bytes, path: str) -> JournalFooter:
 
 def decode_entry(data: bytes | memoryview, path: str, offset: int,
                  expect_sqn: int | None = None) -> JournalRecord:
-    """Validate and decode one entry (its bytes, read from ``offset``)."""
-    r = Reader(data, path, base=offset)
-    head = r.take(_ENTRY.size)
-    sqn, op, codec, raw_len, stored_len = _ENTRY.unpack(head)
-    (esum,) = r.unpack(_ENTRY_SUM)
-    payload = r.take(stored_len)
-    if r.remaining():
-        raise r.fail("entry length does not match its header")
-    if checksum(head, payload) != esum:
+    """Validate and decode one entry (its bytes, read from ``offset``).
+
+    Folds decode an entry per object, so this parses with ``unpack_from`` and explicit bounds
+    checks rather than a cursor object."""
+    if len(data) < ENTRY_HEAD:
+        raise CorruptObjectError(path, offset, "entry shorter than its header")
+    sqn, op, codec, raw_len, stored_len = _ENTRY.unpack_from(data, 0)
+    if ENTRY_HEAD + stored_len > len(data):
+        raise CorruptObjectError(path, offset, f"payload of {stored_len} bytes runs past the end")
+    if ENTRY_HEAD + stored_len != len(data):
+        raise CorruptObjectError(path, offset, "entry length does not match its header")
+    (esum,) = _ENTRY_SUM.unpack_from(data, _ENTRY.size)
+    view = memoryview(data)
+    payload = view[ENTRY_HEAD:]
+    if checksum(view[:_ENTRY.size], payload) != esum:
         raise CorruptObjectError(path, offset, "entry checksum mismatch")
     if expect_sqn is not None and sqn != expect_sqn:
         raise CorruptObjectError(path, offset, f"entry holds SQN {sqn}, not {expect_sqn}")
     raw = decompress(codec, payload, raw_len, path, offset)
-    rr = Reader(raw, path, base=offset)
-    lm, expiry, key_len, extra_len = rr.unpack(_RECORD)
-    lkey = bytes(rr.take(key_len))
-    extra = bytes(rr.take(extra_len))
-    (vlen,) = rr.unpack(_VALUE_LEN)
-    value = None if vlen == _NO_VALUE else bytes(rr.take(vlen))
-    idx = rr.take(rr.remaining())
+    size = len(raw)
+    if size < _RECORD.size:
+        raise CorruptObjectError(path, offset, "record shorter than its header")
+    lm, expiry, key_len, extra_len = _RECORD.unpack_from(raw, 0)
+    key_end = _RECORD.size + key_len
+    extra_end = key_end + extra_len
+    if extra_end + _VALUE_LEN.size > size:
+        raise CorruptObjectError(path, offset, "record key or extra runs past the end")
+    lkey = bytes(raw[_RECORD.size:key_end])
+    extra = bytes(raw[key_end:extra_end])
+    (vlen,) = _VALUE_LEN.unpack_from(raw, extra_end)
+    pos = extra_end + _VALUE_LEN.size
+    if vlen == _NO_VALUE:
+        value = None
+    elif pos + vlen > size:
+        raise CorruptObjectError(path, offset, "record value runs past the end")
+    else:
+        value = bytes(raw[pos:pos + vlen])
+        pos += vlen
     indexes: tuple = ()
-    if idx:
+    if pos < size:
         try:
-            indexes = tuple((int(a), str(b), c) for a, b, c in msgpack.unpackb(idx, raw=False))
+            indexes = tuple((int(a), str(b), c)
+                            for a, b, c in msgpack.unpackb(raw[pos:], raw=False))
         except (TypeError, ValueError, msgpack.UnpackException) as exc:
             raise CorruptObjectError(path, offset, f"malformed index changes: {exc}") from None
     return JournalRecord(sqn, op, lkey, value, indexes, expiry, extra, lm)

@@ -113,3 +113,26 @@ def test_checkpoint_gc_and_destroy_commands(loaded, capsys):
     assert cli.main(["destroy", "--url", url, "--now"]) == 0
     assert "destroyed" in capsys.readouterr().out
     assert cli.main(["inspect", "--url", url]) == 2  # nothing left
+
+
+def test_keys_buckets_and_index_queries(ray_cluster, tmp_url, capsys):
+    with lr.open(tmp_url, lr.Options(l0_max_keys=100, push_keys=20, push_ms=5)) as store:
+        store.put_many([lr.Put("b", f"k{i:03d}", b"v", indexes=[("add", "n_int", i % 7)])
+                        for i in range(250)])
+        store.put("c", b"\x00raw", b"v", indexes=[("add", "t_bin", "x")])
+        store.delete("b", "k000")
+    assert cli.main(["keys", "--url", tmp_url, "--bucket", "b", "--start", "k010",
+                     "--end", "k012"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["b\tk010", "b\tk011", "b\tk012"]
+    assert cli.main(["keys", "--url", tmp_url, "--limit", "3", "--json"]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+        ["b", "k001"], ["b", "k002"], ["b", "k003"]]
+    assert cli.main(["buckets", "--url", tmp_url]) == 0
+    assert capsys.readouterr().out.split() == ["b", "c"]
+    assert cli.main(["index", "--url", tmp_url, "b", "n_int", "3", "--terms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len([i for i in range(250) if i % 7 == 3]) and lines[0] == "3\tk003"
+    assert cli.main(["index", "--url", tmp_url, "c", "t_bin", "a", "z"]) == 0
+    assert capsys.readouterr().out.split() == ["hex:0072617" + "7"]
+    assert cli.main(["index", "--url", tmp_url, "b", "n_int", "x"]) == 2
+    assert "takes int terms" in capsys.readouterr().err
