@@ -12,7 +12,6 @@ is. Each fold has an Arrow form (``*_batches``) yielding ``pyarrow.RecordBatch``
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import time
@@ -20,18 +19,23 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .codec import (
     TAG_INDEX,
     decode_key,
-    entry_to_head,
     split_object_key,
-    unpack_extra,
 )
 from .errors import InvalidArgumentError, ObjectStoreError
-from .key_ranges import Names, check_term, index_prefix, index_range, next_bucket, object_range
+from .fold import aiterate, iterate
+from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
 from .point_in_time import PointInTime, run_sync
+from .query_results import (
+    heads_batch,
+    keys_batch,
+    objects_batch,
+    python_heads,
+    python_names,
+)
 from .scan import scan
 from .views import journal_fetch_many
 
@@ -39,82 +43,11 @@ ORDERS = ("key", "sqn")
 #: Bytes of journal entries an SQN-order fold reads at a time (one ranged GET).
 JOURNAL_SPAN_BYTES = 8 << 20
 
-KEYS_SCHEMA = pa.schema([("bucket", pa.string()), ("key", pa.string())])
-_TERM = pa.struct([("field", pa.string()), ("term_bin", pa.string()), ("term_int", pa.int64())])
-HEADS_SCHEMA = pa.schema([
-    ("bucket", pa.string()), ("key", pa.string()), ("sqn", pa.uint64()), ("size", pa.uint64()),
-    ("hash", pa.uint64()), ("last_modified", pa.timestamp("ms", tz="UTC")),
-    ("expires_at", pa.timestamp("s", tz="UTC")), ("metadata", pa.string()),
-    ("indexes", pa.list_(_TERM)), ("value", pa.binary()),
-])
-OBJECTS_SCHEMA = pa.schema([
-    ("bucket", pa.string()), ("key", pa.string()), ("value", pa.binary()),
-    ("sqn", pa.uint64()), ("last_modified", pa.timestamp("ms", tz="UTC")),
-])
-
-
-def schema(kind: str, binary_names: bool = False, with_indexes: bool = False) -> pa.Schema:
-    """The schema of a fold's Arrow form: ``"keys"``, ``"heads"`` or ``"objects"``."""
-    base = {"keys": KEYS_SCHEMA, "heads": HEADS_SCHEMA, "objects": OBJECTS_SCHEMA}[kind]
-    if binary_names:
-        base = base.set(0, pa.field("bucket", pa.binary())).set(1, pa.field("key", pa.binary()))
-    if with_indexes and kind == "objects":
-        base = base.append(pa.field("indexes", pa.list_(_TERM)))
-    return base
-
 
 def _check_batch_size(batch_size) -> int:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
         raise InvalidArgumentError(f"batch_size must be a positive int, not {batch_size!r}")
     return batch_size
-
-
-# --- building Arrow batches from Ledger rows -------------------------------------------------
-
-
-def _terms_column(extras: list[bytes]) -> pa.Array:
-    rows = []
-    for extra in extras:
-        terms = unpack_extra(extra)[1] if extra else ()
-        rows.append([{"field": f, "term_bin": t if isinstance(t, str) else None,
-                      "term_int": t if isinstance(t, int) else None} for f, t in terms])
-    return pa.array(rows, pa.list_(_TERM))
-
-
-def _timestamps(table: pa.Table) -> pa.Array:
-    return table.column("last_modified").cast(pa.timestamp("ms", tz="UTC"))
-
-
-def keys_batch(table: pa.Table, binary_names: bool) -> pa.RecordBatch:
-    buckets, keys = Names(table.column("key").combine_chunks()).arrow(binary_names)
-    return pa.RecordBatch.from_arrays([buckets, keys], schema=schema("keys", binary_names))
-
-
-def heads_batch(table: pa.Table, binary_names: bool) -> pa.RecordBatch:
-    buckets, keys = Names(table.column("key").combine_chunks()).arrow(binary_names)
-    extras = table.column("extra").to_pylist()
-    unpacked = [unpack_extra(e) if e else (b"", (), None) for e in extras]
-    expiry = table.column("expiry").combine_chunks().cast(pa.int64())
-    expires = pc.if_else(pc.equal(expiry, 0), pa.scalar(None, pa.int64()), expiry)
-    return pa.RecordBatch.from_arrays([
-        buckets, keys, table.column("sqn").combine_chunks(), table.column("size").combine_chunks(),
-        table.column("hash").combine_chunks(), _timestamps(table).combine_chunks(),
-        expires.cast(pa.timestamp("s", tz="UTC")),
-        pa.array([m.decode() if m else None for m, _, _ in unpacked], pa.string()),
-        _terms_column(extras),
-        pa.array([v for _, _, v in unpacked], pa.binary()),
-    ], schema=schema("heads", binary_names))
-
-
-def objects_batch(table: pa.Table, values: list, binary_names: bool,
-                  with_indexes: bool) -> pa.RecordBatch:
-    buckets, keys = Names(table.column("key").combine_chunks()).arrow(binary_names)
-    columns = [buckets, keys, pa.array(values, pa.binary()),
-               table.column("sqn").combine_chunks(), _timestamps(table).combine_chunks()]
-    if with_indexes:
-        columns.append(_terms_column(table.column("extra").to_pylist()))
-    return pa.RecordBatch.from_arrays(columns,
-                                      schema=schema("objects", binary_names, with_indexes))
 
 
 async def _values(view: PointInTime, sqns: list[int]) -> list[bytes]:
@@ -265,122 +198,6 @@ async def list_buckets(view: PointInTime) -> list:
 
 # --- running async generators from synchronous code ----------------------------------------
 
-
-def iterate(make: Callable[[], AsyncIterator], *, flatten: bool,
-            on_close: Callable[[], None] | None = None) -> Fold:
-    """A synchronous iterator over an async generator of batches, run on a private event loop.
-    ``flatten`` hands out the items of each batch. Closing it (or breaking out of a ``for``
-    loop over it) stops the generator and calls ``on_close``."""
-    once = _Once(on_close)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return Fold(_iterate(make, flatten, once), once)
-    once()
-    raise RuntimeError("called a synchronous query inside an event loop: use its *_async "
-                       "form there")
-
-
-class _Once:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self) -> None:
-        fn, self.fn = self.fn, None
-        if fn is not None:
-            fn()
-
-
-class Fold:
-    """The iterator a query returns. It ends, and releases what it holds (its snapshot), when
-    it is exhausted, when :meth:`close` is called, at the end of a ``with`` block, or once
-    nothing refers to it (breaking out of a ``for`` loop)."""
-
-    def __init__(self, gen: Iterator, release: _Once):
-        self._gen = gen
-        self._release = release
-
-    def __iter__(self) -> Fold:
-        return self
-
-    def __next__(self):
-        return next(self._gen)
-
-    def close(self) -> None:
-        try:
-            self._gen.close()  # a started generator releases in its finally block
-        finally:
-            self._release()  # one never started releases here
-
-    def __enter__(self) -> Fold:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass  # at interpreter exit: the snapshot expires on its own
-
-
-def _iterate(make, flatten, on_close: _Once):
-    runner = asyncio.Runner()
-    agen = None
-    try:
-        agen = make()
-        while True:
-            try:
-                batch = runner.run(agen.__anext__())
-            except StopAsyncIteration:
-                return
-            if flatten:
-                yield from batch
-            else:
-                yield batch
-    finally:
-        try:
-            if agen is not None:
-                runner.run(agen.aclose())
-            runner.close()  # also stops the loop's worker threads
-        finally:
-            on_close()
-
-
-async def aiterate(make: Callable[[], AsyncIterator], *, flatten: bool,
-                   on_close: Callable[[], object] | None = None) -> AsyncIterator:
-    """The ``*_async`` twin of :func:`iterate`: an async generator; ``on_close`` may be async."""
-    try:
-        async with contextlib.aclosing(make()) as agen:
-            async for batch in agen:
-                if flatten:
-                    for item in batch:
-                        yield item
-                else:
-                    yield batch
-    finally:
-        if on_close is not None:
-            done = on_close()
-            if asyncio.iscoroutine(done):
-                await done
-
-
-# --- the user-facing mixin --------------------------------------------------------------------
-
-
-def _python_names(table: pa.Table) -> tuple[list, list]:
-    """Buckets and keys as the ``str`` / ``bytes`` values they were written as."""
-    return Names(table.column("key").combine_chunks()).python()
-
-
-def _python_heads(table: pa.Table, now_s: float) -> list:
-    buckets, keys = _python_names(table)
-    cols = [table.column(c).to_pylist() for c in
-            ("sqn", "status", "expiry", "hash", "size", "last_modified", "extra")]
-    return [(b, k, entry_to_head(*e, now_s=now_s)) for b, k, e in zip(buckets, keys, zip(*cols))]
-
-
 class Queries:
     """Folds, index queries and bucket listing over the point in time :meth:`_query_view`
     gives. Subclasses provide ``_query_view`` (and may release something when a query ends).
@@ -410,7 +227,7 @@ class Queries:
                 async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
                     async for table in rows:
                         yield (keys_batch(table, binary_names) if arrow
-                               else list(zip(*_python_names(table))))
+                               else list(zip(*python_names(table))))
             return gen()
         return False, not arrow, make
 
@@ -426,7 +243,7 @@ class Queries:
                 async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
                     async for table in rows:
                         yield (heads_batch(table, binary_names) if arrow
-                               else _python_heads(table, now_s))
+                               else python_heads(table, now_s))
             return gen()
         return False, not arrow, make
 
@@ -447,7 +264,7 @@ class Queries:
                         if arrow:
                             yield objects_batch(table, values, binary_names, with_indexes)
                         else:
-                            yield list(zip(*_python_names(table), values))
+                            yield list(zip(*python_names(table), values))
             return gen()
         return True, not arrow, make
 
@@ -488,7 +305,8 @@ class Queries:
 
     def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
                            binary_names: bool = False) -> Iterator[pa.RecordBatch]:
-        """:meth:`fold_heads` as Arrow batches (see :data:`HEADS_SCHEMA`)."""
+        """:meth:`fold_heads` as Arrow batches (columns: see
+        :data:`~leveled_ray.query_results.HEADS_SCHEMA`)."""
         return self._run(self._heads_query(bucket, start, end, batch_size, True, binary_names))
 
     def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",

@@ -22,11 +22,13 @@ import pyarrow.compute as pc
 
 from .codec import ACTIVE
 from .files.clerk import ClerkHost
-from .files.sst import SstInfo, block_ranges, sort_and_dedupe
+from .files.sst import SstInfo, block_span, sort_and_dedupe
 from .point_in_time import PointInTime
 
-#: Bytes of SST blocks one scan read fetches (one ranged GET).
+#: Bytes of SST blocks one scan read fetches (one ranged GET), at most ...
 READ_BYTES = 1 << 20
+#: ... and at first: a source's reads double from this, so short queries read little.
+FIRST_READ_BYTES = 32 << 10
 #: Rows of the overlay handed out at a time.
 OVERLAY_ROWS = 16_384
 
@@ -53,26 +55,39 @@ class _Overlay:
 
 class _Run:
     """SSTs sorted by key range that do not overlap (one L0 file, or a whole deeper level),
-    read a range of blocks at a time, with the next read in flight."""
+    read a range of whole blocks at a time, with the next read in flight. Reads start at
+    :data:`FIRST_READ_BYTES` and double up to :data:`READ_BYTES`, so a query that wants a few
+    rows reads little and a long scan reads in large requests."""
 
     def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes):
         self._host = host
         self._files = deque(f for f in files if f.max_key >= lo and f.min_key < hi)
         self._lo, self._hi = lo, hi
-        self._units: deque = deque()
+        self._file: list | None = None  # [clerk, footer, next block, end block]
+        self._read_bytes = FIRST_READ_BYTES
         self._ahead: asyncio.Future | None = None
 
     async def _read(self) -> pa.Table | None:
         while True:
-            while not self._units:
+            if self._file is None:
                 if not self._files:
                     return None
                 clerk = self._host.sst(self._files.popleft())
                 footer = await clerk.footer()
-                self._units.extend((clerk, first, end) for first, end in
-                                   block_ranges(footer, self._lo, self._hi, READ_BYTES))
-            clerk, first, end = self._units.popleft()
-            table = clip(pa.Table.from_batches(await clerk.read_blocks(first, end)),
+                first, end = block_span(footer, self._lo, self._hi)
+                if first < end:
+                    self._file = [clerk, footer, first, end]
+                continue
+            clerk, footer, first, end = self._file
+            stop = first + 1
+            while (stop < end
+                   and footer.offsets[stop + 1] - footer.offsets[first] <= self._read_bytes):
+                stop += 1
+            self._file[2] = stop
+            if stop >= end:
+                self._file = None
+            self._read_bytes = min(2 * self._read_bytes, READ_BYTES)
+            table = clip(pa.Table.from_batches(await clerk.read_blocks(first, stop)),
                          self._lo, self._hi)
             if table.num_rows:
                 return table

@@ -169,6 +169,7 @@ def main() -> None:
     parser.add_argument("--index-keys", type=int, help="objects for the index queries")
     parser.add_argument("--size", type=int, default=256, help="value bytes (folds)")
     parser.add_argument("--samples", type=int, default=200, help="queries per latency")
+    parser.add_argument("--only", choices=["folds", "index"], help="run one half")
     args = parser.parse_args()
     keys, index_keys = PRESETS[args.preset]
     keys, index_keys = args.keys or keys, args.index_keys or index_keys
@@ -176,8 +177,9 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="lr-bench-queries-")
     lr.api.ensure_ray()
     try:
-        folds = fold_bench(root, keys, args.size, options)
-        index = index_bench(root, index_keys, options, args.samples)
+        folds = [] if args.only == "index" else fold_bench(root, keys, args.size, options)
+        index = [] if args.only == "folds" else index_bench(root, index_keys, options,
+                                                            args.samples)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         ray.shutdown()

@@ -266,22 +266,12 @@ def decode_blocks(raw: bytes, footer: SstFooter, first: int, path: str) -> list[
     return out
 
 
-def block_ranges(footer: SstFooter, lo: bytes, hi: bytes,
-                 read_bytes: int) -> list[tuple[int, int]]:
-    """The blocks that may hold keys in ``[lo, hi)``, grouped into reads of about
-    ``read_bytes``: ``[(first, end), ...]`` with ``end`` exclusive."""
+def block_span(footer: SstFooter, lo: bytes, hi: bytes) -> tuple[int, int]:
+    """The blocks that may hold keys in ``[lo, hi)``: ``(first, end)``, ``end`` exclusive."""
     if hi <= footer.min_key or lo > footer.max_key:
-        return []
-    first = max(0, bisect.bisect_right(footer.first_keys, lo) - 1)
-    end = bisect.bisect_left(footer.first_keys, hi)
-    out = []
-    while first < end:
-        stop = first + 1
-        while stop < end and footer.offsets[stop + 1] - footer.offsets[first] <= read_bytes:
-            stop += 1
-        out.append((first, stop))
-        first = stop
-    return out
+        return 0, 0
+    return (max(0, bisect.bisect_right(footer.first_keys, lo) - 1),
+            bisect.bisect_left(footer.first_keys, hi))
 
 
 def read_all(data: bytes, path: str) -> tuple[SstFooter, pa.Table]:

@@ -82,6 +82,7 @@ async def collect(view, lo, hi, live=True):
 @pytest.mark.parametrize("seed", range(4))
 def test_scan_matches_a_model(tmp_path, monkeypatch, seed):
     monkeypatch.setattr(scan_mod, "READ_BYTES", 300)  # many reads per file
+    monkeypatch.setattr(scan_mod, "FIRST_READ_BYTES", 100)
     monkeypatch.setattr(scan_mod, "OVERLAY_ROWS", 7)
     rng = random.Random(seed)
     view, newest = build_view(tmp_path, rng)

@@ -1,0 +1,112 @@
+"""Running a query's async generator from synchronous code, and ending it cleanly.
+
+A synchronous query runs its async generator on a private event loop, one batch per step, and
+hands out the batch's items. The :class:`Fold` it returns releases what the query holds (its
+snapshot) however the caller stops: exhausted, broken out of, closed, or never started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+
+
+def iterate(make: Callable[[], AsyncIterator], *, flatten: bool,
+            on_close: Callable[[], None] | None = None) -> Fold:
+    """A synchronous iterator over an async generator of batches, run on a private event loop.
+    ``flatten`` hands out the items of each batch. Closing it (or breaking out of a ``for``
+    loop over it) stops the generator and calls ``on_close``."""
+    once = _Once(on_close)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return Fold(_iterate(make, flatten, once), once)
+    once()
+    raise RuntimeError("called a synchronous query inside an event loop: use its *_async "
+                       "form there")
+
+
+class _Once:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self) -> None:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
+class Fold:
+    """The iterator a query returns. It ends, and releases what it holds (its snapshot), when
+    it is exhausted, when :meth:`close` is called, at the end of a ``with`` block, or once
+    nothing refers to it (breaking out of a ``for`` loop)."""
+
+    def __init__(self, gen: Iterator, release: _Once):
+        self._gen = gen
+        self._release = release
+
+    def __iter__(self) -> Fold:
+        return self
+
+    def __next__(self):
+        return next(self._gen)
+
+    def close(self) -> None:
+        try:
+            self._gen.close()  # a started generator releases in its finally block
+        finally:
+            self._release()  # one never started releases here
+
+    def __enter__(self) -> Fold:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass  # at interpreter exit: the snapshot expires on its own
+
+
+def _iterate(make, flatten, on_close: _Once):
+    runner = asyncio.Runner()
+    agen = None
+    try:
+        agen = make()
+        while True:
+            try:
+                batch = runner.run(agen.__anext__())
+            except StopAsyncIteration:
+                return
+            if flatten:
+                yield from batch
+            else:
+                yield batch
+    finally:
+        try:
+            if agen is not None:
+                runner.run(agen.aclose())
+            runner.close()  # also stops the loop's worker threads
+        finally:
+            on_close()
+
+
+async def aiterate(make: Callable[[], AsyncIterator], *, flatten: bool,
+                   on_close: Callable[[], object] | None = None) -> AsyncIterator:
+    """The ``*_async`` twin of :func:`iterate`: an async generator; ``on_close`` may be async."""
+    try:
+        async with contextlib.aclosing(make()) as agen:
+            async for batch in agen:
+                if flatten:
+                    for item in batch:
+                        yield item
+                else:
+                    yield batch
+    finally:
+        if on_close is not None:
+            done = on_close()
+            if asyncio.iscoroutine(done):
+                await done
