@@ -348,7 +348,7 @@ class Store(Queries):
         snap = await self.snapshot_async(long_running=True, values=needs_values)
         return snap._view, snap.release_async
 
-    def _check_fold(self, kind: str, order: str = "key") -> None:
+    def _check_fold(self, kind: str) -> None:
         head_only_mode.refuse(self.head_only, {"objects": "fold_objects",
                                                "index": "index_query"}.get(kind, "fold"))
 

@@ -211,7 +211,7 @@ class Queries:
     async def _query_view_async(self, needs_values: bool):
         return await self._view_async(needs_values), None
 
-    def _check_fold(self, kind: str, order: str = "key") -> None:
+    def _check_fold(self, kind: str) -> None:
         """Refuse folds the store cannot answer (a ``head_only`` store keeps no values)."""
 
     # -- describing a query: (needs_values, flatten, async generator factory) --
@@ -252,7 +252,7 @@ class Queries:
         batch_size = _check_batch_size(batch_size)
         if order not in ORDERS:
             raise InvalidArgumentError(f"order must be one of {ORDERS}, not {order!r}")
-        self._check_fold("objects", order)
+        self._check_fold("objects")
 
         def make(view):
             lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
