@@ -75,3 +75,44 @@ class Fold:
                 self.close()
             except Exception:
                 pass  # at interpreter exit: the snapshot expires on its own
+
+
+def _iterate(make, flatten, on_close: _Once):
+    runner = asyncio.Runner()
+    agen = None
+    try:
+        agen = make()
+        while True:
+            try:
+                batch = runner.run(agen.__anext__())
+            except StopAsyncIteration:
+                return
+            if flatten:
+                yield from batch
+            else:
+                yield batch
+    finally:
+        try:
+            if agen is not None:
+                runner.run(agen.aclose())
+            runner.close()  # also stops the loop's worker threads
+        finally:
+            on_close()
+
+
+async def aiterate(make: Callable[[], AsyncIterator], *, flatten: bool,
+                   on_close: Callable[[], object] | None = None) -> AsyncIterator:
+    """The ``*_async`` twin of :func:`iterate`: an async generator; ``on_close`` may be async."""
+    try:
+        async with contextlib.aclosing(make()) as agen:
+            async for batch in agen:
+                if flatten:
+                    for item in batch:
+                        yield item
+                else:
+                    yield batch
+    finally:
+        if on_close is not None:
+            done = on_close()
+            if asyncio.iscoroutine(done):
+                await done
