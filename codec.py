@@ -463,6 +463,14 @@ class LedgerRows:
                                  self.last_modified, self.extra))
 
     @classmethod
+    def from_entries(cls, pairs) -> LedgerRows:
+        """Rows from ``(key, entry)`` pairs (the inverse of :meth:`entries`)."""
+        rows = cls()
+        for lkey, entry in pairs:
+            rows.add(lkey, *entry)
+        return rows
+
+    @classmethod
     def from_batch(cls, batch: pa.RecordBatch) -> LedgerRows:
         rows = cls()
         for f in LEDGER_SCHEMA:

@@ -72,10 +72,8 @@ class PointInTime:
             if self._overlay is None:
                 table = sort_and_dedupe(pa.Table.from_batches(self._batches, LEDGER_SCHEMA))
             else:
-                rows = LedgerRows()
-                for lkey, entry in self._overlay.items():
-                    rows.add(lkey, *entry)
-                table = sort_and_dedupe(rows.to_batch())
+                table = sort_and_dedupe(
+                    LedgerRows.from_entries(self._overlay.items()).to_batch())
             table = table.combine_chunks()
             self._sorted_overlay = (table.column("key").to_pylist(), table)
         return self._sorted_overlay
@@ -85,10 +83,7 @@ class PointInTime:
     def __getstate__(self) -> dict:
         batches = self._batches
         if self._overlay:  # already a dict (or a reader's replay): send it as one batch
-            rows = LedgerRows()
-            for lkey, entry in self._overlay.items():
-                rows.add(lkey, *entry)
-            batches = [rows.to_batch()]
+            batches = [LedgerRows.from_entries(self._overlay.items()).to_batch()]
         return {"url": self.url, "options": self.options, "files": self.files,
                 "journal": self.journal.files, "sqn": self.sqn, "routes": self.routes,
                 "batches": batches}

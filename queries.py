@@ -216,9 +216,11 @@ class Queries:
 
     # -- describing a query: (needs_values, flatten, async generator factory) --
 
-    def _keys_query(self, bucket, start, end, batch_size, arrow, binary_names):
+    def _rows_query(self, kind, bucket, start, end, batch_size, convert):
+        """A fold of live Ledger rows over an object range, each batch turned by
+        ``convert(table)`` into what the caller gets."""
         batch_size = _check_batch_size(batch_size)
-        self._check_fold("keys")
+        self._check_fold(kind)
 
         def make(view):
             lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
@@ -226,26 +228,24 @@ class Queries:
             async def gen():
                 async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
                     async for table in rows:
-                        yield (keys_batch(table, binary_names) if arrow
-                               else list(zip(*python_names(table))))
+                        yield convert(table)
             return gen()
-        return False, not arrow, make
+        return make
+
+    def _keys_query(self, bucket, start, end, batch_size, arrow, binary_names):
+        def convert(table):
+            return (keys_batch(table, binary_names) if arrow
+                    else list(zip(*python_names(table))))
+        return False, not arrow, self._rows_query("keys", bucket, start, end, batch_size,
+                                                  convert)
 
     def _heads_query(self, bucket, start, end, batch_size, arrow, binary_names):
-        batch_size = _check_batch_size(batch_size)
-        self._check_fold("heads")
+        now_s = time.time()
 
-        def make(view):
-            lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
-            now_s = time.time()
-
-            async def gen():
-                async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
-                    async for table in rows:
-                        yield (heads_batch(table, binary_names) if arrow
-                               else python_heads(table, now_s))
-            return gen()
-        return False, not arrow, make
+        def convert(table):
+            return heads_batch(table, binary_names) if arrow else python_heads(table, now_s)
+        return False, not arrow, self._rows_query("heads", bucket, start, end, batch_size,
+                                                  convert)
 
     def _objects_query(self, bucket, start, end, batch_size, arrow, binary_names, order,
                        with_indexes=False):

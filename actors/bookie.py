@@ -616,10 +616,9 @@ class Bookie:
         self._check_readable()
         lo, hi = index_range(query["bucket"], query["field"], query["start"], query["end"],
                              query["start_key"], max_key_bytes=self.options.max_key_bytes)
-        rows = LedgerRows()
-        for lkey in self.cache.irange(lo, hi, inclusive=(True, False)):
-            rows.add(lkey, *self.cache[lkey])
-        view = PointInTime(self.url, self.options, self.files, [], [rows.to_batch()],
+        cached = LedgerRows.from_entries(
+            (k, self.cache[k]) for k in self.cache.irange(lo, hi, inclusive=(True, False)))
+        view = PointInTime(self.url, self.options, self.files, [], [cached.to_batch()],
                            self.durable_sqn, store=self.store, host=self.host)
         with self.host.reading(self.files.version):
             return [item async for batch in index_entries(view, **query) for item in batch]

@@ -253,3 +253,5 @@ def test_queries_on_snapshots_in_ray_tasks_and_async(ray_cluster, tmp_url):
             store.index_query("b", "n_bin", "a", "b", term_regex="(")
         with pytest.raises(InvalidArgumentError):
             store.fold_objects(order="random")
+        with pytest.raises(InvalidArgumentError, match="head_only"):
+            store.trim_journal()
