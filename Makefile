@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,spark]"
 	touch $(STAMP)
 
 # The main job: local Ray and a file:// store under ./data.

@@ -50,7 +50,7 @@ def _check_batch_size(batch_size) -> int:
     return batch_size
 
 
-async def _values(view: PointInTime, sqns: list[int]) -> list[bytes]:
+async def fetch_values(view: PointInTime, sqns: list[int]) -> list[bytes]:
     records = await journal_fetch_many(view.host, view.journal, sqns)
     lost = [s for s in sqns if s not in records]
     if lost:
@@ -91,35 +91,33 @@ async def object_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
         return
     async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
         async for table in rows:
-            yield table, await _values(view, table.column("sqn").to_pylist())
+            yield table, await fetch_values(view, table.column("sqn").to_pylist())
 
 
-async def live_sqn_bits(view: PointInTime, lo: bytes, hi: bytes) -> np.ndarray:
-    """One bit per SQN up to ``view.sqn``, set for the live objects in ``[lo, hi)``."""
-    bits = np.zeros(view.sqn // 8 + 1, dtype=np.uint8)
+async def live_sqns(view: PointInTime, lo: bytes, hi: bytes) -> np.ndarray:
+    """The sorted SQNs of the live objects in ``[lo, hi)`` (up to ``view.sqn``). SQNs may be
+    sparse (bulk writes use windows far apart), so they are kept as a sorted array."""
+    found = []
     async with contextlib.aclosing(scan(view, lo, hi)) as tables:
         async for table in tables:
             sqns = table.column("sqn").to_numpy()
-            sqns = sqns[sqns <= view.sqn]
-            np.bitwise_or.at(bits, sqns >> 3,
-                             np.left_shift(np.uint8(1), (sqns & 7).astype(np.uint8)))
-    return bits
+            found.append(sqns[sqns <= view.sqn])
+    return np.sort(np.concatenate(found)) if found else np.zeros(0, dtype=np.uint64)
 
 
 async def _objects_by_sqn(view: PointInTime, lo: bytes, hi: bytes,
                           batch_size: int) -> AsyncIterator[tuple[pa.Table, list[bytes]]]:
-    """Objects in the order they were written. A key-order pass over the Ledger marks the SQNs
-    of the live objects in range (one bit per SQN); then each journal file is read in file
-    order, only the spans that hold marked entries."""
-    bits = await live_sqn_bits(view, lo, hi)
+    """Objects in the order they were written. A key-order pass over the Ledger collects the
+    SQNs of the live objects in range; then each journal file is read in file order, only
+    the spans that hold those entries."""
+    live = await live_sqns(view, lo, hi)
     for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
+        first, last = np.searchsorted(live, [info.min_sqn, info.max_sqn + 1])
+        if first == last:
+            continue
         clerk = view.host.journal(info)
         sqns = np.asarray((await clerk.footer()).sqns, dtype=np.uint64)
-        inside = sqns <= view.sqn
-        marked = np.zeros(len(sqns), dtype=bool)
-        s = sqns[inside]
-        marked[inside] = (bits[s >> 3] >> (s & 7).astype(np.uint8)) & 1 == 1
-        wanted = np.flatnonzero(marked).tolist()
+        wanted = np.flatnonzero(np.isin(sqns, live[first:last])).tolist()
         async for records in clerk.read_entries(wanted, JOURNAL_SPAN_BYTES):
             for start in range(0, len(records), batch_size):
                 chunk = records[start:start + batch_size]

@@ -50,6 +50,7 @@ from ..files.routed import store_for
 from ..files.store import ObjectStore
 from ..index_terms import change_entry, resolve_all
 from ..key_ranges import index_range
+from ..manifest.ingest import WINDOW_SQNS, IngestConflictError, reserve_base
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
@@ -125,6 +126,11 @@ class Bookie:
         self._idle = asyncio.Event()
         self._idle.set()
         self._push_lock = asyncio.Lock()
+        # Closed while a bulk write is installed: no change gets an SQN meanwhile.
+        self._writes_open = asyncio.Event()
+        self._writes_open.set()
+        self._ingest_lock = asyncio.Lock()
+        self.reserved_upto = 0  # end of the SQN windows reserved for bulk writes
         self._tasks: list[asyncio.Task] = []
         self._pusher_task: asyncio.Task | None = None
         self.counters = {"groups": 0, "changes": 0, "replayed": 0, "gets": 0, "heads": 0,
@@ -227,12 +233,16 @@ class Bookie:
                                   for c in changes):
             raise InvalidArgumentError("this store is head_only: write to it through a "
                                        "handle that knows (lr.open(..., head_only=...))")
-        await self._backpressure()
         conditional = [c.lkey for c in changes if c.condition != NO_CONDITION]
-        stored: dict[bytes, tuple | None] = {}
-        if conditional or self.indexed:
-            stored = await self._current_entries(
-                {c.lkey for c in changes} if self.indexed else set(conditional))
+        while True:
+            await self._writes_open.wait()
+            await self._backpressure()
+            stored: dict[bytes, tuple | None] = {}
+            if conditional or self.indexed:
+                stored = await self._current_entries(
+                    {c.lkey for c in changes} if self.indexed else set(conditional))
+            if self._writes_open.is_set():
+                break  # else a bulk write is being installed: look again after it
         # From here to the allocation nothing awaits, so no other change can slip in.
         now_s = time.time()
         if conditional:
@@ -402,6 +412,45 @@ class Bookie:
             getattr(self.unpushed, name).extend(getattr(rows, name))
         if len(self.unpushed) >= self.options.push_keys:
             self._wake_pusher.set()
+
+    # -- bulk writes (see leveled_ray.bulk_write) ----------------------------------------------
+
+    def reserve_bulk(self) -> dict:
+        """Reserve a window of SQNs for a bulk write, above every SQN given out so far."""
+        self._check_usable()
+        base = reserve_base(self.next_sqn - 1, self.reserved_upto)
+        self.reserved_upto = base + WINDOW_SQNS
+        return {"base": base, "indexed": self.indexed, "epoch": self.epoch}
+
+    async def ingest(self, packed: bytes) -> int:
+        """Install a bulk write's files: writes pause, every acknowledged change is persisted
+        to the Ledger, then the Penciller installs the files in one manifest change. Returns
+        the manifest version."""
+        journal, ssts = unpack(packed)
+        self._check_usable()
+        async with self._ingest_lock:
+            self._writes_open.clear()
+            try:
+                await self._idle.wait()  # every admitted change is durable
+                self._check_usable()
+                low = min(j.min_sqn for j in journal)
+                if low < self.next_sqn:
+                    raise IngestConflictError(
+                        f"the store gave out SQN {self.next_sqn - 1} before the bulk write "
+                        f"(from SQN {low}) was installed: another bulk write landed first")
+                await self._push()
+                files = await call(self.penciller.ingest, journal, ssts, self.durable_sqn)
+                await call(self.inker.adopt, journal)
+                self.journal.extend(journal)
+                top = max(j.max_sqn for j in journal)
+                self.next_sqn = max(self.next_sqn, top + 1)
+                self.durable_sqn = max(self.durable_sqn, top)
+                self.indexed = self.indexed or any(s.min_key < TAG_OBJECT for s in ssts)
+                if files.version > self.files.version:
+                    self._adopt(files)
+                return files.version
+            finally:
+                self._writes_open.set()
 
     # -- keeping the Penciller up to date ------------------------------------------------------
 

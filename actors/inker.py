@@ -154,6 +154,12 @@ class Inker(Owner):
         self.files.extend(f for f in files if f.name not in known)
         self.files.sort(key=lambda f: (f.slot, f.min_sqn))
 
+    def adopt(self, files: tuple) -> None:
+        """Take the journal files of a bulk write, which the Penciller installed."""
+        known = {f.name for f in self.files}
+        self.files.extend(f for f in files if f.name not in known)
+        self.files.sort(key=lambda f: (f.slot, f.min_sqn))
+
     # -- reading --
 
     def data_files(self) -> list[jfmt.JournalInfo]:

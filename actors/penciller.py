@@ -20,6 +20,7 @@ from ..files import sst as sfmt
 from ..files.clerk import write_sst
 from ..files.store import ObjectStore
 from ..garbage_collection import check_publishable
+from ..manifest.ingest import ingest
 from ..manifest.levels import MergeJob, apply_merge, choose_work
 from ..manifest.store import Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn
@@ -27,6 +28,9 @@ from ..options import Options
 from ..views import LedgerFiles
 from .owner import Owner
 from .remote import call, process_stats
+
+#: Stands for a merge while a bulk write is installed, so that no merge starts.
+_INGESTING = MergeJob(0, (), (), False)
 
 
 class Penciller(Owner):
@@ -48,7 +52,7 @@ class Penciller(Owner):
         self.inker = None  # asked to record the journal before each persisted SQN moves
         self.rng = random.Random()
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
-                         "merges": 0, "merge_failures": 0}
+                         "merges": 0, "merge_failures": 0, "ingests": 0}
 
     def files(self) -> LedgerFiles:
         mid, m = self.manifest
@@ -169,6 +173,33 @@ class Penciller(Owner):
         self.merging = None
         self.counters["merge_failures"] += 1
         self.last_error = error
+        self._merged.set()
+        self._merged = asyncio.Event()
+
+    # -- bulk writes --
+
+    async def ingest(self, journal: tuple, ssts: tuple, upto: int) -> LedgerFiles:
+        """Install a bulk write's files (see :mod:`leveled_ray.manifest.ingest`) once L0
+        memory, holding every change up to ``upto``, is persisted. No merge runs meanwhile:
+        the files are placed by the levels as they are."""
+        if self.error is not None:
+            raise self.error
+        while self.merging is not None:
+            await self._merged.wait()
+        self.merging = _INGESTING
+        try:
+            self.pushed_sqn = max(self.pushed_sqn, upto)
+            await self.flush()
+            check_publishable([f.name for f in journal + ssts], self.options, time.time())
+            await self.commit(ingest, journal, ssts)
+            self.pushed_sqn = max(self.pushed_sqn, self.manifest[1].ledger_sqn)
+        finally:
+            self.merging = None
+            self._merged.set()
+            self._merged = asyncio.Event()
+        self.counters["ingests"] += 1
+        self._notify()
+        return self.files()
 
     def stats(self) -> dict:
         levels = self.manifest[1].levels

@@ -1,0 +1,395 @@
+"""The Spark pipeline: a PySpark data source named ``leveled``, and Ray-on-Spark.
+
+::
+
+    import leveled_ray.spark as lrs
+    spark = lrs.session()                      # or: lrs.register(existing_session)
+    df.write.format("leveled").option("url", url).mode("append").save()
+    spark.read.format("leveled").option("url", url).load()
+
+Reads (:mod:`leveled_ray.bulk_read`) pin a checkpoint, split the key range along SST boundaries
+and read each split straight from the object store in the Spark tasks, as Arrow batches.
+Writes (:mod:`leveled_ray.bulk_write`) build journal files and SSTs in the tasks and install
+them all at once in the writer's ``commit()``; ``abort()`` leaves nothing visible.
+
+Options (all strings, as Spark passes them):
+
+- ``url`` (required): the store.
+- reads: ``checkpoint`` (read that one; else the read pins its own), ``bucket``,
+  ``start_key`` / ``end_key`` (both included; need ``bucket``), ``index`` with
+  ``index_start`` / ``index_end`` (a term range of an index field; needs ``bucket``),
+  ``with_indexes`` (add the objects' index terms), ``binary_names`` (bucket and key as
+  binary), ``splits`` (partitions to aim for, default 8), ``lifetime`` (seconds the read's
+  own checkpoint lives unless renewed, default 600). Filters on ``bucket`` and ``key`` are
+  pushed down into the key range.
+- writes: ``store_name`` (the name of the store's running Bookie: install through it while
+  it serves; without it the store must not be open anywhere), ``ray_address``.
+- any field of :class:`~leveled_ray.options.Options`, such as ``s3_endpoint``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualTo,
+    GreaterThanOrEqual,
+    InputPartition,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+
+from . import bulk_read, bulk_write
+from .errors import InvalidArgumentError
+from .options import Options
+
+FORMAT = "leveled"
+_READ_OPTIONS = ("checkpoint", "bucket", "start_key", "end_key", "index", "index_start",
+                 "index_end", "with_indexes", "binary_names", "splits", "lifetime")
+_WRITE_OPTIONS = ("store_name", "ray_address")
+_OPTION_FIELDS = {f.name: f for f in dataclasses.fields(Options)}
+
+
+def register(spark) -> None:
+    """Make ``spark.read.format("leveled")`` and ``df.write.format("leveled")`` work in this
+    session (and turn on Python data source filter pushdown, which the reader uses)."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(LeveledDataSource)
+
+
+def session(master: str = "local[2]", app_name: str = "leveled-ray", **conf):
+    """A SparkSession set up for leveled-ray: its Python workers run this interpreter, the
+    data source is registered, and Ray's token authentication is on when this machine has
+    a Ray token (so tasks can join a Ray cluster). ``conf`` adds Spark settings."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if _ray_token() is not None:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.python.filterPushdown.enabled", "true"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+# --- options --------------------------------------------------------------------------------
+
+
+def _flag(name: str, text) -> bool:
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, not {text!r}")
+    return value == "true"
+
+
+def _number(name: str, text, kind):
+    try:
+        return kind(text)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"option {name} must be a number, not {text!r}") from None
+
+
+def store_options(options: dict) -> Options:
+    """The :class:`Options` fields among a source's options, converted from text."""
+    changes = {}
+    for name, text in options.items():
+        f = _OPTION_FIELDS.get(name)
+        if f is None or text is None:
+            continue
+        kind = str(f.type)
+        if "bool" in kind:
+            changes[name] = _flag(name, text)
+        elif kind.startswith("int"):
+            changes[name] = _number(name, text, int)
+        elif kind.startswith("float"):
+            changes[name] = _number(name, text, float)
+        else:
+            changes[name] = str(text)
+    return Options().replace(**changes)
+
+
+def _check_names(options: dict, allowed) -> None:
+    unknown = sorted(k for k in options if k not in allowed and k not in _OPTION_FIELDS
+                     and k not in ("url", "path"))
+    if unknown:
+        raise InvalidArgumentError(f"unknown option(s) {unknown} for the leveled data source")
+
+
+def _url(options: dict) -> str:
+    url = options.get("url") or options.get("path")
+    if not url:
+        raise InvalidArgumentError('the leveled data source needs option("url", ...)')
+    return url
+
+
+def read_query(options: dict) -> bulk_read.ReadQuery:
+    """The read a source's options describe (checked)."""
+    _check_names(options, _READ_OPTIONS)
+    index = options.get("index")
+    return bulk_read.check_query(bulk_read.ReadQuery(
+        bucket=options.get("bucket"), start=options.get("start_key"),
+        end=options.get("end_key"), index=index,
+        term_start=bulk_read.term_value(index or "", options.get("index_start")),
+        term_end=bulk_read.term_value(index or "", options.get("index_end")),
+        with_indexes=_flag("with_indexes", options.get("with_indexes", "false")),
+        binary_names=_flag("binary_names", options.get("binary_names", "false"))))
+
+
+# --- the data source ------------------------------------------------------------------------
+
+
+class LeveledDataSource(DataSource):
+    """``format("leveled")``: reads a checkpoint of a store, appends rows to a store."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return read_query(dict(self.options)).spark_schema()
+
+    def reader(self, schema) -> DataSourceReader:
+        return LeveledReader(dict(self.options))
+
+    def writer(self, schema, overwrite: bool) -> LeveledWriter:
+        return LeveledWriter(dict(self.options), schema, overwrite)
+
+
+class SplitPartition(InputPartition):
+    """One split of a read (what one Spark task reads)."""
+
+    def __init__(self, plan: bulk_read.ReadPlan, split: bulk_read.ReadSplit | None):
+        super().__init__(0 if split is None else split.index)
+        self.plan = plan
+        self.split = split
+
+
+class LeveledReader(DataSourceReader):
+    def __init__(self, options: dict):
+        self.options = options
+        self.url = _url(options)
+        self.store_options = store_options(options)
+        self.query = read_query(options)
+
+    def pushFilters(self, filters):
+        """Narrow the scan to the bucket and key range that ``=``, ``>=`` and ``<=`` filters
+        on ``bucket`` and ``key`` allow; Spark applies the other filters to what is read."""
+        pinned = [f for f in filters if isinstance(f, EqualTo) and f.attribute == ("bucket",)]
+        values = {f.value for f in pinned}
+        if len(values) > 1 or (values and self.query.bucket is not None
+                               and self.query.bucket not in values):
+            self.query = dataclasses.replace(self.query, empty=True)
+            yield from (f for f in filters if f not in pinned)
+            return
+        if values and self.query.index is None:
+            self.query = dataclasses.replace(self.query, bucket=values.pop())
+        handled = list(pinned) if self.query.index is None else []
+        if self.query.bucket is not None and self.query.index is None:
+            start, end = self.query.start, self.query.end
+            for f in filters:
+                if getattr(f, "attribute", None) != ("key",):
+                    continue
+                if isinstance(f, (EqualTo, GreaterThanOrEqual)) and (
+                        start is None or f.value > start):
+                    start = f.value
+                if isinstance(f, (EqualTo, LessThanOrEqual)) and (end is None or f.value < end):
+                    end = f.value
+                if isinstance(f, (EqualTo, GreaterThanOrEqual, LessThanOrEqual)):
+                    handled.append(f)
+            if start is not None and end is not None and start > end:
+                self.query = dataclasses.replace(self.query, empty=True)
+            else:
+                self.query = dataclasses.replace(self.query, start=start, end=end)
+        yield from (f for f in filters if not any(f is h for h in handled))
+
+    def partitions(self):
+        o = self.options
+        plan = bulk_read.begin_read(
+            self.url, self.query, self.store_options, checkpoint=o.get("checkpoint"),
+            lifetime=_number("lifetime", o.get("lifetime", 600), float),
+            splits=_number("splits", o.get("splits", 8), int))
+        if not plan.splits:  # nothing to read: one empty task, which releases the pin
+            return [SplitPartition(plan, None)]
+        return [SplitPartition(plan, s) for s in plan.splits]
+
+    def read(self, partition: SplitPartition):
+        if partition.split is None:
+            bulk_read.release(partition.plan)
+            return
+        yield from bulk_read.read_split(partition.plan, partition.split)
+
+
+@dataclass
+class PartitionMessage(WriterCommitMessage):
+    files: bulk_write.PartitionFiles
+
+
+class LeveledWriter(DataSourceArrowWriter):
+    """Each task writes its rows as store files; ``commit`` installs them all at once."""
+
+    def __init__(self, options: dict, schema, overwrite: bool):
+        if overwrite:
+            raise InvalidArgumentError('the leveled data source only appends: use mode("append")')
+        _check_names(options, _WRITE_OPTIONS)
+        bulk_write.check_columns(schema.names)
+        self.plan = bulk_write.begin(_url(options), store_options(options),
+                                     store_name=options.get("store_name"),
+                                     ray_address=options.get("ray_address"))
+
+    def write(self, iterator) -> PartitionMessage:
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
+        return PartitionMessage(bulk_write.write_partition(self.plan, partition, iterator))
+
+    def commit(self, messages) -> None:
+        bulk_write.commit(self.plan, [m.files for m in messages if m is not None])
+
+    def abort(self, messages) -> None:
+        bulk_write.abort(self.plan, [m.files for m in messages if m is not None])
+
+
+# --- Ray-on-Spark ---------------------------------------------------------------------------
+
+
+def _ray_token() -> str | None:
+    """This machine's Ray token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
+    ``~/.ray/auth_token``), if it has one."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"]
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+class TokenAuthHook:
+    """Ray-on-Spark start hook: Ray worker nodes that Spark tasks start join with the head's
+    token (set as ``RAY_ON_SPARK_START_HOOK`` by :func:`start_ray_on_spark`)."""
+
+    def __init__(self, is_global: bool = False):
+        self.is_global = is_global
+
+    def get_default_temp_root_dir(self) -> str:
+        return os.environ.get("RAY_TMPDIR", "/tmp")
+
+    def on_ray_dashboard_created(self, port) -> None:
+        pass
+
+    def on_cluster_created(self, ray_cluster_handler) -> None:
+        pass
+
+    def on_spark_job_created(self, job_group_id) -> None:
+        pass
+
+    def custom_environment_variables(self) -> dict:
+        token = _ray_token()
+        return {} if token is None else {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+
+
+@dataclass
+class RayOnSpark:
+    """A Ray cluster running on Spark with a store's actors on it, from
+    :func:`start_ray_on_spark`. Picklable: a Spark task calls :meth:`connect` to reach the
+    store (``mapInArrow`` with ``put_many`` / ``get_many``)."""
+
+    address: str
+    url: str
+    store_name: str
+    options: Options
+    _token: str | None = field(default=None, repr=False)
+    _opened: bool = field(default=False, repr=False)
+
+    def connect(self):
+        """The store (an :class:`~leveled_ray.api.Store`), joining the Ray cluster from this
+        process if needed (in a Spark task, or the driver)."""
+        import ray
+
+        from .api import connect, ensure_ray
+
+        if not ray.is_initialized():
+            if self._token and not os.environ.get("RAY_AUTH_TOKEN") and _ray_token() is None:
+                os.environ["RAY_AUTH_TOKEN"] = self._token
+            if self._token:
+                os.environ.setdefault("RAY_AUTH_MODE", "token")
+            ensure_ray(self.address)
+        return connect(self.store_name)
+
+    def write_options(self) -> dict:
+        """Options for ``df.write.format("leveled")`` that install through this store's
+        running Bookie."""
+        return {"url": self.url, "store_name": self.store_name, "ray_address": self.address}
+
+    def shutdown(self) -> None:
+        """Close the store (if this handle opened it), leave Ray and stop the cluster."""
+        import ray
+        from ray.util.spark import shutdown_ray_cluster
+
+        try:
+            if self._opened and ray.is_initialized():
+                self.connect().close()
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+            shutdown_ray_cluster()
+            os.environ.pop("RAY_ADDRESS", None)
+
+    def __enter__(self) -> RayOnSpark:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def start_ray_on_spark(spark, url: str, *, store_name: str = "leveled",
+                       options: Options | None = None, max_worker_nodes: int = 1,
+                       num_cpus_worker_node: int | None = None,
+                       head_node_options: dict | None = None, **setup_options) -> RayOnSpark:
+    """Start Ray on the Spark cluster (``ray.util.spark.setup_ray_cluster``), join it, and open
+    the store at ``url`` there under ``store_name`` (or connect to it, if a store of that name
+    already runs). Returns a :class:`RayOnSpark`; call ``shutdown()`` (or use ``with``) to stop
+    it. With ``local-cluster`` masters, give ``num_cpus_worker_node=1``."""
+    import ray
+    from ray.util.spark import setup_ray_cluster
+
+    from . import api
+
+    if ray.is_initialized():
+        raise InvalidArgumentError("this process is already connected to a Ray cluster: "
+                                   "ray.shutdown() first")
+    bin_dir = os.path.dirname(sys.executable)  # Ray-on-Spark runs the `ray` command
+    if shutil.which("ray") is None:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    token = _ray_token()
+    if token is not None:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_ON_SPARK_START_HOOK"] = f"{__name__}.TokenAuthHook"
+    address, _ = setup_ray_cluster(
+        max_worker_nodes=max_worker_nodes, num_cpus_worker_node=num_cpus_worker_node,
+        head_node_options={"include_dashboard": False, **(head_node_options or {})},
+        **setup_options)
+    handle = RayOnSpark(address, url, store_name, options or Options(), token)
+    try:
+        api.ensure_ray(address)
+        try:
+            api.open(url, options, name=store_name)
+            handle._opened = True
+        except InvalidArgumentError:
+            api.connect(store_name)  # already running there
+    except BaseException:
+        handle.shutdown()
+        raise
+    return handle
