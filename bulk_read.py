@@ -122,6 +122,8 @@ class ReadPlan:
     owns: bool
     lifetime: float
     splits: tuple[ReadSplit, ...] = field(default=())
+    #: Ledger entries of the files the read covers (an upper bound of its rows, for progress).
+    entries: int = 0
 
     @property
     def marker_prefix(self) -> str:
@@ -136,8 +138,10 @@ def plan_splits(manifest: Manifest, lo: bytes, hi: bytes, target: int) -> list[t
     total = sum(f.entries for f in files)
     cuts, seen = [], 0
     for f in files:
+        # Cut before this file once the entries before it are past the middle of the next
+        # split's share: the nearest SST boundary to each ideal cut.
         if lo < f.min_key < hi and (not cuts or f.min_key > cuts[-1]) and total and (
-                seen * target // total > len(cuts)):
+                len(cuts) + 1 < target and 2 * seen * target >= (2 * len(cuts) + 1) * total):
             cuts.append(f.min_key)
         seen += f.entries
     bounds = [lo] + cuts + [hi]
@@ -166,8 +170,9 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
     manifest = await manifests.read(pin.manifest_id)
     lo, hi = query.key_range(options)
     ranges = [] if query.empty else plan_splits(manifest, lo, hi, splits)
+    entries = sum(f.entries for f in manifest.sst_files() if f.min_key < hi and f.max_key >= lo)
     return ReadPlan(url, options, query, pin.id, pin.manifest_id, checkpoint is None, lifetime,
-                    tuple(ReadSplit(i, a, b) for i, (a, b) in enumerate(ranges)))
+                    tuple(ReadSplit(i, a, b) for i, (a, b) in enumerate(ranges)), entries)
 
 
 def begin_read(url: str, query: ReadQuery, options: Options | None = None, *,

@@ -1,7 +1,7 @@
 """``leveled-ray``: the command line for operators.
 
-``get``, ``head``, ``keys``, ``buckets``, ``index`` and ``inspect`` read the store in this
-process (see :mod:`.reader`) and never disturb a running writer. ``checkpoint``, ``gc`` and
+``get``, ``head``, ``keys``, ``buckets``, ``index``, ``inspect`` and ``export`` read the store
+in this process (see :mod:`.reader`) and never disturb a running writer. ``checkpoint``, ``gc`` and
 ``destroy`` work on the URL's manifest, with or without the store running (see
 :mod:`.admin`). ``put`` and ``delete`` go through a
 running store when ``--name`` is given, and otherwise open the store at ``--url`` as its writer
@@ -330,6 +330,22 @@ def cmd_backup(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .bulk_read import ReadQuery
+    from .export import export
+
+    query = ReadQuery(bucket=None if args.bucket is None else _name(args.bucket),
+                      start=None if args.start is None else _name(args.start),
+                      end=None if args.end is None else _name(args.end),
+                      with_indexes=args.with_indexes)
+    done = export(args.url, args.to, options=parse_options(args.option),
+                  checkpoint=args.checkpoint, query=query, splits=args.splits,
+                  parallel=args.parallel, progress=progress_bar("exporting rows"))
+    print(f"exported {done['rows']} row(s) in {done['files']} Parquet file(s) to {args.to} "
+          f"(checkpoint {done['checkpoint']}, manifest {done['manifest_id']})")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -418,6 +434,16 @@ def build_parser() -> argparse.ArgumentParser:
             "(opening that location restores the store)")
     p.add_argument("target", help="the backup's store URL")
     p.add_argument("--name", help="back up the running store of this name")
+    p = add("export", cmd_export, "write the objects of a checkpoint (default: a new one, "
+            "released when done) as a directory of Parquet files (read-only)")
+    p.add_argument("--to", required=True, help="an empty or new directory (or s3://... URI)")
+    p.add_argument("--checkpoint", help="export this checkpoint's version")
+    p.add_argument("--bucket")
+    p.add_argument("--start", help="first key (included; needs --bucket)")
+    p.add_argument("--end", help="last key (included; needs --bucket)")
+    p.add_argument("--with-indexes", action="store_true", help="add the index terms column")
+    p.add_argument("--splits", type=int, default=8, help="Parquet files to aim for")
+    p.add_argument("--parallel", type=int, default=4, help="splits read at once")
     p = add("destroy", cmd_destroy, "mark the store destroyed (GC deletes it after a grace "
             "period), or --now delete everything at once")
     p.add_argument("--now", action="store_true",

@@ -22,7 +22,8 @@ def jnl(name, min_sqn, max_sqn):
 
 
 def level_of(levels, name):
-    return next(n for n, level in enumerate(levels) for f in level if f.name.endswith(f"/{name}.sst"))
+    return next(n for n, level in enumerate(levels) for f in level
+                if f.name.endswith(f"/{name}.sst"))
 
 
 NEW = dict(min_sqn=1000, max_sqn=1100)
