@@ -1,0 +1,249 @@
+"""The Spark pipeline on a real local Spark session (``local[2]``): the ``leveled`` data source
+against moto's S3 and file:// stores, writes through a running Bookie, and failed jobs.
+
+Run them alone with ``pytest -m spark``.
+"""
+
+import random
+import threading
+import uuid
+
+import pyarrow as pa
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest.store import ManifestStore
+from leveled_ray.point_in_time import run_sync
+
+from conftest import S3_BUCKET, s3_options
+
+pytestmark = pytest.mark.spark
+spark_mod = pytest.importorskip("leveled_ray.spark")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_mod.session("local[2]", "leveled-ray-tests",
+                                **{"spark.sql.shuffle.partitions": "4"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def source_options(url, options=None):
+    """Spark options for a store: the URL and the Options fields that differ from defaults."""
+    out = {"url": url}
+    if options is not None:
+        base = lr.Options()
+        for name in ("s3_endpoint", "s3_region", "s3_access_key_id", "s3_secret_access_key"):
+            if getattr(options, name) != getattr(base, name):
+                out[name] = str(getattr(options, name))
+    return out
+
+
+def generated(spark, n, partitions=2, value="v"):
+    return spark.range(n).repartition(partitions).selectExpr(
+        "concat('b', cast(id % 4 as string)) as bucket", "format_string('k%07d', id) as key",
+        f"cast(concat('{value}', cast(id as string)) as binary) as value")
+
+
+def sorted_rows(table: pa.Table, columns=("bucket", "key", "value")) -> list:
+    return table.select(list(columns)).sort_by([("bucket", "ascending"),
+                                                ("key", "ascending")]).to_pylist()
+
+
+@pytest.mark.s3
+def test_a_round_trip_of_100k_rows_on_s3(spark, moto_endpoint):
+    url = f"s3://{S3_BUCKET}/spark-{uuid.uuid4().hex[:8]}"
+    options = s3_options(moto_endpoint)
+    opts = source_options(url, options)
+    df = generated(spark, 100_000)
+    df.write.format("leveled").options(**opts).mode("append").save()
+    back = spark.read.format("leveled").options(**opts).option("splits", "4").load()
+    assert back.rdd.getNumPartitions() > 1
+    got = back.toArrow()
+    assert got.num_rows == 100_000
+    assert sorted_rows(got) == sorted_rows(df.toArrow())
+    assert set(got.column_names) == {"bucket", "key", "value", "sqn", "last_modified"}
+    assert got.column("sqn").null_count == 0 and got.column("last_modified").null_count == 0
+    with lr.reader(url, options=options) as r:
+        assert r.get_many([("b1", "k0000001"), ("b2", "k0099998"), ("b0", "k0000001")]) == [
+            b"v1", b"v99998", None]
+    assert lr.admin(url, options).list_checkpoints() == []  # the read released its pin
+
+
+def test_filters_and_options_narrow_the_read(spark, tmp_url):
+    generated(spark, 4000).write.format("leveled").option("url", tmp_url).mode("append").save()
+    df = spark.read.format("leveled").option("url", tmp_url).load()
+    picked = df.filter("bucket = 'b1' and key >= 'k0000100' and key <= 'k0000199'")
+    assert sorted(r.key for r in picked.collect()) == [
+        f"k{i:07d}" for i in range(100, 200) if i % 4 == 1]
+    assert df.filter("bucket = 'b1' and bucket = 'b2'").count() == 0
+    assert df.filter("key > 'k0003990'").count() == 9  # not pushed down: Spark applies it
+    ranged = (spark.read.format("leveled").option("url", tmp_url).option("bucket", "b3")
+              .option("start_key", "k0000003").option("end_key", "k0000019").load())
+    assert [r.key for r in ranged.collect()] == [f"k{i:07d}" for i in (3, 7, 11, 15, 19)]
+    assert lr.admin(tmp_url).list_checkpoints() == []
+
+
+def test_index_terms_ttl_and_index_reads(spark, tmp_url):
+    people = spark.range(2000).repartition(2).selectExpr(
+        "'people' as bucket", "format_string('p%05d', id) as key",
+        "cast(cast(id as string) as binary) as value",
+        "array(named_struct('field', 'age_int', 'term_bin', cast(null as string), "
+        "'term_int', id % 90)) as indexes")
+    people.write.format("leveled").option("url", tmp_url).mode("append").save()
+    twenties = (spark.read.format("leveled").option("url", tmp_url).option("bucket", "people")
+                .option("index", "age_int").option("index_start", "20")
+                .option("index_end", "29").load())
+    found = {(r.key, r.term) for r in twenties.collect()}
+    assert found == {(f"p{i:05d}", i % 90) for i in range(2000) if 20 <= i % 90 <= 29}
+    with_terms = (spark.read.format("leveled").option("url", tmp_url)
+                  .option("with_indexes", "true").option("bucket", "people")
+                  .option("end_key", "p00002").load().collect())
+    assert [r.indexes[0].term_int for r in with_terms] == [0, 1, 2]
+    # Rewriting some people with a new age moves them in the index; the store agrees.
+    people.filter("id < 100").selectExpr(
+        "bucket", "key", "value",
+        "array(named_struct('field', 'age_int', 'term_bin', cast(null as string), "
+        "'term_int', cast(99 as bigint))) as indexes").write.format("leveled").option(
+        "url", tmp_url).mode("append").save()
+    with lr.reader(tmp_url) as r:
+        assert sorted(r.index_query("people", "age_int", 99, 99)) == [
+            f"p{i:05d}" for i in range(100)]
+        assert "p00025" not in set(r.index_query("people", "age_int", 20, 29))
+
+
+def test_a_read_at_a_checkpoint_sees_exactly_it_while_writes_go_on(spark, ray_cluster, tmp_url):
+    store = lr.open(tmp_url, lr.Options(l0_max_keys=500, push_keys=100, push_ms=5))
+    try:
+        store.put_many([lr.Put("b", f"k{i:05d}", b"v0-%d" % i) for i in range(3000)])
+        pin = store.checkpoint(lifetime=600, name="spark-test")
+        expected = {f"k{i:05d}": b"v0-%d" % i for i in range(3000)}
+        stop, rounds = threading.Event(), []
+
+        def writer():
+            rng = random.Random(7)
+            while not stop.is_set():
+                store.put_many([lr.Put("b", f"k{i:05d}", b"v1") for i in
+                                rng.sample(range(6000), 200)])
+                rounds.append(1)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            reads = [spark.read.format("leveled").option("url", tmp_url)
+                     .option("checkpoint", pin.id).option("splits", "3").load()
+                     .select("key", "value").collect() for _ in range(2)]
+        finally:
+            stop.set()
+            thread.join()
+        assert len(rounds) > 1  # writes went on during the reads
+        for rows in reads:  # the same DataFrame source, read twice: the checkpoint each time
+            assert len(rows) == 3000 and {r.key: r.value for r in rows} == expected
+        now = spark.read.format("leveled").option("url", tmp_url).load().collect()
+        assert {r.key: r.value for r in now} != expected
+        assert [c.id for c in store.list_checkpoints()] == [pin.id]
+    finally:
+        store.close()
+
+
+def test_a_write_installs_through_the_running_bookie(spark, ray_cluster, tmp_url):
+    name = f"spark-{uuid.uuid4().hex[:8]}"
+    store = lr.open(tmp_url, lr.Options(l0_max_keys=500, push_keys=100, push_ms=5), name=name)
+    try:
+        store.put_many([lr.Put("b0", f"k{i:07d}", b"old") for i in range(0, 4000, 4)])
+        stop, written = threading.Event(), []
+
+        def serve():  # the store keeps serving writes and reads during the job
+            i = 0
+            while not stop.is_set():
+                store.put("live", f"k{i:05d}", b"live %d" % i)
+                assert store.get("b0", "k0000000") in (b"old", b"v0")
+                written.append(i)
+                i += 1
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        try:
+            opts = {"url": tmp_url, "store_name": name,
+                    "ray_address": ray_cluster.get_runtime_context().gcs_address}
+            generated(spark, 8000).write.format("leveled").options(**opts).mode(
+                "append").save()
+        finally:
+            stop.set()
+            thread.join()
+        assert written
+        assert store.get_many([("b0", "k0000000"), ("b1", "k0007997"), ("live", "k00000")]) == [
+            b"v0", b"v7997", b"live 0"]
+        assert store.put("b0", "k0000000", b"after") > 0  # later writes are newer
+        assert store.get("b0", "k0000000") == b"after"
+        assert sum(1 for _ in store.fold_keys("b0")) == 2000
+    finally:
+        store.close()
+    reopened = lr.open(tmp_url)  # the installed files survive a restart
+    try:
+        assert reopened.get_many([("b0", "k0000000"), ("b3", "k0000003"),
+                                  ("live", f"k{written[-1]:05d}")]) == [
+            b"after", b"v3", b"live %d" % written[-1]]
+        assert sum(1 for _ in reopened.fold_keys()) == 8000 + len(written)
+    finally:
+        reopened.close()
+
+
+def test_a_failed_write_job_leaves_nothing_visible(spark, tmp_url):
+    from pyspark.sql.functions import udf
+
+    generated(spark, 1000).write.format("leveled").option("url", tmp_url).mode(
+        "append").save()
+    manifests = ManifestStore(ObjectStore.from_url(tmp_url))
+    before = run_sync(manifests.latest())
+
+    @udf("binary")
+    def fail_late(i):
+        if i == 4321:
+            raise ValueError("a task failed on purpose")
+        return b"new %d" % i
+
+    bad = spark.range(5000).repartition(2).selectExpr(
+        "'b9' as bucket", "format_string('k%07d', id) as key", "id").select(
+        "bucket", "key", fail_late("id").alias("value"))
+    with pytest.raises(Exception, match="failed on purpose"):
+        bad.write.format("leveled").option("url", tmp_url).mode("append").save()
+    after = run_sync(manifests.latest())
+    assert after[1].levels == before[1].levels and after[1].journal == before[1].journal
+    with lr.reader(tmp_url) as r:
+        assert r.get("b9", "k0000001") is None
+        assert sum(1 for _ in r.fold_keys()) == 1000
+    # What the finished partition wrote was deleted by abort(); anything else is GC's.
+    lr.gc(tmp_url, min_age=0)
+    store = ObjectStore.from_url(tmp_url)
+    named = {f.name for f in after[1].sst_files()} | {j.name for j in after[1].journal}
+    left = {m.path for m in store.list("ledger/")} | {m.path for m in store.list("journal/c/")}
+    assert left <= named
+
+
+def test_bad_options_and_columns_are_refused(spark, tmp_url):
+    df = generated(spark, 10)
+    with pytest.raises(Exception, match="needs option"):
+        spark.read.format("leveled").load().collect()
+    with pytest.raises(Exception, match="unknown option"):
+        spark.read.format("leveled").option("url", tmp_url).option("bukket", "x").load()
+    with pytest.raises(Exception, match="only appends"):
+        df.write.format("leveled").option("url", tmp_url).mode("overwrite").save()
+    with pytest.raises(Exception, match="missing"):
+        df.select("bucket", "key").write.format("leveled").option("url", tmp_url).mode(
+            "append").save()
+    with pytest.raises(Exception, match="index read needs a bucket"):
+        spark.read.format("leveled").option("url", tmp_url).option("index", "a_bin").option(
+            "index_start", "a").option("index_end", "b").load()
+    with pytest.raises(Exception, match="takes int terms"):
+        spark.read.format("leveled").option("url", tmp_url).option("bucket", "b").option(
+            "index", "a_int").option("index_start", "x").option("index_end", "y").load()
+    with pytest.raises(Exception, match="no store at"):
+        spark.read.format("leveled").option("url", tmp_url).load().collect()
+    df.write.format("leveled").option("url", tmp_url).mode("append").save()
+    with pytest.raises(Exception, match="no live checkpoint"):
+        spark.read.format("leveled").option("url", tmp_url).option(
+            "checkpoint", "nope").load().collect()
