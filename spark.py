@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 
@@ -71,6 +70,7 @@ def session(master: str = "local[2]", app_name: str = "leveled-ray", **conf):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PATH"] = _with_bin_dir(os.environ.get("PATH", ""))
     if _ray_token() is not None:
         os.environ.setdefault("RAY_AUTH_MODE", "token")
     builder = (SparkSession.builder.master(master).appName(app_name)
@@ -276,9 +276,10 @@ def _ray_token() -> str | None:
         return None
 
 
-class TokenAuthHook:
-    """Ray-on-Spark start hook: Ray worker nodes that Spark tasks start join with the head's
-    token (set as ``RAY_ON_SPARK_START_HOOK`` by :func:`start_ray_on_spark`)."""
+class NodeEnvHook:
+    """Ray-on-Spark start hook (set as ``RAY_ON_SPARK_START_HOOK`` by
+    :func:`start_ray_on_spark`): the Ray worker nodes that Spark tasks start find this
+    interpreter's ``ray`` command, and join with the head's token."""
 
     def __init__(self, is_global: bool = False):
         self.is_global = is_global
@@ -296,8 +297,18 @@ class TokenAuthHook:
         pass
 
     def custom_environment_variables(self) -> dict:
+        env = {"PATH": _with_bin_dir(os.environ.get("PATH", ""))}
         token = _ray_token()
-        return {} if token is None else {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+        if token is not None:
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+        return env
+
+
+def _with_bin_dir(path: str) -> str:
+    """``path`` with this interpreter's scripts directory (where ``ray`` is) first."""
+    bin_dir = os.path.dirname(sys.executable)
+    parts = path.split(os.pathsep) if path else []
+    return os.pathsep.join([bin_dir] + [p for p in parts if p != bin_dir])
 
 
 @dataclass
@@ -311,7 +322,11 @@ class RayOnSpark:
     store_name: str
     options: Options
     _token: str | None = field(default=None, repr=False)
-    _opened: bool = field(default=False, repr=False)
+    #: The Store this handle opened (it keeps the actors alive); not sent to tasks.
+    _store: object = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_store": None}
 
     def connect(self):
         """The store (an :class:`~leveled_ray.api.Store`), joining the Ray cluster from this
@@ -339,8 +354,9 @@ class RayOnSpark:
         from ray.util.spark import shutdown_ray_cluster
 
         try:
-            if self._opened and ray.is_initialized():
-                self.connect().close()
+            if self._store is not None:
+                self._store.close()
+                self._store = None
         finally:
             if ray.is_initialized():
                 ray.shutdown()
@@ -370,23 +386,19 @@ def start_ray_on_spark(spark, url: str, *, store_name: str = "leveled",
     if ray.is_initialized():
         raise InvalidArgumentError("this process is already connected to a Ray cluster: "
                                    "ray.shutdown() first")
-    bin_dir = os.path.dirname(sys.executable)  # Ray-on-Spark runs the `ray` command
-    if shutil.which("ray") is None:
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    token = _ray_token()
-    if token is not None:
+    os.environ["PATH"] = _with_bin_dir(os.environ.get("PATH", ""))  # Ray-on-Spark runs `ray`
+    os.environ["RAY_ON_SPARK_START_HOOK"] = f"{__name__}.NodeEnvHook"
+    if _ray_token() is not None:
         os.environ["RAY_AUTH_MODE"] = "token"
-        os.environ["RAY_ON_SPARK_START_HOOK"] = f"{__name__}.TokenAuthHook"
     address, _ = setup_ray_cluster(
         max_worker_nodes=max_worker_nodes, num_cpus_worker_node=num_cpus_worker_node,
         head_node_options={"include_dashboard": False, **(head_node_options or {})},
         **setup_options)
-    handle = RayOnSpark(address, url, store_name, options or Options(), token)
+    handle = RayOnSpark(address, url, store_name, options or Options(), _ray_token())
     try:
         api.ensure_ray(address)
         try:
-            api.open(url, options, name=store_name)
-            handle._opened = True
+            handle._store = api.open(url, options, name=store_name)
         except InvalidArgumentError:
             api.connect(store_name)  # already running there
     except BaseException:
