@@ -218,6 +218,8 @@ async def _check_pinned(plan: ReadPlan) -> None:
     try:
         if plan.owns and time.monotonic() - last > plan.lifetime / 4:
             await refresh_checkpoint(manifests, plan.checkpoint_id, plan.lifetime)
+            if len(_RENEWED) > 1000:
+                _RENEWED.clear()
             _RENEWED[plan.checkpoint_id] = time.monotonic()
         elif not plan.owns:
             latest = await manifests.latest()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -71,7 +71,6 @@ class BulkWrite:
     manifest_id: int | None
     #: The Ray cluster the running store is on (``None``: this process's, or ``RAY_ADDRESS``).
     ray_address: str | None = None
-    started_at: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
