@@ -46,14 +46,14 @@ BOOKIE_QUERY_MAX = 10_000
 def ensure_ray(address: str | None = None) -> None:
     """Start, or join (at ``address``, else ``RAY_ADDRESS``), a Ray cluster in namespace
     ``leveled``. Joining uses token authentication when this machine has a Ray token."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address and "RAY_AUTH_MODE" not in os.environ and (
+            "RAY_AUTH_TOKEN" in os.environ
+            or os.path.exists(os.path.expanduser("~/.ray/auth_token"))):
+        os.environ["RAY_AUTH_MODE"] = "token"  # before Ray reads its configuration
     import ray
 
     if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS")
-        if address and "RAY_AUTH_MODE" not in os.environ and (
-                "RAY_AUTH_TOKEN" in os.environ
-                or os.path.exists(os.path.expanduser("~/.ray/auth_token"))):
-            os.environ["RAY_AUTH_MODE"] = "token"
         ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
                  configure_logging=True, logging_level="WARNING", address=address)
 

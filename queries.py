@@ -51,11 +51,11 @@ def _check_batch_size(batch_size) -> int:
 
 
 async def fetch_values(view: PointInTime, sqns: list[int]) -> list[bytes]:
-    records = await journal_fetch_many(view.host, view.journal, sqns)
-    lost = [s for s in sqns if s not in records]
+    values = await journal_fetch_many(view.host, view.journal, sqns, values_only=True)
+    lost = [s for s in sqns if s not in values]
     if lost:
         raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}", definite=True)
-    return [records[s].value for s in sqns]
+    return [values[s] for s in sqns]
 
 
 # --- the queries, as async generators of Arrow batches ----------------------------------------

@@ -64,15 +64,13 @@ def register(spark) -> None:
 
 
 def session(master: str = "local[2]", app_name: str = "leveled-ray", **conf):
-    """A SparkSession set up for leveled-ray: its Python workers run this interpreter, the
-    data source is registered, and Ray's token authentication is on when this machine has
-    a Ray token (so tasks can join a Ray cluster). ``conf`` adds Spark settings."""
+    """A SparkSession set up for leveled-ray: its Python workers run this interpreter (and
+    find its ``ray`` command), and the data source is registered. ``conf`` adds Spark
+    settings."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PATH"] = _with_bin_dir(os.environ.get("PATH", ""))
-    if _ray_token() is not None:
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.python.filterPushdown.enabled", "true"))
@@ -388,8 +386,6 @@ def start_ray_on_spark(spark, url: str, *, store_name: str = "leveled",
                                    "ray.shutdown() first")
     os.environ["PATH"] = _with_bin_dir(os.environ.get("PATH", ""))  # Ray-on-Spark runs `ray`
     os.environ["RAY_ON_SPARK_START_HOOK"] = f"{__name__}.NodeEnvHook"
-    if _ray_token() is not None:
-        os.environ["RAY_AUTH_MODE"] = "token"
     address, _ = setup_ray_cluster(
         max_worker_nodes=max_worker_nodes, num_cpus_worker_node=num_cpus_worker_node,
         head_node_options={"include_dashboard": False, **(head_node_options or {})},

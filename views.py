@@ -80,16 +80,17 @@ class JournalIndex:
         return len(self._files)
 
 
-async def journal_fetch_many(host: ClerkHost, index: JournalIndex,
-                             sqns: list[int]) -> dict[int, JournalRecord]:
-    """Records for many SQNs: one request per journal file involved, files read concurrently."""
+async def journal_fetch_many(host: ClerkHost, index: JournalIndex, sqns: list[int],
+                             values_only: bool = False) -> dict[int, JournalRecord]:
+    """Records (or with ``values_only``, values) for many SQNs: one request per journal file
+    involved, files read concurrently."""
     by_file: dict[str, tuple[JournalInfo, list[int]]] = {}
     for sqn in sqns:
         info = index.find(sqn)
         if info is not None:
             by_file.setdefault(info.name, (info, []))[1].append(sqn)
     found: dict[int, JournalRecord] = {}
-    for part in await asyncio.gather(*(host.journal(info).fetch_many(wanted)
+    for part in await asyncio.gather(*(host.journal(info).fetch_many(wanted, values_only)
                                        for info, wanted in by_file.values())):
         found.update(part)
     return found

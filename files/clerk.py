@@ -244,8 +244,10 @@ class JournalClerk(FileClerk):
         raw = await self.host.store.get_range_async(self.name, off, off + length)
         return jfmt.decode_entry(raw, self.name, off, sqn)
 
-    async def fetch_many(self, sqns: list[int]) -> dict[int, JournalRecord]:
-        """Entries for many SQNs of this file with one request; absent SQNs are left out."""
+    async def fetch_many(self, sqns: list[int],
+                         values_only: bool = False) -> dict[int, JournalRecord]:
+        """Entries for many SQNs of this file with one request; absent SQNs are left out.
+        With ``values_only``, each SQN maps to its value, not its whole record."""
         footer = await self.footer()
         found = [(sqn, footer.locate(sqn)) for sqn in sorted(set(sqns))]
         found = [(sqn, where) for sqn, where in found if where is not None]
@@ -254,7 +256,8 @@ class JournalClerk(FileClerk):
         parts = await self.host.store.get_ranges_async(
             self.name, [off for _, (off, _) in found], [off + ln for _, (off, ln) in found]
         )
-        return {sqn: jfmt.decode_entry(raw, self.name, off, sqn)
+        decode = jfmt.decode_value if values_only else jfmt.decode_entry
+        return {sqn: decode(raw, self.name, off, sqn)
                 for (sqn, (off, _)), raw in zip(found, parts)}
 
     async def read_entries(self, wanted: list[int], span_bytes: int):

@@ -191,12 +191,11 @@ def parse_footer(size: int, tail: bytes, path: str) -> JournalFooter:
     return footer
 
 
-def decode_entry(data: bytes | memoryview, path: str, offset: int,
-                 expect_sqn: int | None = None) -> JournalRecord:
-    """Validate and decode one entry (its bytes, read from ``offset``).
-
-    Folds decode an entry per object, so this parses with ``unpack_from`` and explicit bounds
-    checks rather than a cursor object."""
+def _open_entry(data: bytes | memoryview, path: str, offset: int,
+                expect_sqn: int | None) -> tuple[int, int, bytes | memoryview]:
+    """Validate one entry (its bytes, read from ``offset``) and decompress its record:
+    ``(sqn, op, raw record)``. Parsed with ``unpack_from`` and explicit bounds checks rather
+    than a cursor object: folds and exports open an entry per object."""
     if len(data) < ENTRY_HEAD:
         raise CorruptObjectError(path, offset, "entry shorter than its header")
     sqn, op, codec, raw_len, stored_len = _ENTRY.unpack_from(data, 0)
@@ -212,27 +211,47 @@ def decode_entry(data: bytes | memoryview, path: str, offset: int,
     if expect_sqn is not None and sqn != expect_sqn:
         raise CorruptObjectError(path, offset, f"entry holds SQN {sqn}, not {expect_sqn}")
     raw = decompress(codec, payload, raw_len, path, offset)
-    size = len(raw)
-    if size < _RECORD.size:
+    if len(raw) < _RECORD.size:
         raise CorruptObjectError(path, offset, "record shorter than its header")
-    lm, expiry, key_len, extra_len = _RECORD.unpack_from(raw, 0)
-    key_end = _RECORD.size + key_len
-    extra_end = key_end + extra_len
-    if extra_end + _VALUE_LEN.size > size:
+    return sqn, op, raw
+
+
+def _value_span(raw, path: str, offset: int) -> tuple[int, int, int, int]:
+    """``(key_len, extra_len, value start, value length or _NO_VALUE)`` of a record."""
+    _, _, key_len, extra_len = _RECORD.unpack_from(raw, 0)
+    extra_end = _RECORD.size + key_len + extra_len
+    if extra_end + _VALUE_LEN.size > len(raw):
         raise CorruptObjectError(path, offset, "record key or extra runs past the end")
-    lkey = bytes(raw[_RECORD.size:key_end])
-    extra = bytes(raw[key_end:extra_end])
     (vlen,) = _VALUE_LEN.unpack_from(raw, extra_end)
     pos = extra_end + _VALUE_LEN.size
-    if vlen == _NO_VALUE:
-        value = None
-    elif pos + vlen > size:
+    if vlen != _NO_VALUE and pos + vlen > len(raw):
         raise CorruptObjectError(path, offset, "record value runs past the end")
-    else:
+    return key_len, extra_len, pos, vlen
+
+
+def decode_value(data: bytes | memoryview, path: str, offset: int,
+                 expect_sqn: int | None = None) -> bytes | None:
+    """Validate one entry and return only its value (what folds and exports need)."""
+    _, _, raw = _open_entry(data, path, offset, expect_sqn)
+    _, _, pos, vlen = _value_span(raw, path, offset)
+    return None if vlen == _NO_VALUE else bytes(raw[pos:pos + vlen])
+
+
+def decode_entry(data: bytes | memoryview, path: str, offset: int,
+                 expect_sqn: int | None = None) -> JournalRecord:
+    """Validate and decode one entry (its bytes, read from ``offset``)."""
+    sqn, op, raw = _open_entry(data, path, offset, expect_sqn)
+    lm, expiry, _, _ = _RECORD.unpack_from(raw, 0)
+    key_len, extra_len, pos, vlen = _value_span(raw, path, offset)
+    key_end = _RECORD.size + key_len
+    lkey = bytes(raw[_RECORD.size:key_end])
+    extra = bytes(raw[key_end:key_end + extra_len])
+    value = None
+    if vlen != _NO_VALUE:
         value = bytes(raw[pos:pos + vlen])
         pos += vlen
     indexes: tuple = ()
-    if pos < size:
+    if pos < len(raw):
         try:
             indexes = tuple((int(a), str(b), c)
                             for a, b, c in msgpack.unpackb(raw[pos:], raw=False))
