@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import shutil
 import tempfile
 import time
@@ -49,10 +50,12 @@ def scan_all(df) -> int:
     return df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0].n
 
 
-def put_many_rate(url: str, table, n: int) -> float:
-    buckets = table.column("bucket").to_pylist()
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist()
+def put_many_rate(url: str, n: int, size: int) -> float:
+    """The same rows as :func:`rows`, made in Python, written with ``put_many``."""
+    reps = max(1, size // 32)
+    buckets = [f"b{i % 8}" for i in range(n)]
+    keys = [f"k{i:010d}" for i in range(n)]
+    values = [hashlib.md5(str(i).encode()).hexdigest().encode() * reps for i in range(n)]
     store = lr.open(url)
     try:
         async def write(lo):
@@ -91,9 +94,7 @@ def main() -> None:
         out["export leveled"] = n / timed(lambda: scan_all(leveled.load()))
         out["export parquet"] = n / timed(lambda: scan_all(spark.read.parquet(parquet)))
         out["export cli"] = n / timed(lambda: export(url, f"{root}/export", splits=8))
-        table = df.toArrow()
-        ray_url = f"file://{root}/put_many"
-        out["ingest put_many"] = put_many_rate(ray_url, table, n)
+        out["ingest put_many"] = put_many_rate(f"file://{root}/put_many", n, args.size)
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
