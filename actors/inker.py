@@ -150,12 +150,11 @@ class Inker(Owner):
         await self.commit(catalog_journal, tuple(files), next_slot)
         names = {f.name for f in files}
         self.uncatalogued = [f for f in self.uncatalogued if f.name not in names]
-        known = {f.name for f in self.files}
-        self.files.extend(f for f in files if f.name not in known)
-        self.files.sort(key=lambda f: (f.slot, f.min_sqn))
+        self.adopt(files)
 
-    def adopt(self, files: tuple) -> None:
-        """Take the journal files of a bulk write, which the Penciller installed."""
+    def adopt(self, files) -> None:
+        """Add journal files the manifest now records (newly catalogued ones, or a bulk
+        write's, which the Penciller installed)."""
         known = {f.name for f in self.files}
         self.files.extend(f for f in files if f.name not in known)
         self.files.sort(key=lambda f: (f.slot, f.min_sqn))

@@ -162,3 +162,25 @@ def test_export_writes_a_checkpoint_as_parquet(tmp_url, tmp_path, capsys):
                      "--bucket", "b", "--end", "k000099"]) == 0
     assert pq.read_table(tmp_path / "now").column("value")[0].as_py() == b"later0"
     assert [c.id for c in lr.admin(tmp_url).list_checkpoints()] == [pin.id]
+
+
+def test_bad_export_and_read_arguments_are_refused(tmp_url, tmp_path):
+    from leveled_ray.export import export
+
+    bulk(tmp_url, [[rows(0, 10)]])
+    a_file = tmp_path / "file.parquet"
+    a_file.write_bytes(b"x")
+    with pytest.raises(InvalidArgumentError, match="is a file"):
+        export(tmp_url, str(a_file))
+    with pytest.raises(InvalidArgumentError, match="parallel"):
+        export(tmp_url, str(tmp_path / "p"), parallel=0)
+    with pytest.raises(InvalidArgumentError, match="splits"):
+        bulk_read.begin_read(tmp_url, bulk_read.ReadQuery(), splits=0)
+    with pytest.raises(InvalidArgumentError, match="lifetime"):
+        bulk_read.begin_read(tmp_url, bulk_read.ReadQuery(), lifetime=-1)
+    with pytest.raises(InvalidArgumentError, match="term range, not a key range"):
+        bulk_read.check_query(bulk_read.ReadQuery(bucket="b", index="a_bin", term_start="a",
+                                                  term_end="b", start="k"))
+    with pytest.raises(InvalidArgumentError, match="no store at"):
+        bulk_read.begin_read(f"file://{tmp_path}/none", bulk_read.ReadQuery())
+    assert lr.admin(tmp_url).list_checkpoints() == []  # nothing pinned by refused calls

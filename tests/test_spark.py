@@ -247,3 +247,15 @@ def test_bad_options_and_columns_are_refused(spark, tmp_url):
     with pytest.raises(Exception, match="no live checkpoint"):
         spark.read.format("leveled").option("url", tmp_url).option(
             "checkpoint", "nope").load().collect()
+
+
+def test_option_text_is_checked_before_any_task_runs():
+    assert spark_mod.store_options({"s3_allow_http": "true", "sst_max_keys": "100",
+                                    "push_ms": "5", "url": "x"}) == lr.Options(
+        s3_allow_http=True, sst_max_keys=100, push_ms=5.0)
+    with pytest.raises(lr.InvalidArgumentError, match="true or false"):
+        spark_mod.read_query({"url": "x", "with_indexes": "yes"})
+    with pytest.raises(lr.InvalidArgumentError, match="must be a number"):
+        spark_mod.store_options({"sst_max_keys": "many"})
+    with pytest.raises(lr.InvalidArgumentError, match="positive int"):
+        spark_mod.store_options({"sst_max_keys": "0"})
