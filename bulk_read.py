@@ -33,12 +33,16 @@ from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .options import Options
 from .point_in_time import run_sync
-from .queries import fetch_values, object_rows
+from .queries import check_batch_size, fetch_values, object_rows
 from .query_results import objects_batch
 from .scan import scan
 
 #: Where finished splits leave their markers: ``reads/<checkpoint id>/<split>``.
 MARKER_PREFIX = "reads/"
+#: Rows per Arrow batch, unless a read asks otherwise: large enough that the per-batch work,
+#: in the task and in Spark, is small next to the per-row work (batches of large values are
+#: cut at ``queries.BATCH_VALUE_BYTES``).
+BATCH_SIZE = 65_536
 #: The columns of a read, as Spark sees them (``sqn`` is signed there).
 SPARK_TERM = "struct<field:string,term_bin:string,term_int:bigint>"
 
@@ -124,6 +128,8 @@ class ReadPlan:
     splits: tuple[ReadSplit, ...] = field(default=())
     #: Ledger entries of the files the read covers (an upper bound of its rows, for progress).
     entries: int = 0
+    #: Rows per Arrow batch a split yields.
+    batch_size: int = BATCH_SIZE
 
     @property
     def marker_prefix(self) -> str:
@@ -150,7 +156,7 @@ def plan_splits(manifest: Manifest, lo: bytes, hi: bytes, target: int) -> list[t
 
 async def begin_read_async(url: str, query: ReadQuery, options: Options | None = None, *,
                            checkpoint: str | None = None, lifetime: float = 600.0,
-                           splits: int = 8) -> ReadPlan:
+                           splits: int = 8, batch_size: int = BATCH_SIZE) -> ReadPlan:
     """Pin a checkpoint (or use ``checkpoint``) and split the read (see the module doc)."""
     from .admin import create_checkpoint
 
@@ -158,6 +164,7 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
     cp.check_lifetime(lifetime)
     if not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
         raise InvalidArgumentError(f"splits must be an int >= 1, not {splits!r}")
+    check_batch_size(batch_size)
     options = options or Options()
     manifests = ManifestStore(ObjectStore.from_url(url, options))
     latest = await manifests.latest()
@@ -172,15 +179,16 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
     ranges = [] if query.empty else plan_splits(manifest, lo, hi, splits)
     entries = sum(f.entries for f in manifest.sst_files() if f.min_key < hi and f.max_key >= lo)
     return ReadPlan(url, options, query, pin.id, pin.manifest_id, checkpoint is None, lifetime,
-                    tuple(ReadSplit(i, a, b) for i, (a, b) in enumerate(ranges)), entries)
+                    tuple(ReadSplit(i, a, b) for i, (a, b) in enumerate(ranges)), entries,
+                    batch_size)
 
 
 def begin_read(url: str, query: ReadQuery, options: Options | None = None, *,
                checkpoint: str | None = None, lifetime: float = 600.0,
-               splits: int = 8) -> ReadPlan:
+               splits: int = 8, batch_size: int = BATCH_SIZE) -> ReadPlan:
     """Synchronous :func:`begin_read_async`."""
     return run_sync(begin_read_async(url, query, options, checkpoint=checkpoint,
-                                     lifetime=lifetime, splits=splits))
+                                     lifetime=lifetime, splits=splits, batch_size=batch_size))
 
 
 # --- reading one split (in a task) ---------------------------------------------------------
@@ -232,10 +240,11 @@ async def _check_pinned(plan: ReadPlan) -> None:
                if plan.owns else " (deleted or expired)")) from None
 
 
-async def split_batches(plan: ReadPlan, split: ReadSplit,
-                        batch_size: int = 4096) -> AsyncIterator[pa.RecordBatch]:
-    """The rows of one split, as Arrow batches of the query's :meth:`~ReadQuery.arrow_schema`."""
+async def split_batches(plan: ReadPlan, split: ReadSplit) -> AsyncIterator[pa.RecordBatch]:
+    """The rows of one split, as Arrow batches of the query's :meth:`~ReadQuery.arrow_schema`,
+    ``plan.batch_size`` rows at a time."""
     await _check_pinned(plan)
+    batch_size = plan.batch_size
     view = await _view(plan)
     query = plan.query
     schema = query.arrow_schema()
@@ -291,9 +300,9 @@ async def _finish(plan: ReadPlan, split: ReadSplit) -> None:
     await asyncio.gather(*(store.delete_async(m.path) for m in done), return_exceptions=True)
 
 
-def read_split(plan: ReadPlan, split: ReadSplit, batch_size: int = 4096) -> Iterator:
+def read_split(plan: ReadPlan, split: ReadSplit) -> Iterator:
     """Synchronous :func:`split_batches` (what a Spark task runs)."""
-    return iterate(lambda: split_batches(plan, split, batch_size), flatten=False)
+    return iterate(lambda: split_batches(plan, split), flatten=False)
 
 
 async def release_async(plan: ReadPlan) -> None:

@@ -25,16 +25,18 @@ import time
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import head_only
-from .codec import OP_PUT, TAG_OBJECT, LedgerRows, now_ms, put_change
+from .bulk_rows import change_rows, journal_slices, plain_rows, sorted_run
+from .codec import TAG_OBJECT, now_ms, put_change
 from .errors import InvalidArgumentError
 from .files import journal as jfmt
 from .files.clerk import write_sst
 from .files.framing import codec_id
 from .files.journal_slots import slot_info, tail_slots, write_fence
 from .files.names import compacted_journal_name
-from .files.sst import SstInfo, sort_and_dedupe
+from .files.sst import SstInfo
 from .files.store import ObjectStore
 from .garbage_collection import check_publishable
 from .index_terms import held_terms, resolve
@@ -50,8 +52,12 @@ REQUIRED = ("bucket", "key", "value")
 OPTIONAL = ("ttl", "indexes")
 #: Bytes of values per journal file a partition writes.
 JOURNAL_FILE_BYTES = 32 << 20
-#: Keys a partition sorts at a time into one run of SSTs (bounding its memory).
+#: Raw bytes per journal block. Larger than the Inker's: bulk-written values are mostly read
+#: in bulk (Spark reads, exports), where each block costs a fixed amount of work.
+JOURNAL_BLOCK_BYTES = 256 << 10
+#: Rows and bytes of values a partition sorts at a time into one run (bounding its memory).
 RUN_KEYS = 1 << 20
+RUN_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -158,18 +164,20 @@ def begin(url: str, options: Options | None = None, *, store_name: str | None = 
 
 
 class _PartitionWriter:
-    """Builds one partition's files: values into journal files as they come, keys into
-    sorted runs of SSTs every :data:`RUN_KEYS` rows."""
+    """Builds one partition's files. Rows collect into a run (see :mod:`leveled_ray.bulk_rows`)
+    of at most :data:`RUN_KEYS` rows and :data:`RUN_BYTES` of values; each run is sorted by
+    key, given SQNs in that order, and written as journal files of the values and SSTs of
+    the keys."""
 
     def __init__(self, plan: BulkWrite, partition: int):
         self.plan = plan
         self.partition = partition
-        self.sqns = iter(partition_window(plan.base, partition))
+        window = partition_window(plan.base, partition)
+        self.next_sqn, self.end_sqn = window.start, window.stop
         self.store = ObjectStore.from_url(plan.url, plan.options)
         self.codec = codec_id(plan.options.compression)
-        self.records: list = []
-        self.record_bytes = 0
-        self.rows = LedgerRows()
+        self.run: list[pa.Table] = []
+        self.run_rows = self.run_bytes = 0
         self.journal: list[jfmt.JournalInfo] = []
         self.ssts: list[SstInfo] = []
         self.count = 0
@@ -179,6 +187,20 @@ class _PartitionWriter:
 
     async def add(self, batch: pa.RecordBatch) -> None:
         check_columns(batch.schema.names)
+        rows = None
+        if not self.plan.indexed:
+            rows = await asyncio.to_thread(plain_rows, batch, self.plan.options, self.now_s)
+        if rows is None:
+            rows = change_rows(await self._changes(batch))
+        self.run.append(rows)
+        self.run_rows += rows.num_rows
+        self.run_bytes += pc.sum(pc.binary_length(rows.column("value"))).as_py() or 0
+        self.count += rows.num_rows
+        if self.run_rows >= RUN_KEYS or self.run_bytes >= RUN_BYTES:
+            await self._write_run()
+
+    async def _changes(self, batch: pa.RecordBatch) -> list:
+        """The rows checked one by one (as ``put_many`` checks them), index terms resolved."""
         cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
         n = batch.num_rows
         ttls = cols.get("ttl") or [None] * n
@@ -194,21 +216,7 @@ class _PartitionWriter:
             changes.append((change, value, terms is not None))
         if self.plan.indexed or any(t is not None for t in indexes):
             changes = await self._resolve(changes)
-        for change, value, _ in changes:
-            sqn = next(self.sqns, None)
-            if sqn is None:
-                raise IngestConflictError("a partition of a bulk write holds more rows than "
-                                          "its SQN window: repartition the data")
-            self.records.append((sqn, OP_PUT, change.lkey, value, change.indexes,
-                                 change.expiry, change.extra, self.lm))
-            self.record_bytes += len(value) + len(change.lkey)
-            self.rows.add_change(OP_PUT, change.lkey, sqn, change.size, change.vhash,
-                                 change.indexes, change.expiry, change.extra, self.lm)
-        self.count += n
-        if self.record_bytes >= JOURNAL_FILE_BYTES:
-            await self._write_journal()
-        if len(self.rows) >= RUN_KEYS:
-            await self._write_run()
+        return [(change, value) for change, value, _ in changes]
 
     async def _resolve(self, changes: list) -> list:
         """Make each row's index entries exact against the object's entry when the write
@@ -238,28 +246,30 @@ class _PartitionWriter:
                                                manifest_id=self.plan.manifest_id)
         return self.view
 
-    async def _write_journal(self) -> None:
-        if not self.records:
-            return
-        name = compacted_journal_name()
-        data, info = await asyncio.to_thread(jfmt.build_journal, name, 0, jfmt.NO_SLOT,
-                                             self.records, codec=self.codec)
-        await self.store.put_if_absent_async(name, data)
-        self.journal.append(info)
-        self.records, self.record_bytes = [], 0
-
     async def _write_run(self) -> None:
-        if not len(self.rows):
+        if not self.run_rows:
             return
-        table = await asyncio.to_thread(sort_and_dedupe, self.rows.to_batch())
-        self.rows = LedgerRows()
+        run = pa.concat_tables(self.run)
+        first = self.next_sqn
+        if first + run.num_rows > self.end_sqn:
+            raise IngestConflictError("a partition of a bulk write holds more rows than "
+                                      "its SQN window: repartition the data")
+        self.next_sqn += run.num_rows
+        self.run, self.run_rows, self.run_bytes = [], 0, 0
+        journal, ledger = await asyncio.to_thread(sorted_run, run, first, self.lm)
+        for part in journal_slices(journal, JOURNAL_FILE_BYTES):
+            name = compacted_journal_name()
+            data, info = await asyncio.to_thread(jfmt.build_journal, name, 0, jfmt.NO_SLOT,
+                                                 part, codec=self.codec,
+                                                 block_bytes=JOURNAL_BLOCK_BYTES)
+            await self.store.put_if_absent_async(name, data)
+            self.journal.append(info)
         step = self.plan.options.sst_max_keys
-        for start in range(0, table.num_rows, step):
-            self.ssts.append(await write_sst(self.store, table.slice(start, step),
+        for start in range(0, ledger.num_rows, step):
+            self.ssts.append(await write_sst(self.store, ledger.slice(start, step),
                                              self.plan.options))
 
     async def finish(self) -> PartitionFiles:
-        await self._write_journal()
         await self._write_run()
         return PartitionFiles(self.partition, tuple(self.journal), tuple(self.ssts),
                               self.count)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .codec import TAG_INDEX, TAG_OBJECT, check_name, encode_key, split_object_key
 from .errors import InvalidArgumentError
 
 _AFTER = b"\x00"
 _ABOVE_PARTS = b"\x04"
-_STR = 0x02
+_STR = b"\x02"  # the type byte of a part given as str
+#: A slice end past any name (slices take a stop).
+_NO_END = 1 << 30
 
 
 def object_range(bucket=None, start=None, end=None, *,
@@ -72,15 +75,6 @@ def index_prefix(bucket, field: str) -> bytes:
     return encode_key(TAG_INDEX, bucket, field)
 
 
-def _gather(data: np.ndarray, begins: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """A binary array of ``data[begins[i] : begins[i] + lengths[i]]`` for each ``i``."""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    idx = np.repeat(begins - offsets[:-1], lengths) + np.arange(offsets[-1])
-    return pa.Array.from_buffers(pa.binary(), len(lengths), [
-        None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data[idx].tobytes())])
-
-
 class Names:
     """The buckets and keys of object Ledger keys, decoded in bulk.
 
@@ -89,23 +83,23 @@ class Names:
     """
 
     def __init__(self, lkeys: pa.Array):
+        # A key without escaped zero bytes splits at its zeros into exactly three parts:
+        # tag, type and bucket | type and key | nothing.
+        parts = pc.split_pattern(lkeys, pattern=b"\x00")
         n = len(lkeys)
-        bufs = lkeys.buffers()
-        offsets = np.frombuffer(bufs[1], dtype=np.int32, count=lkeys.offset + n + 1)
-        offsets = offsets[lkeys.offset:].astype(np.int64)
-        data = np.frombuffer(bufs[2], dtype=np.uint8) if n else np.zeros(0, np.uint8)
-        starts, ends = offsets[:-1], offsets[1:]
-        zeros = np.flatnonzero(data == 0)
-        # A key without escaped zero bytes has exactly two: one ending each part.
-        count = np.searchsorted(zeros, ends) - np.searchsorted(zeros, starts)
-        if n and not (count == 2).all():
+        flat = pc.list_flatten(parts)
+        if n and not (pc.all(pc.equal(pc.list_value_length(parts), 3)).as_py()
+                      and len(flat) == 3 * n):
             self._decode_slowly(lkeys)
             return
-        z1 = zeros[np.searchsorted(zeros, starts + 2)] if n else starts
-        self.buckets = _gather(data, starts + 2, z1 - starts - 2)
-        self.keys = _gather(data, z1 + 2, ends - z1 - 3)
-        self.bucket_str = data[starts + 1] == _STR if n else np.zeros(0, bool)
-        self.key_str = data[z1 + 1] == _STR if n else np.zeros(0, bool)
+        firsts = flat.take(np.arange(0, 3 * n, 3))
+        seconds = flat.take(np.arange(1, 3 * n, 3))
+        self.buckets = pc.binary_slice(firsts, 2, _NO_END)
+        self.keys = pc.binary_slice(seconds, 1, _NO_END)
+        self.bucket_str = pc.equal(pc.binary_slice(firsts, 1, 2), _STR).to_numpy(
+            zero_copy_only=False) if n else np.zeros(0, bool)
+        self.key_str = pc.equal(pc.binary_slice(seconds, 0, 1), _STR).to_numpy(
+            zero_copy_only=False) if n else np.zeros(0, bool)
 
     def _decode_slowly(self, lkeys: pa.Array) -> None:
         pairs = [split_object_key(k) for k in lkeys.to_pylist()]

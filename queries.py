@@ -25,7 +25,7 @@ from .codec import (
     decode_key,
     split_object_key,
 )
-from .errors import InvalidArgumentError, ObjectStoreError
+from .errors import InvalidArgumentError
 from .fold import aiterate, iterate
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
 from .point_in_time import PointInTime, run_sync
@@ -37,25 +37,24 @@ from .query_results import (
     python_names,
 )
 from .scan import scan
-from .views import journal_fetch_many
+from .views import journal_values
 
 ORDERS = ("key", "sqn")
 #: Bytes of journal entries an SQN-order fold reads at a time (one ranged GET).
 JOURNAL_SPAN_BYTES = 8 << 20
+#: Bytes of values a batch of objects holds at most (beyond ``batch_size``, for large values).
+BATCH_VALUE_BYTES = 64 << 20
 
 
-def _check_batch_size(batch_size) -> int:
+def check_batch_size(batch_size) -> int:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
         raise InvalidArgumentError(f"batch_size must be a positive int, not {batch_size!r}")
     return batch_size
 
 
-async def fetch_values(view: PointInTime, sqns: list[int]) -> list[bytes]:
-    values = await journal_fetch_many(view.host, view.journal, sqns, values_only=True)
-    lost = [s for s in sqns if s not in values]
-    if lost:
-        raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}", definite=True)
-    return [values[s] for s in sqns]
+async def fetch_values(view: PointInTime, sqns) -> pa.Array:
+    """The values of live objects by SQN (no repeats), as one Arrow array in that order."""
+    return await journal_values(view.host, view.journal, np.asarray(sqns, dtype=np.uint64))
 
 
 # --- the queries, as async generators of Arrow batches ----------------------------------------
@@ -82,8 +81,9 @@ async def fold_rows(view: PointInTime, lo: bytes, hi: bytes,
 
 
 async def object_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
-                      order: str) -> AsyncIterator[tuple[pa.Table, list[bytes]]]:
-    """Live objects in ``[lo, hi)`` as ``(Ledger rows, values)``, ``batch_size`` at a time."""
+                      order: str) -> AsyncIterator[tuple[pa.Table, pa.Array]]:
+    """Live objects in ``[lo, hi)`` as ``(Ledger rows, values)``, ``batch_size`` at a time (or
+    fewer, when their values pass :data:`BATCH_VALUE_BYTES`)."""
     if order == "sqn":
         async with contextlib.aclosing(_objects_by_sqn(view, lo, hi, batch_size)) as found:
             async for item in found:
@@ -91,7 +91,20 @@ async def object_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
         return
     async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
         async for table in rows:
-            yield table, await fetch_values(view, table.column("sqn").to_pylist())
+            for part in value_slices(table, BATCH_VALUE_BYTES):
+                yield part, await fetch_values(view, part.column("sqn").to_numpy())
+
+
+def value_slices(table: pa.Table, max_bytes: int) -> list[pa.Table]:
+    """Ledger rows cut into slices whose values (the ``size`` column) hold less than
+    ``max_bytes`` plus one object, so a batch of large objects stays bounded in memory."""
+    sizes = table.column("size").to_numpy()
+    if not len(sizes) or int(sizes.sum()) <= max_bytes:
+        return [table]
+    part = np.cumsum(sizes.astype(np.int64)) // max_bytes
+    starts = np.flatnonzero(np.diff(part, prepend=-1)).tolist()
+    bounds = starts + [table.num_rows]
+    return [table.slice(a, b - a) for a, b in zip(bounds, bounds[1:])]
 
 
 async def live_sqns(view: PointInTime, lo: bytes, hi: bytes) -> np.ndarray:
@@ -106,7 +119,7 @@ async def live_sqns(view: PointInTime, lo: bytes, hi: bytes) -> np.ndarray:
 
 
 async def _objects_by_sqn(view: PointInTime, lo: bytes, hi: bytes,
-                          batch_size: int) -> AsyncIterator[tuple[pa.Table, list[bytes]]]:
+                          batch_size: int) -> AsyncIterator[tuple[pa.Table, pa.Array]]:
     """Objects in the order they were written. A key-order pass over the Ledger collects the
     SQNs of the live objects in range; then each journal file is read in file order, only
     the spans that hold those entries."""
@@ -116,17 +129,15 @@ async def _objects_by_sqn(view: PointInTime, lo: bytes, hi: bytes,
         if first == last:
             continue
         clerk = view.host.journal(info)
-        sqns = np.asarray((await clerk.footer()).sqns, dtype=np.uint64)
-        wanted = np.flatnonzero(np.isin(sqns, live[first:last])).tolist()
-        async for records in clerk.read_entries(wanted, JOURNAL_SPAN_BYTES):
-            for start in range(0, len(records), batch_size):
-                chunk = records[start:start + batch_size]
-                yield pa.table({
-                    "key": pa.array([r.lkey for r in chunk], pa.binary()),
-                    "sqn": pa.array([r.sqn for r in chunk], pa.uint64()),
-                    "last_modified": pa.array([r.last_modified for r in chunk], pa.int64()),
-                    "extra": pa.array([r.extra for r in chunk], pa.binary()),
-                }), [r.value for r in chunk]
+        sqns = (await clerk.footer()).sqns
+        wanted = np.flatnonzero(np.isin(sqns, live[first:last]))
+        async for rows in clerk.row_spans(wanted, JOURNAL_SPAN_BYTES):
+            for start in range(0, rows.num_rows, batch_size):
+                chunk = rows.slice(start, batch_size)
+                rows_out = pa.table({"key": chunk.column("lkey"), "sqn": chunk.column("sqn"),
+                                     "last_modified": chunk.column("last_modified"),
+                                     "extra": chunk.column("extra")})
+                yield rows_out, chunk.column("value").combine_chunks()
 
 
 async def index_entries(view: PointInTime, bucket, field: str, start, end, *,
@@ -217,7 +228,7 @@ class Queries:
     def _rows_query(self, kind, bucket, start, end, batch_size, convert):
         """A fold of live Ledger rows over an object range, each batch turned by
         ``convert(table)`` into what the caller gets."""
-        batch_size = _check_batch_size(batch_size)
+        batch_size = check_batch_size(batch_size)
         self._check_fold(kind)
 
         def make(view):
@@ -247,7 +258,7 @@ class Queries:
 
     def _objects_query(self, bucket, start, end, batch_size, arrow, binary_names, order,
                        with_indexes=False):
-        batch_size = _check_batch_size(batch_size)
+        batch_size = check_batch_size(batch_size)
         if order not in ORDERS:
             raise InvalidArgumentError(f"order must be one of {ORDERS}, not {order!r}")
         self._check_fold("objects")
@@ -262,7 +273,7 @@ class Queries:
                         if arrow:
                             yield objects_batch(table, values, binary_names, with_indexes)
                         else:
-                            yield list(zip(*python_names(table), values))
+                            yield list(zip(*python_names(table), values.to_pylist()))
             return gen()
         return True, not arrow, make
 

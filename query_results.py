@@ -71,10 +71,10 @@ def heads_batch(table: pa.Table, binary_names: bool) -> pa.RecordBatch:
     ], schema=schema("heads", binary_names))
 
 
-def objects_batch(table: pa.Table, values: list, binary_names: bool,
+def objects_batch(table: pa.Table, values: pa.Array, binary_names: bool,
                   with_indexes: bool) -> pa.RecordBatch:
     buckets, keys = Names(table.column("key").combine_chunks()).arrow(binary_names)
-    columns = [buckets, keys, pa.array(values, pa.binary()),
+    columns = [buckets, keys, values,
                table.column("sqn").combine_chunks(), _timestamps(table).combine_chunks()]
     if with_indexes:
         columns.append(_terms_column(table.column("extra").to_pylist()))

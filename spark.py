@@ -19,8 +19,9 @@ Options (all strings, as Spark passes them):
   ``start_key`` / ``end_key`` (both included; need ``bucket``), ``index`` with
   ``index_start`` / ``index_end`` (a term range of an index field; needs ``bucket``),
   ``with_indexes`` (add the objects' index terms), ``binary_names`` (bucket and key as
-  binary), ``splits`` (partitions to aim for, default 8), ``lifetime`` (seconds the read's
-  own checkpoint lives unless renewed, default 600). Filters on ``bucket`` and ``key`` are
+  binary), ``splits`` (partitions to aim for, default 8), ``batch_size`` (rows per Arrow
+  batch, default 65536), ``lifetime`` (seconds the read's own checkpoint lives unless
+  renewed, default 600). Filters on ``bucket`` and ``key`` are
   pushed down into the key range.
 - writes: ``store_name`` (the name of the store's running Bookie: install through it while
   it serves; without it the store must not be open anywhere), ``ray_address``.
@@ -51,7 +52,7 @@ from .options import Options
 
 FORMAT = "leveled"
 _READ_OPTIONS = ("checkpoint", "bucket", "start_key", "end_key", "index", "index_start",
-                 "index_end", "with_indexes", "binary_names", "splits", "lifetime")
+                 "index_end", "with_indexes", "binary_names", "splits", "lifetime", "batch_size")
 _WRITE_OPTIONS = ("store_name", "ray_address")
 _OPTION_FIELDS = {f.name: f for f in dataclasses.fields(Options)}
 
@@ -216,7 +217,8 @@ class LeveledReader(DataSourceReader):
         plan = bulk_read.begin_read(
             self.url, self.query, self.store_options, checkpoint=o.get("checkpoint"),
             lifetime=_number("lifetime", o.get("lifetime", 600), float),
-            splits=_number("splits", o.get("splits", 8), int))
+            splits=_number("splits", o.get("splits", 8), int),
+            batch_size=_number("batch_size", o.get("batch_size", bulk_read.BATCH_SIZE), int))
         if not plan.splits:  # nothing to read: one empty task, which releases the pin
             return [SplitPartition(plan, None)]
         return [SplitPartition(plan, s) for s in plan.splits]

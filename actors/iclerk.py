@@ -42,7 +42,7 @@ class InkerClerk:
     async def score(self, info: jfmt.JournalInfo) -> float:
         """100 x the share of a sample of the file's entries that is still current."""
         clerk = self.host.journal(info)
-        sqns = (await clerk.footer()).sqns
+        sqns = (await clerk.footer()).sqns.tolist()
         sample = self.rng.sample(sqns, min(len(sqns), self.options.compaction_sample))
         records = list((await clerk.fetch_many(sample)).values())
         current = await self._current([r.lkey for r in records if r.op != OP_KEY_DELTA])

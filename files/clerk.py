@@ -16,6 +16,9 @@ from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from ..errors import LeveledError
 from . import journal as jfmt
 from . import sst as sfmt
@@ -218,7 +221,8 @@ class SstClerk(FileClerk):
 
 
 class JournalClerk(FileClerk):
-    """Reads one journal file: the SQN index once, then one ranged GET per value."""
+    """Reads one journal file: the SQN and block index once, then the blocks that hold the
+    SQNs asked for."""
 
     kind = "journal"
 
@@ -236,45 +240,62 @@ class JournalClerk(FileClerk):
         return await self._cached("footer", load, lambda f: f.nbytes)
 
     async def fetch(self, sqn: int) -> JournalRecord | None:
-        footer = await self.footer()
-        where = footer.locate(sqn)
-        if where is None:
-            return None
-        off, length = where
-        raw = await self.host.store.get_range_async(self.name, off, off + length)
-        return jfmt.decode_entry(raw, self.name, off, sqn)
+        return (await self.fetch_many([sqn])).get(sqn)
 
     async def fetch_many(self, sqns: list[int],
                          values_only: bool = False) -> dict[int, JournalRecord]:
-        """Entries for many SQNs of this file with one request; absent SQNs are left out.
-        With ``values_only``, each SQN maps to its value, not its whole record."""
+        """Entries for many SQNs of this file, each block read once; absent SQNs are left
+        out. With ``values_only``, each SQN maps to its value, not its whole record."""
         footer = await self.footer()
-        found = [(sqn, footer.locate(sqn)) for sqn in sorted(set(sqns))]
-        found = [(sqn, where) for sqn, where in found if where is not None]
-        if not found:
+        rows = footer.positions(np.unique(np.asarray(sqns, dtype=np.uint64)))
+        rows = rows[rows >= 0]
+        if not len(rows):
             return {}
-        parts = await self.host.store.get_ranges_async(
-            self.name, [off for _, (off, _) in found], [off + ln for _, (off, ln) in found]
-        )
-        decode = jfmt.decode_value if values_only else jfmt.decode_entry
-        return {sqn: decode(raw, self.name, off, sqn)
-                for (sqn, (off, _)), raw in zip(found, parts)}
+        table = await self.rows(rows)
+        found = table.column("sqn").to_pylist()
+        if values_only:
+            return dict(zip(found, table.column("value").to_pylist()))
+        batch = table.combine_chunks().to_batches()[0]
+        return dict(zip(found, jfmt.records(batch, self.name)))
 
-    async def read_entries(self, wanted: list[int], span_bytes: int):
-        """The records at entry positions ``wanted`` (ascending), read with one ranged GET per
-        ``span_bytes`` of entries: an async iterator of record lists, for scans that must not
-        hold the whole file."""
+    async def rows(self, rows: np.ndarray) -> pa.Table:
+        """Rows ``rows`` (ascending, no repeats) of the file, as a table of the Journal's
+        schema."""
+        table, where = await self.blocks_holding(rows)
+        if len(where) == table.num_rows:
+            return table  # every row of the blocks read
+        return await asyncio.to_thread(table.take, where)
+
+    async def blocks_holding(self, rows: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """The blocks that hold rows ``rows`` (ascending, no repeats), decoded, and where each
+        of those rows is in them: ``(table of the blocks, positions)``. Each block is read
+        once (the store coalesces nearby ranges into one request), decoded in a thread."""
         footer = await self.footer()
-        offsets, lengths, sqns = footer.offsets, footer.lengths, footer.sqns
+        blocks = footer.blocks_of(rows)
+        wanted = blocks[np.flatnonzero(np.diff(blocks, prepend=-1))]  # rows are ascending
+        raws = await self.host.store.get_ranges_async(
+            self.name, footer.offsets[wanted].tolist(), footer.offsets[wanted + 1].tolist())
+
+        def decode() -> pa.Table:
+            return pa.Table.from_batches(
+                [jfmt.decode_block(raw, footer, int(i), self.name) for i, raw in zip(wanted, raws)],
+                jfmt.JOURNAL_SCHEMA)
+
+        sizes = footer.rows[wanted + 1] - footer.rows[wanted]
+        firsts = np.cumsum(sizes) - sizes
+        where = rows - footer.rows[blocks] + firsts[np.searchsorted(wanted, blocks)]
+        return await asyncio.to_thread(decode), where
+
+    async def row_spans(self, rows: np.ndarray, span_bytes: int):
+        """Rows ``rows`` (ascending), as an async iterator of tables that each come from at
+        most ``span_bytes`` of the file: for scans that must not hold the whole file."""
+        footer = await self.footer()
+        start = footer.offsets[footer.blocks_of(rows)]
         k = 0
-        while k < len(wanted):
-            start, j = offsets[wanted[k]], k + 1
-            while j < len(wanted) and offsets[wanted[j]] + lengths[wanted[j]] - start <= span_bytes:
-                j += 1
-            end = offsets[wanted[j - 1]] + lengths[wanted[j - 1]]
-            raw = memoryview(await self.host.store.get_range_async(self.name, start, end))
-            yield [jfmt.decode_entry(raw[offsets[i] - start : offsets[i] + lengths[i] - start],
-                                     self.name, offsets[i], sqns[i]) for i in wanted[k:j]]
+        while k < len(rows):
+            j = int(np.searchsorted(start, start[k] + span_bytes, side="left"))
+            j = max(j, k + 1)
+            yield await self.rows(rows[k:j])
             k = j
 
     async def read_records(self, after_sqn: int = 0) -> list[JournalRecord]:

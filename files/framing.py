@@ -11,6 +11,7 @@ import struct
 
 import lz4.block
 import msgpack
+import pyarrow as pa
 import xxhash
 import zstandard
 
@@ -79,6 +80,34 @@ def decompress(codec: int, payload: bytes | memoryview, raw_len: int, path: str,
     if len(out) != raw_len:
         raise CorruptObjectError(path, offset, f"decompressed {len(out)} bytes, not {raw_len}")
     return out
+
+
+#: ``codec u8 | raw_len u32``, then the payload: the head of every SST and journal block.
+_BLOCK_HEAD = struct.Struct("<BI")
+
+
+def encode_block(codec: int, batch: pa.RecordBatch) -> bytes:
+    """One block: an Arrow IPC record batch, compressed on its own. Its checksum is kept
+    in the file's footer, not in the block."""
+    raw = batch.serialize().to_pybytes()
+    used, payload = compress(codec, raw)
+    return _BLOCK_HEAD.pack(used, len(raw)) + payload
+
+
+def decode_block(raw_block: bytes | memoryview, expected_sum: int, schema: pa.Schema,
+                 path: str, offset: int) -> pa.RecordBatch:
+    """Validate and decode one block read from ``offset`` as an Arrow batch of ``schema``."""
+    if checksum(raw_block) != expected_sum:
+        raise CorruptObjectError(path, offset, "block checksum mismatch")
+    r = Reader(raw_block, path, base=offset)
+    codec, raw_len = r.unpack(_BLOCK_HEAD)
+    raw = decompress(codec, r.take(r.remaining()), raw_len, path, offset)
+    try:
+        batch = pa.ipc.read_record_batch(pa.py_buffer(raw), schema)
+        batch.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowException, ValueError) as exc:
+        raise CorruptObjectError(path, offset, f"malformed block: {exc}") from None
+    return batch
 
 
 #: ``magic | version u16 | footer codec u8 | footer raw_len u32 | footer offset u64 |

@@ -2,44 +2,51 @@
 
 Layout::
 
-    header (36 bytes) | entry | entry | ... | footer | trailer
+    header (36 bytes) | block | block | ... | footer | trailer
 
-The header holds the writer epoch and the journal slot (used for fencing). Each entry is
-``sqn u64 | op u8 | codec u8 | raw_len u32 | stored_len u32 | checksum u64 | payload`` where the
-payload is one change, compressed on its own, and the checksum covers the entry header and the
-payload. The footer (msgpack, compressed) is the SQN index: the SQN, offset and length of every
-entry, so fetching a value by SQN is one ranged GET once the footer is cached.
+The header holds the writer epoch and the journal slot (used for fencing). A block is an Arrow
+IPC batch of :data:`JOURNAL_SCHEMA` rows (one row per change, in SQN order), compressed on its
+own, as SST blocks are. The footer (msgpack, compressed) holds every SQN of the file, and each
+block's offset, first row and checksum. Fetching one value is one ranged GET of its block once
+the footer is cached; a bulk read decodes whole blocks and takes their ``value`` column as it
+is, with no Python object per value.
 """
 
 from __future__ import annotations
 
-import bisect
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import msgpack
 import numpy as np
-import xxhash
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import CorruptObjectError
 from . import framing
-from .framing import CODEC_LZ4, checksum, compress, decompress, encode_footer
+from .framing import CODEC_LZ4, checksum, encode_block, encode_footer
 
 MAGIC = b"LRJNL\x00\x00\x01"
-VERSION = 1
+VERSION = 2
 KIND_DATA = 0
 KIND_FENCE = 1
 NO_SLOT = (1 << 64) - 1  # journal files written by compaction have no slot
+#: Raw bytes of a block, about: one point read decodes this much.
+BLOCK_BYTES = 64 << 10
 
 _HEADER = struct.Struct("<8sHBxQQQ")  # magic, version, kind, epoch, slot, header checksum
 HEADER_SIZE = _HEADER.size
-_ENTRY = struct.Struct("<QBBII")
-_ENTRY_SUM = struct.Struct("<Q")
-ENTRY_HEAD = _ENTRY.size + _ENTRY_SUM.size
-_RECORD = struct.Struct("<qIII")  # last_modified, expiry, key_len, extra_len
-_VALUE_LEN = struct.Struct("<I")
-_NO_VALUE = 0xFFFFFFFF
+#: Fixed bytes of one row besides its variable-length columns (for block sizing).
+_FIXED_ROW = 8 + 1 + 4 + 8 + 5 * 4
+
+#: One change per row. ``value`` is null for deletes and key deltas; ``indexes`` is null when
+#: the change touches no index term, else msgpack of ``[[op, field, term], ...]``.
+JOURNAL_SCHEMA = pa.schema([
+    ("sqn", pa.uint64()), ("op", pa.uint8()), ("lkey", pa.binary()), ("value", pa.binary()),
+    ("indexes", pa.binary()), ("expiry", pa.uint32()), ("extra", pa.binary()),
+    ("last_modified", pa.int64()),
+])
 
 
 @dataclass(frozen=True)
@@ -70,25 +77,43 @@ class JournalInfo:
     max_sqn: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class JournalFooter:
     epoch: int
     slot: int
     kind: int
-    sqns: list
-    offsets: list
-    lengths: list
+    sqns: np.ndarray  # every SQN of the file, increasing (uint64)
+    offsets: np.ndarray  # each block's offset, then the footer's
+    rows: np.ndarray  # each block's first row, then the row count
+    checksums: np.ndarray
 
-    def locate(self, sqn: int) -> tuple[int, int] | None:
-        """``(offset, length)`` of the entry with this SQN, if the file holds it."""
-        i = bisect.bisect_left(self.sqns, sqn)
-        if i < len(self.sqns) and self.sqns[i] == sqn:
-            return self.offsets[i], self.lengths[i]
-        return None
+    @property
+    def block_count(self) -> int:
+        return len(self.checksums)
+
+    def positions(self, sqns) -> np.ndarray:
+        """The row of each SQN in ``sqns``, or -1 where the file does not hold it."""
+        sqns = np.asarray(sqns, dtype=np.uint64)
+        n = len(self.sqns)
+        if n and int(self.sqns[-1]) - int(self.sqns[0]) == n - 1:
+            # Consecutive SQNs (most files): the row is the distance from the first.
+            pos = sqns.astype(np.int64) - np.int64(self.sqns[0])
+            return np.where((pos >= 0) & (pos < n) & (sqns >= self.sqns[0]), pos, -1)
+        pos = np.searchsorted(self.sqns, sqns)
+        held = pos < len(self.sqns)
+        held[held] = self.sqns[pos[held]] == sqns[held]
+        return np.where(held, pos, -1)
+
+    def blocks_of(self, rows: np.ndarray) -> np.ndarray:
+        """The block of each row."""
+        return np.searchsorted(self.rows, rows, side="right") - 1
+
+    def block_range(self, i: int) -> tuple[int, int]:
+        return int(self.offsets[i]), int(self.offsets[i + 1])
 
     @property
     def nbytes(self) -> int:
-        return 24 * len(self.sqns) + 64
+        return self.sqns.nbytes + 24 * len(self.offsets) + 64
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -99,45 +124,62 @@ def encode_header(epoch: int, slot: int, kind: int) -> bytes:
     return body + struct.pack("<Q", checksum(body))
 
 
-def encode_record(op, lkey, value, indexes, expiry, extra, last_modified) -> bytes:
-    vlen = _NO_VALUE if value is None else len(value)
-    idx = msgpack.packb([list(i) for i in indexes]) if indexes else b""
-    return b"".join((
-        _RECORD.pack(last_modified, expiry, len(lkey), len(extra)), lkey, extra,
-        _VALUE_LEN.pack(vlen), value or b"", idx,
-    ))
+def pack_indexes(indexes) -> bytes | None:
+    """A change's index changes as the ``indexes`` column holds them."""
+    return msgpack.packb([list(i) for i in indexes]) if indexes else None
+
+
+def records_table(records) -> pa.Table:
+    """Records (each ``(sqn, op, lkey, value, indexes, expiry, extra, last_modified)``) as a
+    table of :data:`JOURNAL_SCHEMA`."""
+    if not records:
+        return JOURNAL_SCHEMA.empty_table()
+    sqn, op, lkey, value, indexes, expiry, extra, lm = zip(*records)
+    return pa.Table.from_arrays([
+        pa.array(sqn, pa.uint64()), pa.array(op, pa.uint8()), pa.array(lkey, pa.binary()),
+        pa.array(value, pa.binary()), pa.array([pack_indexes(i) for i in indexes], pa.binary()),
+        pa.array(expiry, pa.uint32()), pa.array(extra, pa.binary()), pa.array(lm, pa.int64()),
+    ], schema=JOURNAL_SCHEMA)
 
 
 def build_journal(name: str, epoch: int, slot: int, records, *, codec: int = CODEC_LZ4,
-                  kind: int = KIND_DATA) -> tuple[bytes, JournalInfo]:
-    """Encode ``records`` (each ``(sqn, op, lkey, value, indexes, expiry, extra, last_modified)``,
-    in SQN order) as one journal file; returns its bytes and info."""
-    parts = [encode_header(epoch, slot, kind)]
-    pos = HEADER_SIZE
-    sqns, offsets, lengths = [], [], []
-    # The per-entry loop is the Inker's hot path: keep it to a few C calls per entry.
-    entry_pack, sum_pack, digest = _ENTRY.pack, _ENTRY_SUM.pack, xxhash.xxh3_64_intdigest
-    for sqn, op, lkey, value, indexes, expiry, extra, lm in records:
-        raw = encode_record(op, lkey, value, indexes, expiry, extra, lm)
-        used, payload = compress(codec, raw)
-        head = entry_pack(sqn, op, used, len(raw), len(payload))
-        parts += (head, sum_pack(digest(head + payload)), payload)
-        size = ENTRY_HEAD + len(payload)
-        sqns.append(sqn)
-        offsets.append(pos)
-        lengths.append(size)
-        pos += size
-    if sqns and any(a >= b for a, b in zip(sqns, sqns[1:])):
+                  kind: int = KIND_DATA, block_bytes: int = BLOCK_BYTES
+                  ) -> tuple[bytes, JournalInfo]:
+    """Encode ``records`` (tuples, see :func:`records_table`, or a table of
+    :data:`JOURNAL_SCHEMA`), in SQN order, as one journal file; returns its bytes and info."""
+    table = records if isinstance(records, pa.Table) else records_table(records)
+    if table.schema != JOURNAL_SCHEMA:
+        table = table.cast(JOURNAL_SCHEMA)
+    batch = table.combine_chunks().to_batches()[0] if table.num_rows else None
+    n = table.num_rows
+    sqns = table.column("sqn").to_numpy() if n else np.zeros(0, dtype=np.uint64)
+    if n and not np.all(sqns[1:] > sqns[:-1]):
         raise ValueError("journal records must be in increasing SQN order")
+    starts = [0]
+    if n:
+        size = np.full(n, _FIXED_ROW, dtype=np.int64)
+        for column in ("lkey", "value", "indexes", "extra"):
+            size += pc.fill_null(pc.binary_length(batch.column(column)), 0).to_numpy()
+        block_of_row = (np.cumsum(size) - 1) // block_bytes
+        starts = np.flatnonzero(np.diff(block_of_row, prepend=-1)).tolist()
+    rows = starts + [n] if n else [0]
+    parts = [encode_header(epoch, slot, kind)]
+    offsets, sums = [HEADER_SIZE], []
+    for lo, hi in zip(rows, rows[1:]):
+        block = encode_block(codec, batch.slice(lo, hi - lo))
+        parts.append(block)
+        sums.append(checksum(block))
+        offsets.append(offsets[-1] + len(block))
     parts.append(encode_footer(MAGIC, VERSION, codec, {
         "v": VERSION, "epoch": epoch, "slot": slot, "kind": kind,
-        "sqn": np.asarray(sqns, dtype="<u8").tobytes(),
+        "sqn": np.ascontiguousarray(sqns, dtype="<u8").tobytes(),
         "off": np.asarray(offsets, dtype="<u8").tobytes(),
-        "len": np.asarray(lengths, dtype="<u4").tobytes(),
-    }, pos))
+        "row": np.asarray(rows, dtype="<u8").tobytes(),
+        "sum": np.asarray(sums, dtype="<u8").tobytes(),
+    }, offsets[-1]))
     data = b"".join(parts)
-    info = JournalInfo(name, slot, epoch, kind, len(data), len(sqns),
-                       sqns[0] if sqns else 0, sqns[-1] if sqns else 0)
+    info = JournalInfo(name, slot, epoch, kind, len(data), n,
+                       int(sqns[0]) if n else 0, int(sqns[-1]) if n else 0)
     return data, info
 
 
@@ -169,117 +211,93 @@ def parse_footer(size: int, tail: bytes, path: str) -> JournalFooter:
     try:
         footer = JournalFooter(
             epoch=int(doc["epoch"]), slot=int(doc["slot"]), kind=int(doc["kind"]),
-            sqns=np.frombuffer(doc["sqn"], dtype="<u8").tolist(),
-            offsets=np.frombuffer(doc["off"], dtype="<u8").tolist(),
-            lengths=np.frombuffer(doc["len"], dtype="<u4").tolist(),
+            sqns=np.frombuffer(doc["sqn"], dtype="<u8"),
+            offsets=np.frombuffer(doc["off"], dtype="<u8").astype(np.int64),
+            rows=np.frombuffer(doc["row"], dtype="<u8").astype(np.int64),
+            checksums=np.frombuffer(doc["sum"], dtype="<u8"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptObjectError(path, foff, f"malformed footer: {exc}") from None
-    n = len(footer.sqns)
-    if len(footer.offsets) != n or len(footer.lengths) != n:
-        raise CorruptObjectError(path, foff, "SQN index lengths disagree")
-    # Entries must tile [header, footer) exactly, in increasing SQN order.
-    expect = HEADER_SIZE
-    for i in range(n):
-        if footer.offsets[i] != expect or footer.lengths[i] < ENTRY_HEAD:
-            raise CorruptObjectError(path, foff, f"SQN index entry {i} is out of place")
-        expect += footer.lengths[i]
-        if i and footer.sqns[i] <= footer.sqns[i - 1]:
-            raise CorruptObjectError(path, foff, "SQN index is not increasing")
-    if expect != foff:
-        raise CorruptObjectError(path, foff, "entries do not end where the footer starts")
+    blocks = footer.block_count
+    # Blocks must tile [header, footer) exactly, and their rows cover every SQN, in order.
+    if len(footer.offsets) != blocks + 1 or len(footer.rows) != blocks + 1:
+        raise CorruptObjectError(path, foff, "block index lengths disagree")
+    if footer.offsets[0] != HEADER_SIZE or footer.offsets[-1] != foff:
+        raise CorruptObjectError(path, foff, "blocks do not end where the footer starts")
+    if np.any(np.diff(footer.offsets) <= 0) or np.any(np.diff(footer.rows) <= 0):
+        raise CorruptObjectError(path, foff, "block index is out of place")
+    if footer.rows[0] != 0 or footer.rows[-1] != len(footer.sqns):
+        raise CorruptObjectError(path, foff, "blocks do not cover the SQN index")
+    if np.any(footer.sqns[1:] <= footer.sqns[:-1]):
+        raise CorruptObjectError(path, foff, "SQN index is not increasing")
     return footer
 
 
-def _open_entry(data: bytes | memoryview, path: str, offset: int,
-                expect_sqn: int | None) -> tuple[int, int, bytes | memoryview]:
-    """Validate one entry (its bytes, read from ``offset``) and decompress its record:
-    ``(sqn, op, raw record)``. Parsed with ``unpack_from`` and explicit bounds checks rather
-    than a cursor object: folds and exports open an entry per object."""
-    if len(data) < ENTRY_HEAD:
-        raise CorruptObjectError(path, offset, "entry shorter than its header")
-    sqn, op, codec, raw_len, stored_len = _ENTRY.unpack_from(data, 0)
-    if ENTRY_HEAD + stored_len > len(data):
-        raise CorruptObjectError(path, offset, f"payload of {stored_len} bytes runs past the end")
-    if ENTRY_HEAD + stored_len != len(data):
-        raise CorruptObjectError(path, offset, "entry length does not match its header")
-    (esum,) = _ENTRY_SUM.unpack_from(data, _ENTRY.size)
-    view = memoryview(data)
-    payload = view[ENTRY_HEAD:]
-    if checksum(view[:_ENTRY.size], payload) != esum:
-        raise CorruptObjectError(path, offset, "entry checksum mismatch")
-    if expect_sqn is not None and sqn != expect_sqn:
-        raise CorruptObjectError(path, offset, f"entry holds SQN {sqn}, not {expect_sqn}")
-    raw = decompress(codec, payload, raw_len, path, offset)
-    if len(raw) < _RECORD.size:
-        raise CorruptObjectError(path, offset, "record shorter than its header")
-    return sqn, op, raw
+def decode_block(raw: bytes | memoryview, footer: JournalFooter, i: int,
+                 path: str) -> pa.RecordBatch:
+    """Validate and decode block ``i`` (its bytes): rows of :data:`JOURNAL_SCHEMA`, holding
+    exactly the SQNs the footer says."""
+    offset = int(footer.offsets[i])
+    batch = framing.decode_block(raw, int(footer.checksums[i]), JOURNAL_SCHEMA, path, offset)
+    lo, hi = int(footer.rows[i]), int(footer.rows[i + 1])
+    sqns = batch.column("sqn")
+    if len(sqns) != hi - lo or sqns.null_count or not np.array_equal(
+            sqns.to_numpy(), footer.sqns[lo:hi]):
+        raise CorruptObjectError(path, offset, "block does not hold the SQNs of its footer")
+    return batch
 
 
-def _value_span(raw, path: str, offset: int) -> tuple[int, int, int, int]:
-    """``(key_len, extra_len, value start, value length or _NO_VALUE)`` of a record."""
-    _, _, key_len, extra_len = _RECORD.unpack_from(raw, 0)
-    extra_end = _RECORD.size + key_len + extra_len
-    if extra_end + _VALUE_LEN.size > len(raw):
-        raise CorruptObjectError(path, offset, "record key or extra runs past the end")
-    (vlen,) = _VALUE_LEN.unpack_from(raw, extra_end)
-    pos = extra_end + _VALUE_LEN.size
-    if vlen != _NO_VALUE and pos + vlen > len(raw):
-        raise CorruptObjectError(path, offset, "record value runs past the end")
-    return key_len, extra_len, pos, vlen
+def decode_blocks(raw: bytes | memoryview, footer: JournalFooter, first: int,
+                  path: str) -> list[pa.RecordBatch]:
+    """Decode consecutive blocks ``first, first + 1, ...`` read in one range starting at
+    block ``first``'s offset."""
+    view = memoryview(raw)
+    base, end = int(footer.offsets[first]), int(footer.offsets[first]) + len(raw)
+    out, i = [], first
+    while i < footer.block_count and footer.offsets[i + 1] <= end:
+        lo, hi = footer.block_range(i)
+        out.append(decode_block(view[lo - base : hi - base], footer, i, path))
+        i += 1
+    return out
 
 
-def decode_value(data: bytes | memoryview, path: str, offset: int,
-                 expect_sqn: int | None = None) -> bytes | None:
-    """Validate one entry and return only its value (what folds and exports need)."""
-    _, _, raw = _open_entry(data, path, offset, expect_sqn)
-    _, _, pos, vlen = _value_span(raw, path, offset)
-    return None if vlen == _NO_VALUE else bytes(raw[pos:pos + vlen])
-
-
-def decode_entry(data: bytes | memoryview, path: str, offset: int,
-                 expect_sqn: int | None = None) -> JournalRecord:
-    """Validate and decode one entry (its bytes, read from ``offset``)."""
-    sqn, op, raw = _open_entry(data, path, offset, expect_sqn)
-    lm, expiry, _, _ = _RECORD.unpack_from(raw, 0)
-    key_len, extra_len, pos, vlen = _value_span(raw, path, offset)
-    key_end = _RECORD.size + key_len
-    lkey = bytes(raw[_RECORD.size:key_end])
-    extra = bytes(raw[key_end:key_end + extra_len])
-    value = None
-    if vlen != _NO_VALUE:
-        value = bytes(raw[pos:pos + vlen])
-        pos += vlen
-    indexes: tuple = ()
-    if pos < len(raw):
-        try:
-            indexes = tuple((int(a), str(b), c)
-                            for a, b, c in msgpack.unpackb(raw[pos:], raw=False))
-        except (TypeError, ValueError, msgpack.UnpackException) as exc:
-            raise CorruptObjectError(path, offset, f"malformed index changes: {exc}") from None
-    return JournalRecord(sqn, op, lkey, value, indexes, expiry, extra, lm)
+def records(batch: pa.RecordBatch, path: str) -> list[JournalRecord]:
+    """The rows of a decoded block (or part of one) as records."""
+    cols = [batch.column(name).to_pylist() for name in JOURNAL_SCHEMA.names]
+    out = []
+    for sqn, op, lkey, value, idx, expiry, extra, lm in zip(*cols):
+        indexes: tuple = ()
+        if idx:
+            try:
+                indexes = tuple((int(a), str(b), c) for a, b, c in msgpack.unpackb(idx, raw=False))
+            except (TypeError, ValueError, msgpack.UnpackException) as exc:
+                raise CorruptObjectError(path, 0, f"SQN {sqn}: malformed index changes: "
+                                                  f"{exc}") from None
+        out.append(JournalRecord(sqn, op, lkey, value, indexes, expiry, extra, lm))
+    return out
 
 
 def read_all(data: bytes, path: str) -> tuple[tuple[int, int, int], JournalFooter,
                                               list[JournalRecord]]:
-    """Validate a whole journal file held in memory: header, footer and every entry."""
+    """Validate a whole journal file held in memory: header, footer and every block."""
     header = parse_header(data, path)
     footer = parse_footer(len(data), data, path)
     if (footer.epoch, footer.slot, footer.kind) != header:
         raise CorruptObjectError(path, 0, "header and footer disagree")
-    records = [
-        decode_entry(memoryview(data)[off : off + ln], path, off, sqn)
-        for sqn, off, ln in zip(footer.sqns, footer.offsets, footer.lengths)
-    ]
-    return header, footer, records
+    body = memoryview(data)[: int(footer.offsets[-1])]
+    found = decode_blocks(body[HEADER_SIZE:], footer, 0, path) if footer.block_count else []
+    return header, footer, [r for batch in found for r in records(batch, path)]
 
 
 def iter_records(data: bytes, path: str, after_sqn: int = 0) -> Iterator[JournalRecord]:
     """Records of a whole journal file with SQN above ``after_sqn``, validated as they go."""
     parse_header(data, path)
     footer = parse_footer(len(data), data, path)
-    start = bisect.bisect_right(footer.sqns, after_sqn)
+    start = int(np.searchsorted(footer.sqns, np.uint64(after_sqn), side="right"))
+    if start == len(footer.sqns):
+        return
     view = memoryview(data)
-    for i in range(start, len(footer.sqns)):
-        off, ln = footer.offsets[i], footer.lengths[i]
-        yield decode_entry(view[off : off + ln], path, off, footer.sqns[i])
+    for i in range(int(footer.blocks_of(np.array([start]))[0]), footer.block_count):
+        lo, hi = footer.block_range(i)
+        batch = decode_block(view[lo:hi], footer, i, path)
+        yield from records(batch.slice(max(0, start - int(footer.rows[i]))), path)

@@ -26,7 +26,7 @@ async def slot_info(store: ObjectStore, slot: int) -> jfmt.JournalInfo:
         raise CorruptObjectError(name, 0, f"file claims slot {claimed}")
     sqns = jfmt.parse_footer(len(data), data, name).sqns
     return jfmt.JournalInfo(name, slot, epoch, kind, len(data), len(sqns),
-                            sqns[0] if sqns else 0, sqns[-1] if sqns else 0)
+                            int(sqns[0]) if len(sqns) else 0, int(sqns[-1]) if len(sqns) else 0)
 
 
 async def write_fence(store: ObjectStore, epoch: int,

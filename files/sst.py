@@ -15,7 +15,6 @@ ranged GET.
 from __future__ import annotations
 
 import bisect
-import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,11 +25,10 @@ from ..codec import LEDGER_SCHEMA, TOMBSTONE
 from ..errors import CorruptObjectError
 from . import framing
 from .bloom import Bloom
-from .framing import CODEC_LZ4, Reader, checksum, compress, decompress, encode_footer
+from .framing import CODEC_LZ4, checksum, encode_block, encode_footer
 
 MAGIC = b"LRSST\x00\x00\x01"
 VERSION = 1
-_BLOCK_HEAD = struct.Struct("<BI")
 #: Fixed bytes of one row besides its key and extra columns (for block sizing).
 _FIXED_ROW = 8 + 1 + 4 + 8 + 8 + 8 + 8
 
@@ -124,10 +122,7 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
     pos = 0
     for b in range(len(starts)):
         lo, hi = bounds[b], bounds[b + 1]
-        batch = table.slice(lo, hi - lo).combine_chunks().to_batches()[0]
-        raw = batch.serialize().to_pybytes()
-        used, payload = compress(codec, raw)
-        block = _BLOCK_HEAD.pack(used, len(raw)) + payload
+        block = encode_block(codec, table.slice(lo, hi - lo).combine_chunks().to_batches()[0])
         parts.append(block)
         offsets.append(pos)
         checksums.append(checksum(block))
@@ -241,17 +236,7 @@ def decode_block(raw_block: bytes, expected_sum: int, path: str, offset: int) ->
 def decode_batch(raw_block: bytes, expected_sum: int, path: str,
                  offset: int) -> pa.RecordBatch:
     """Validate and decode one block read from ``offset``, as an Arrow batch (for scans)."""
-    if checksum(raw_block) != expected_sum:
-        raise CorruptObjectError(path, offset, "block checksum mismatch")
-    r = Reader(raw_block, path, base=offset)
-    codec, raw_len = r.unpack(_BLOCK_HEAD)
-    raw = decompress(codec, r.take(r.remaining()), raw_len, path, offset)
-    try:
-        batch = pa.ipc.read_record_batch(pa.py_buffer(raw), LEDGER_SCHEMA)
-        batch.validate(full=True)
-    except (pa.ArrowInvalid, pa.ArrowException, ValueError) as exc:
-        raise CorruptObjectError(path, offset, f"malformed block: {exc}") from None
-    return batch
+    return framing.decode_block(raw_block, expected_sum, LEDGER_SCHEMA, path, offset)
 
 
 def decode_blocks(raw: bytes, footer: SstFooter, first: int, path: str) -> list[pa.RecordBatch]:

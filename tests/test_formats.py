@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leveled_ray import CorruptObjectError, codec
+from leveled_ray.files import framing
 from leveled_ray.files import journal as jfmt
 from leveled_ray.files import sst as sfmt
 from leveled_ray.files.framing import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, FOOTER_READ
@@ -78,19 +79,28 @@ records = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(records, codecs, st.integers(0, 2**40))
-def test_journal_round_trip(recs, codec_id, first_sqn):
+@given(records, codecs, st.integers(0, 2**40), st.sampled_from([1, 500, jfmt.BLOCK_BYTES]))
+def test_journal_round_trip(recs, codec_id, first_sqn, block_bytes):
     full = [(first_sqn + i + 1, op, k, v, tuple(tuple(x) for x in idx), exp, extra, lm)
             for i, (op, k, v, idx, exp, extra, lm) in enumerate(recs)]
-    data, info = jfmt.build_journal("journal/x.jnl", 7, 3, full, codec=codec_id)
+    data, info = jfmt.build_journal("journal/x.jnl", 7, 3, full, codec=codec_id,
+                                    block_bytes=block_bytes)
     header, footer, back = jfmt.read_all(data, "journal/x.jnl")
     assert header == (7, 3, jfmt.KIND_DATA)
     assert [(r.sqn, r.op, r.lkey, r.value, r.indexes, r.expiry, r.extra, r.last_modified)
             for r in back] == full
     assert info.entries == len(full)
-    for sqn, off, ln in zip(footer.sqns, footer.offsets, footer.lengths):
-        assert jfmt.decode_entry(data[off:off + ln], "x", off, sqn).sqn == sqn
-    assert footer.locate(first_sqn) is None
+    assert (info.min_sqn, info.max_sqn) == ((full[0][0], full[-1][0]) if full else (0, 0))
+    # Every SQN is found in the block that holds it; SQNs the file lacks are not.
+    sqns = [r[0] for r in full]
+    rows = footer.positions(sqns + [first_sqn, first_sqn + len(full) + 1])
+    assert rows.tolist() == list(range(len(full))) + [-1, -1]
+    for row, blk in zip(rows[:len(full)], footer.blocks_of(rows[:len(full)])):
+        lo, hi = footer.block_range(blk)
+        batch = jfmt.decode_block(data[lo:hi], footer, blk, "x")
+        assert batch.column("sqn")[row - footer.rows[blk]].as_py() == sqns[row]
+    if block_bytes == 1:
+        assert footer.block_count == len(full)  # one record per block at least
 
 
 def sample_manifest():
@@ -148,8 +158,9 @@ def test_declared_lengths_are_not_trusted():
     full = [(1, 0, b"k", b"v" * 100, (), 0, b"", 9)]
     data, _ = jfmt.build_journal("j", 1, 0, full)
     footer = jfmt.parse_footer(len(data), data, "j")
-    off = footer.offsets[0]
-    entry = bytearray(data[off:off + footer.lengths[0]])
-    entry[14:18] = (2**31).to_bytes(4, "little")  # stored_len
-    with pytest.raises(CorruptObjectError, match="runs past the end"):
-        jfmt.decode_entry(bytes(entry), "j", off, 1)
+    lo, hi = footer.block_range(0)
+    block = bytearray(data[lo:hi])
+    block[1:5] = (2**31).to_bytes(4, "little")  # raw_len, checksum made to match
+    with pytest.raises(CorruptObjectError, match="over the limit"):
+        framing.decode_block(bytes(block), framing.checksum(bytes(block)),
+                             jfmt.JOURNAL_SCHEMA, "j", lo)

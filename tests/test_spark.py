@@ -23,7 +23,9 @@ spark_mod = pytest.importorskip("leveled_ray.spark")
 
 
 @pytest.fixture(scope="module")
-def spark():
+def spark(ray_cluster):
+    # Ray first: Spark's Python workers inherit the environment (Ray's auth token among it)
+    # of the moment Spark starts, and some tests reach the store's Bookie from a worker.
     session = spark_mod.session("local[2]", "leveled-ray-tests",
                                 **{"spark.sql.shuffle.partitions": "4"})
     session.sparkContext.setLogLevel("ERROR")
