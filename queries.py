@@ -53,7 +53,7 @@ def check_batch_size(batch_size) -> int:
 
 
 async def fetch_values(view: PointInTime, sqns) -> pa.Array:
-    """The values of live objects by SQN (no repeats), as one Arrow array in that order."""
+    """The values of live objects by SQN (repeats allowed), as one Arrow array in that order."""
     return await journal_values(view.host, view.journal, np.asarray(sqns, dtype=np.uint64))
 
 
