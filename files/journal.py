@@ -247,20 +247,6 @@ def decode_block(raw: bytes | memoryview, footer: JournalFooter, i: int,
     return batch
 
 
-def decode_blocks(raw: bytes | memoryview, footer: JournalFooter, first: int,
-                  path: str) -> list[pa.RecordBatch]:
-    """Decode consecutive blocks ``first, first + 1, ...`` read in one range starting at
-    block ``first``'s offset."""
-    view = memoryview(raw)
-    base, end = int(footer.offsets[first]), int(footer.offsets[first]) + len(raw)
-    out, i = [], first
-    while i < footer.block_count and footer.offsets[i + 1] <= end:
-        lo, hi = footer.block_range(i)
-        out.append(decode_block(view[lo - base : hi - base], footer, i, path))
-        i += 1
-    return out
-
-
 def records(batch: pa.RecordBatch, path: str) -> list[JournalRecord]:
     """The rows of a decoded block (or part of one) as records."""
     cols = [batch.column(name).to_pylist() for name in JOURNAL_SCHEMA.names]
@@ -277,6 +263,14 @@ def records(batch: pa.RecordBatch, path: str) -> list[JournalRecord]:
     return out
 
 
+def _blocks(data: bytes, footer: JournalFooter, first: int, path: str) -> Iterator:
+    """Blocks ``first, first + 1, ...`` of a whole file held in memory, decoded."""
+    view = memoryview(data)
+    for i in range(first, footer.block_count):
+        lo, hi = footer.block_range(i)
+        yield decode_block(view[lo:hi], footer, i, path)
+
+
 def read_all(data: bytes, path: str) -> tuple[tuple[int, int, int], JournalFooter,
                                               list[JournalRecord]]:
     """Validate a whole journal file held in memory: header, footer and every block."""
@@ -284,9 +278,8 @@ def read_all(data: bytes, path: str) -> tuple[tuple[int, int, int], JournalFoote
     footer = parse_footer(len(data), data, path)
     if (footer.epoch, footer.slot, footer.kind) != header:
         raise CorruptObjectError(path, 0, "header and footer disagree")
-    body = memoryview(data)[: int(footer.offsets[-1])]
-    found = decode_blocks(body[HEADER_SIZE:], footer, 0, path) if footer.block_count else []
-    return header, footer, [r for batch in found for r in records(batch, path)]
+    return header, footer, [r for batch in _blocks(data, footer, 0, path)
+                            for r in records(batch, path)]
 
 
 def iter_records(data: bytes, path: str, after_sqn: int = 0) -> Iterator[JournalRecord]:
@@ -296,8 +289,6 @@ def iter_records(data: bytes, path: str, after_sqn: int = 0) -> Iterator[Journal
     start = int(np.searchsorted(footer.sqns, np.uint64(after_sqn), side="right"))
     if start == len(footer.sqns):
         return
-    view = memoryview(data)
-    for i in range(int(footer.blocks_of(np.array([start]))[0]), footer.block_count):
-        lo, hi = footer.block_range(i)
-        batch = decode_block(view[lo:hi], footer, i, path)
+    first = int(footer.blocks_of(np.array([start]))[0])
+    for i, batch in enumerate(_blocks(data, footer, first, path), first):
         yield from records(batch.slice(max(0, start - int(footer.rows[i]))), path)
