@@ -11,10 +11,11 @@ while the store runs.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from . import garbage_collection
-from .errors import InvalidArgumentError
+from .errors import CheckpointNotFoundError, InvalidArgumentError
 from .files.journal_slots import slot_info, tail_slots, write_fence
 from .files.store import ObjectStore
 from .manifest import checkpoints as cp
@@ -65,6 +66,13 @@ async def refresh_checkpoint(manifests: ManifestStore, checkpoint_id: str,
 
 async def delete_checkpoint(manifests: ManifestStore, checkpoint_id: str) -> None:
     await manifests.update(lambda m: cp.delete_checkpoint(m, checkpoint_id, time.time()))
+
+
+async def release_checkpoint(manifests: ManifestStore, checkpoint_id: str) -> None:
+    """Delete a checkpoint its holder is done with; one that expired or was deleted
+    already needs nothing more."""
+    with contextlib.suppress(CheckpointNotFoundError):
+        await delete_checkpoint(manifests, checkpoint_id)
 
 
 async def list_checkpoints(manifests: ManifestStore) -> list[Checkpoint]:

@@ -31,7 +31,7 @@ from .key_ranges import check_term, index_prefix, index_range, object_range
 from .manifest import checkpoints as cp
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
-from .options import Options
+from .options import Options, check_positive_int
 from .point_in_time import run_sync
 from .queries import check_batch_size, fetch_values, object_rows
 from .query_results import objects_batch
@@ -136,11 +136,15 @@ class ReadPlan:
         return f"{MARKER_PREFIX}{self.checkpoint_id}/"
 
 
+def overlapping(manifest: Manifest, lo: bytes, hi: bytes) -> list:
+    """The SSTs of every level that hold keys in ``[lo, hi)``."""
+    return [f for f in manifest.sst_files() if f.min_key < hi and f.max_key >= lo]
+
+
 def plan_splits(manifest: Manifest, lo: bytes, hi: bytes, target: int) -> list[tuple]:
     """``[lo, hi)`` cut at SST first keys into at most ``target`` ranges of about the same
     number of entries (the entries of the files that overlap it, all levels)."""
-    files = sorted((f for f in manifest.sst_files() if f.min_key < hi and f.max_key >= lo),
-                   key=lambda f: f.min_key)
+    files = sorted(overlapping(manifest, lo, hi), key=lambda f: f.min_key)
     total = sum(f.entries for f in files)
     cuts, seen = [], 0
     for f in files:
@@ -162,8 +166,7 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
 
     check_query(query)
     cp.check_lifetime(lifetime)
-    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
-        raise InvalidArgumentError(f"splits must be an int >= 1, not {splits!r}")
+    check_positive_int("splits", splits)
     check_batch_size(batch_size)
     options = options or Options()
     manifests = ManifestStore(ObjectStore.from_url(url, options))
@@ -177,7 +180,7 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
     manifest = await manifests.read(pin.manifest_id)
     lo, hi = query.key_range(options)
     ranges = [] if query.empty else plan_splits(manifest, lo, hi, splits)
-    entries = sum(f.entries for f in manifest.sst_files() if f.min_key < hi and f.max_key >= lo)
+    entries = sum(f.entries for f in overlapping(manifest, lo, hi))
     return ReadPlan(url, options, query, pin.id, pin.manifest_id, checkpoint is None, lifetime,
                     tuple(ReadSplit(i, a, b) for i, (a, b) in enumerate(ranges)), entries,
                     batch_size)
@@ -288,15 +291,14 @@ async def _finish(plan: ReadPlan, split: ReadSplit) -> None:
     """Leave this split's marker; the task that completes the set releases the checkpoint."""
     if not plan.owns:
         return
-    from .admin import delete_checkpoint
+    from .admin import release_checkpoint
 
     store = ObjectStore.from_url(plan.url, plan.options)
     await store.put_if_absent_async(f"{plan.marker_prefix}{split.index:08d}", b"")
     done = await store.list_async(plan.marker_prefix)
     if len(done) < len(plan.splits):
         return
-    with contextlib.suppress(CheckpointNotFoundError):
-        await delete_checkpoint(ManifestStore(store), plan.checkpoint_id)
+    await release_checkpoint(ManifestStore(store), plan.checkpoint_id)
     await asyncio.gather(*(store.delete_async(m.path) for m in done), return_exceptions=True)
 
 
@@ -308,11 +310,10 @@ def read_split(plan: ReadPlan, split: ReadSplit) -> Iterator:
 async def release_async(plan: ReadPlan) -> None:
     """Release the read's own checkpoint now (when the caller knows the read is over)."""
     if plan.owns:
-        from .admin import delete_checkpoint
+        from .admin import release_checkpoint
 
-        store = ObjectStore.from_url(plan.url, plan.options)
-        with contextlib.suppress(CheckpointNotFoundError):
-            await delete_checkpoint(ManifestStore(store), plan.checkpoint_id)
+        await release_checkpoint(ManifestStore(ObjectStore.from_url(plan.url, plan.options)),
+                                 plan.checkpoint_id)
 
 
 def release(plan: ReadPlan) -> None:

@@ -21,6 +21,7 @@ import xxhash
 
 from .codec import ACTIVE, LEDGER_SCHEMA, OP_PUT, LedgerRows
 from .files import journal as jfmt
+from .files.framing import size_cuts
 from .files.sst import sort_and_dedupe
 from .options import Options
 
@@ -134,7 +135,5 @@ def journal_slices(journal: pa.Table, max_bytes: int) -> list[pa.Table]:
     """``journal`` cut into consecutive slices of about ``max_bytes`` of keys and values."""
     size = (pc.binary_length(journal.column("value")).to_numpy(zero_copy_only=False)
             + pc.binary_length(journal.column("lkey")).to_numpy(zero_copy_only=False))
-    file_of_row = (np.cumsum(size.astype(np.int64)) - 1) // max_bytes
-    starts = np.flatnonzero(np.diff(file_of_row, prepend=-1)).tolist()
-    bounds = starts + [journal.num_rows]
+    bounds = size_cuts(size, max_bytes) + [journal.num_rows]
     return [journal.slice(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]

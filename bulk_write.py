@@ -14,8 +14,9 @@ The Spark writer (:mod:`leveled_ray.spark`) uses this, and so can any other para
    :func:`abort` deletes what the finished partitions wrote; files of failed tasks are
    orphans that garbage collection deletes.
 
-Rows of a bulk write are newer than every write acknowledged before its commit; a key written
-twice in one bulk write keeps one of its rows (which one is not defined).
+Rows of a bulk write are newer than every write acknowledged before its commit. A key written
+twice in one partition keeps its later row; written in two partitions, it keeps one of them
+(which one is not defined).
 """
 
 from __future__ import annotations
@@ -371,14 +372,10 @@ def abort(plan: BulkWrite, parts) -> None:
 
 async def _release(plan: BulkWrite) -> None:
     if plan.checkpoint is not None:
-        from .admin import delete_checkpoint
-        from .errors import CheckpointNotFoundError
+        from .admin import release_checkpoint
 
-        try:
-            await delete_checkpoint(ManifestStore(ObjectStore.from_url(plan.url, plan.options)),
-                                    plan.checkpoint)
-        except CheckpointNotFoundError:
-            pass  # expired
+        await release_checkpoint(ManifestStore(ObjectStore.from_url(plan.url, plan.options)),
+                                 plan.checkpoint)
 
 
 async def _bookie_call(store_name: str, ray_address: str | None, method: str, *args):

@@ -25,9 +25,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .admin import create_checkpoint, delete_checkpoint
+from .admin import create_checkpoint, release_checkpoint
 from .api import open as open_store
-from .errors import CheckpointNotFoundError, InvalidArgumentError
+from .errors import InvalidArgumentError
 from .files import journal as jfmt
 from .files.routed import foreign_name, is_foreign
 from .files.store import ObjectStore, parse_url
@@ -99,11 +99,8 @@ async def detach(store: ObjectStore, options: Options, manifest: Manifest) -> bo
     parent = manifest.parent
     if parent is None:
         return False
-    try:
-        await delete_checkpoint(ManifestStore(ObjectStore.from_url(parent.url, options)),
-                                parent.checkpoint_id)
-    except CheckpointNotFoundError:
-        pass  # a retried detach
+    await release_checkpoint(ManifestStore(ObjectStore.from_url(parent.url, options)),
+                             parent.checkpoint_id)  # gone already: a retried detach
     await ManifestStore(store).update(
         lambda m: m.with_changes(parent=None, stores=()) if m.parent else m)
     return True

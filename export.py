@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from .bulk_read import ReadQuery, begin_read_async, release_async, split_batches
 from .errors import InvalidArgumentError
-from .options import Options
+from .options import Options, check_positive_int
 from .point_in_time import run_sync
 
 
@@ -44,8 +44,7 @@ async def export_async(url: str, to: str, *, options: Options | None = None,
     """Write the store at ``url`` (at ``checkpoint``, else now) as Parquet files under ``to``.
     ``progress(rows_done, rows_estimated)`` is called as batches land. Returns ``{"rows",
     "files", "checkpoint", "manifest_id"}``."""
-    if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1:
-        raise InvalidArgumentError(f"parallel must be an int >= 1, not {parallel!r}")
+    check_positive_int("parallel", parallel)
     fs, root = _target(to)
     plan = await begin_read_async(url, query or ReadQuery(), options, checkpoint=checkpoint,
                                   splits=splits)

@@ -17,6 +17,13 @@ MIB = 1024 * KIB
 COMPRESSIONS = ("lz4", "zstd", "none")
 
 
+def check_positive_int(name: str, value) -> int:
+    """``value``, refused unless it is an int (not a bool) above zero."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Options:
     """Settings of a store. All sizes are in bytes, all times in the unit their name says.
@@ -124,8 +131,7 @@ class Options:
         )
         for name in positive:
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+            check_positive_int(name, value)
         for name in ("journal_flush_ms", "push_ms", "catalog_s", "request_timeout_s",
                      "max_write_delay_ms", "journal_compaction_interval_s", "gc_interval_s",
                      "singlefile_compactionpercentage", "maxrunlength_compactionpercentage"):

@@ -26,8 +26,10 @@ from .codec import (
     split_object_key,
 )
 from .errors import InvalidArgumentError
+from .files.framing import size_cuts
 from .fold import aiterate, iterate
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
+from .options import check_positive_int
 from .point_in_time import PointInTime, run_sync
 from .query_results import (
     heads_batch,
@@ -47,9 +49,7 @@ BATCH_VALUE_BYTES = 64 << 20
 
 
 def check_batch_size(batch_size) -> int:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-        raise InvalidArgumentError(f"batch_size must be a positive int, not {batch_size!r}")
-    return batch_size
+    return check_positive_int("batch_size", batch_size)
 
 
 async def fetch_values(view: PointInTime, sqns) -> pa.Array:
@@ -101,9 +101,7 @@ def value_slices(table: pa.Table, max_bytes: int) -> list[pa.Table]:
     sizes = table.column("size").to_numpy()
     if not len(sizes) or int(sizes.sum()) <= max_bytes:
         return [table]
-    part = np.cumsum(sizes.astype(np.int64)) // max_bytes
-    starts = np.flatnonzero(np.diff(part, prepend=-1)).tolist()
-    bounds = starts + [table.num_rows]
+    bounds = size_cuts(sizes, max_bytes) + [table.num_rows]
     return [table.slice(a, b - a) for a, b in zip(bounds, bounds[1:])]
 
 

@@ -135,8 +135,8 @@ async def journal_values(host: ClerkHost, index: JournalIndex, sqns) -> pa.Array
                                    f"{lost[:5].tolist()}", definite=True)
         return lo, *await clerk.blocks_holding(rows)
 
-    parts = sorted(await asyncio.gather(*(blocks(*g) for g in index.group(ordered))),
-                   key=lambda part: part[0])
+    # In SQN order, as index.group gives the files (their SQN ranges do not overlap).
+    parts = await asyncio.gather(*(blocks(*g) for g in index.group(ordered)))
     if sum(len(where) for _, _, where in parts) != len(ordered):
         held = np.zeros(len(ordered), dtype=bool)
         for lo, _, where in parts:

@@ -11,6 +11,7 @@ import struct
 
 import lz4.block
 import msgpack
+import numpy as np
 import pyarrow as pa
 import xxhash
 import zstandard
@@ -27,6 +28,13 @@ MAX_PAYLOAD = 1 << 30
 
 _zstd_c = zstandard.ZstdCompressor(level=3)
 _zstd_d = zstandard.ZstdDecompressor()
+
+
+def size_cuts(sizes: np.ndarray, max_bytes: int) -> list[int]:
+    """The first row of each run of consecutive rows holding about ``max_bytes`` (a run ends
+    with the row that reaches a multiple of it), for rows of ``sizes`` bytes."""
+    group = (np.cumsum(sizes.astype(np.int64)) - 1) // max_bytes
+    return np.flatnonzero(np.diff(group, prepend=-1)).tolist()
 
 
 def checksum(*parts: bytes | memoryview) -> int:

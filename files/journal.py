@@ -160,8 +160,7 @@ def build_journal(name: str, epoch: int, slot: int, records, *, codec: int = COD
         size = np.full(n, _FIXED_ROW, dtype=np.int64)
         for column in ("lkey", "value", "indexes", "extra"):
             size += pc.fill_null(pc.binary_length(batch.column(column)), 0).to_numpy()
-        block_of_row = (np.cumsum(size) - 1) // block_bytes
-        starts = np.flatnonzero(np.diff(block_of_row, prepend=-1)).tolist()
+        starts = framing.size_cuts(size, block_bytes)
     rows = starts + [n] if n else [0]
     parts = [encode_header(epoch, slot, kind)]
     offsets, sums = [HEADER_SIZE], []

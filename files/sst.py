@@ -25,7 +25,7 @@ from ..codec import LEDGER_SCHEMA, TOMBSTONE
 from ..errors import CorruptObjectError
 from . import framing
 from .bloom import Bloom
-from .framing import CODEC_LZ4, checksum, encode_block, encode_footer
+from .framing import CODEC_LZ4, checksum, encode_block, encode_footer, size_cuts
 
 MAGIC = b"LRSST\x00\x00\x01"
 VERSION = 1
@@ -111,8 +111,7 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
         + pc.binary_length(table.column("extra").combine_chunks()).to_numpy().astype(np.int64)
         + _FIXED_ROW
     )
-    block_of_row = (np.cumsum(row_bytes) - 1) // block_bytes
-    starts = np.flatnonzero(np.diff(block_of_row, prepend=-1)).tolist()
+    starts = size_cuts(row_bytes, block_bytes)
     bounds = starts + [n]
 
     parts: list[bytes] = []
