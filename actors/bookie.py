@@ -62,7 +62,17 @@ from .iclerk import InkerClerk
 from .inker import Inker
 from .pclerk import PencillerClerk
 from .penciller import Penciller
-from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, process_stats, unpack
+from .remote import (
+    NAMESPACE,
+    LocalHandle,
+    ValueBatch,
+    as_actor,
+    call,
+    pack,
+    process_stats,
+    unpack,
+    wait_set,
+)
 
 _GATHER = 256  # concurrent lookups per get_many chunk
 
@@ -469,10 +479,7 @@ class Bookie:
         moved the persisted SQN past them): ``close`` stops it by flag and waits for it.
         """
         while not self.closing:
-            try:
-                await asyncio.wait_for(self._wake_pusher.wait(), self.options.push_ms / 1000.0)
-            except TimeoutError:
-                pass
+            await wait_set(self._wake_pusher, self.options.push_ms / 1000.0)
             self._wake_pusher.clear()
             if len(self.unpushed):
                 try:

@@ -29,7 +29,7 @@ from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
 from .owner import Owner
-from .remote import call, process_stats, unpack
+from .remote import call, process_stats, unpack, wait_set
 
 
 class Inker(Owner):
@@ -257,11 +257,9 @@ class Inker(Owner):
     async def wait_journal(self, known_version: int, timeout: float = 30.0) -> dict | None:
         """``{"version", "files", "removed"}`` once a compaction newer than ``known_version``
         has been committed (a long poll); ``None`` on timeout."""
-        if self.journal_version <= known_version:
-            try:
-                await asyncio.wait_for(self._journal_changed.wait(), timeout)
-            except TimeoutError:
-                return None
+        if self.journal_version <= known_version and not await wait_set(
+                self._journal_changed, timeout):
+            return None
         return {"version": self.journal_version, "files": self.data_files(),
                 "removed": self.removed}
 

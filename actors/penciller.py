@@ -27,7 +27,7 @@ from ..manifest.transitions import add_l0, persist_ledger_sqn
 from ..options import Options
 from ..views import LedgerFiles
 from .owner import Owner
-from .remote import call, process_stats
+from .remote import call, process_stats, wait_set
 
 #: Stands for a merge while a bulk write is installed, so that no merge starts.
 _INGESTING = MergeJob(0, (), (), False)
@@ -134,11 +134,8 @@ class Penciller(Owner):
     async def wait_view(self, known_version: int, timeout: float = 30.0) -> LedgerFiles | None:
         """The Ledger's files once their version differs from ``known_version`` (a long poll);
         ``None`` if nothing changed within ``timeout`` seconds."""
-        if self.manifest[0] == known_version:
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
-            except TimeoutError:
-                return None
+        if self.manifest[0] == known_version and not await wait_set(self._changed, timeout):
+            return None
         return self.files() if self.manifest[0] != known_version else None
 
     # -- merges (done by the Penciller's clerk) --

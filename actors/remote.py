@@ -61,6 +61,20 @@ def as_actor(cls, max_concurrency: int):
     return ray.remote(num_cpus=0, max_concurrency=max_concurrency)(cls)
 
 
+async def wait_set(event: asyncio.Event, timeout: float) -> bool:
+    """Whether ``event`` is set within ``timeout`` seconds (a long poll's wait).
+
+    Not ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that arrives as the
+    event is set, and a background loop cancelled at close would then poll once more.
+    ``asyncio.wait`` always passes the cancellation on."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        done, _ = await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()  # a no-op once it is done
+    return bool(done)
+
+
 async def call(method, *args, **kwargs) -> Any:
     """``await method.remote(*args)``, raising leveled-ray errors rather than Ray's."""
     try:

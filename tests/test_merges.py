@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
-from leveled_ray.actors.remote import ValueBatch, pack
+from leveled_ray.actors.remote import ValueBatch, pack, wait_set
 from leveled_ray.codec import make_change, object_key
 from leveled_ray.manifest.levels import check_level
 
@@ -279,6 +279,26 @@ def test_backpressure_slows_then_holds_writers_while_merges_are_stalled(tmp_path
         await bookie.close()
 
     asyncio.run(run())
+
+
+def test_a_long_poll_passes_on_a_cancel_that_arrives_as_its_event_is_set():
+    """Close cancels the Bookie's watch loops while they long-poll the Penciller and Inker: a
+    cancel that lands as the event is set must still end the loop (asyncio.wait_for on
+    Python 3.11 returns normally then, and the loop would poll once more, for 30 s)."""
+    async def run():
+        event = asyncio.Event()
+        assert not await wait_set(event, 0.01)  # timed out
+        poll = asyncio.ensure_future(wait_set(event, 30))
+        await asyncio.sleep(0)
+        event.set()
+        poll.cancel()
+        try:
+            await poll
+        except asyncio.CancelledError:
+            return await wait_set(event, 30)  # already set: at once
+        raise AssertionError("the cancel was swallowed")
+
+    assert asyncio.run(run())
 
 
 def test_close_does_not_wait_for_merges_that_will_not_come(tmp_path):
