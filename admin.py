@@ -18,12 +18,12 @@ from . import garbage_collection
 from .errors import CheckpointNotFoundError, InvalidArgumentError
 from .files.journal_slots import slot_info, tail_slots, write_fence
 from .files.store import ObjectStore
+from .files.sync import run_sync
 from .manifest import checkpoints as cp
 from .manifest.model import Checkpoint
 from .manifest.store import ManifestStore, Versioned
 from .manifest.transitions import mark_destroyed, record_journal
 from .options import Options
-from .point_in_time import run_sync
 
 
 async def record_tail(manifests: ManifestStore, current: Versioned | None = None) -> Versioned:

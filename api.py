@@ -30,10 +30,10 @@ from .codec import (
 from .errors import InvalidArgumentError, StoreClosedError
 from .files.routed import store_for
 from .files.store import ObjectStore, parse_url
+from .files.sync import run_sync
 from .manifest.model import Checkpoint
 from .manifest.store import ManifestStore
 from .options import Options
-from .point_in_time import run_sync
 from .progress import progress_bar
 from .queries import Queries, check_index_query
 from .snapshot import Snapshot

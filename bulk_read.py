@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from .codec import TAG_INDEX, LedgerRows, decode_key, object_key
-from .errors import CheckpointNotFoundError, InvalidArgumentError
+from .errors import CheckpointNotFoundError, InvalidArgumentError, ObjectStoreError
 from .files.store import ObjectStore
+from .files.sync import run_sync
 from .fold import iterate
 from .key_ranges import check_term, index_prefix, index_range, object_range
 from .manifest import checkpoints as cp
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .options import Options, check_positive_int
-from .point_in_time import run_sync
 from .queries import check_batch_size, fetch_values, object_rows
 from .query_results import objects_batch
 from .scan import scan
@@ -228,7 +228,10 @@ async def _check_pinned(plan: ReadPlan) -> None:
     last = _RENEWED.get(plan.checkpoint_id, 0.0)
     try:
         if plan.owns and time.monotonic() - last > plan.lifetime / 4:
-            await refresh_checkpoint(manifests, plan.checkpoint_id, plan.lifetime)
+            try:
+                await refresh_checkpoint(manifests, plan.checkpoint_id, plan.lifetime)
+            except ObjectStoreError:
+                return  # three quarters of the lifetime are left: the next split renews it
             if len(_RENEWED) > 1000:
                 _RENEWED.clear()
             _RENEWED[plan.checkpoint_id] = time.monotonic()

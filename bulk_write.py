@@ -39,6 +39,7 @@ from .files.journal_slots import slot_info, tail_slots, write_fence
 from .files.names import compacted_journal_name
 from .files.sst import SstInfo
 from .files.store import ObjectStore
+from .files.sync import run_sync
 from .garbage_collection import check_publishable
 from .index_terms import held_terms, resolve
 from .manifest.ingest import IngestConflictError, ingest, partition_window, reserve_base, top_sqn
@@ -46,7 +47,6 @@ from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .manifest.transitions import bump_epoch, record_journal, require_usable
 from .options import Options
-from .point_in_time import run_sync
 
 #: The columns a bulk write takes: required, then optional.
 REQUIRED = ("bucket", "key", "value")
@@ -263,7 +263,7 @@ class _PartitionWriter:
             data, info = await asyncio.to_thread(jfmt.build_journal, name, 0, jfmt.NO_SLOT,
                                                  part, codec=self.codec,
                                                  block_bytes=JOURNAL_BLOCK_BYTES)
-            await self.store.put_if_absent_async(name, data)
+            await self.store.put_if_absent_async(name, data, unique=True)
             self.journal.append(info)
         step = self.plan.options.sst_max_keys
         for start in range(0, ledger.num_rows, step):

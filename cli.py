@@ -26,8 +26,8 @@ from .errors import LeveledError
 from .files import journal as jfmt
 from .files import sst as sfmt
 from .files.store import ObjectStore
+from .files.sync import run_sync
 from .options import Options
-from .point_in_time import run_sync
 from .progress import progress_bar
 from .reader import StoreReader
 

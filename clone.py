@@ -31,11 +31,11 @@ from .errors import InvalidArgumentError
 from .files import journal as jfmt
 from .files.routed import foreign_name, is_foreign
 from .files.store import ObjectStore, parse_url
+from .files.sync import run_sync
 from .manifest import checkpoints as cp
 from .manifest.model import CloneParent, Manifest
 from .manifest.store import ManifestStore
 from .options import Options
-from .point_in_time import run_sync
 
 
 def clone_manifest(parent: Manifest, parent_url: str, checkpoint_id: str) -> Manifest:

@@ -155,15 +155,21 @@ def split_object_key(lkey: bytes) -> tuple[str | bytes, str | bytes]:
 # --- validation ---------------------------------------------------------------------------------
 
 
+def utf8_size(text: str, what: str) -> int:
+    """The UTF-8 length of ``text``; ``InvalidArgumentError`` if it cannot be encoded (a lone
+    surrogate, for example)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{what} is not valid unicode: {exc}") from None
+
+
 def check_name(value: Any, what: str, max_bytes: int) -> str | bytes:
     """Validate a bucket or key: a non-empty ``str`` or ``bytes`` of at most ``max_bytes``."""
     if isinstance(value, (bytearray, memoryview)):
         value = bytes(value)
     if isinstance(value, str):
-        try:
-            size = len(value.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise InvalidArgumentError(f"{what} is not valid unicode: {exc}") from None
+        size = utf8_size(value, what)
     elif isinstance(value, bytes):
         size = len(value)
     else:
@@ -209,10 +215,11 @@ def check_indexes(indexes: Any) -> tuple[tuple[int, str, str | int], ...]:
             raise InvalidArgumentError(f"index op must be 'add' or 'remove', not {op!r}")
         if not isinstance(field_name, str) or not field_name:
             raise InvalidArgumentError(f"index field must be a non-empty str, not {field_name!r}")
+        utf8_size(field_name, "index field")
         if field_name.endswith("_bin"):
             if not isinstance(term, str):
                 raise InvalidArgumentError(f"field {field_name!r} takes str terms, not {term!r}")
-            if len(term.encode("utf-8", "surrogatepass")) > MAX_INDEX_TERM_BYTES:
+            if utf8_size(term, "index term") > MAX_INDEX_TERM_BYTES:
                 raise InvalidArgumentError(f"index term over {MAX_INDEX_TERM_BYTES} bytes")
         elif field_name.endswith("_int"):
             if not isinstance(term, int) or isinstance(term, bool):

@@ -28,7 +28,8 @@ class InvalidArgumentError(LeveledError, ValueError):
 
 
 class StoreClosedError(LeveledError):
-    """The store was closed, or its actors are gone; open it again to continue."""
+    """The store was closed, or its actors are gone; open it again to continue. (An object
+    store that fails never closes the store: see :class:`ObjectStoreError`.)"""
 
 
 class SnapshotExpiredError(LeveledError):
@@ -96,11 +97,13 @@ class CorruptObjectError(LeveledError):
 
 
 class ObjectStoreError(LeveledError):
-    """The object store failed a request.
+    """The object store failed a request, after its retries.
 
-    ``definite`` follows Materialize persist's two tiers: ``True`` means the operation surely did
-    not happen (safe to retry), ``False`` means it may have happened (an indeterminate outcome,
-    such as a timeout on a write).
+    ``definite`` follows Materialize persist's two tiers. ``True``: the operation was never
+    applied and never will be (a write of unknown outcome is settled, or its name sealed,
+    before this is raised), so retrying is safe. ``False``: it may or may not have happened;
+    raised only when the store stayed unreachable even for the seal. The store stays open and
+    settles it before it writes anything else.
     """
 
     def __init__(self, message: str, *, definite: bool, path: str | None = None):

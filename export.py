@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 
 from .bulk_read import ReadQuery, begin_read_async, release_async, split_batches
 from .errors import InvalidArgumentError
+from .files.sync import run_sync
 from .options import Options, check_positive_int
-from .point_in_time import run_sync
 
 
 def _target(to: str) -> tuple[pafs.FileSystem, str]:

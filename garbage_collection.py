@@ -39,7 +39,7 @@ from .files.store import ObjectMeta, ObjectStore
 from .manifest import checkpoints as cp
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
-from .options import Options
+from .options import Options, check_number
 
 
 def check_publishable(paths: Iterable[str], options: Options, now: float) -> None:
@@ -140,7 +140,8 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
     """One GC pass over the store: list, read what must be kept, delete the rest (unless
     ``dry_run``). The listing comes first, so an object created during the pass is never in
     it; an object the manifest gained meanwhile is younger than ``min_age``."""
-    min_age = options.gc_min_age_s if min_age is None else min_age
+    min_age = options.gc_min_age_s if min_age is None else check_number("min_age", min_age,
+                                                                         minimum=0.0)
     now = time.time() if now is None else now
     metas = [m for prefix in (MANIFEST_PREFIX, LEDGER_PREFIX, JOURNAL_PREFIX)
              for m in await store.list_async(prefix)]

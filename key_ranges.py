@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .codec import TAG_INDEX, TAG_OBJECT, check_name, encode_key, split_object_key
+from .codec import TAG_INDEX, TAG_OBJECT, check_name, encode_key, split_object_key, utf8_size
 from .errors import InvalidArgumentError
 
 _AFTER = b"\x00"
@@ -48,9 +48,11 @@ def check_term(field: str, term, what: str):
     """A term of the type ``field``'s suffix says: ``str`` for ``_bin``, ``int`` for ``_int``."""
     if not isinstance(field, str) or not field.endswith(("_bin", "_int")):
         raise InvalidArgumentError(f"index field {field!r} must be a str ending in _bin or _int")
+    utf8_size(field, "index field")
     if field.endswith("_bin"):
         if not isinstance(term, str):
             raise InvalidArgumentError(f"{what} of {field!r} must be a str, not {term!r}")
+        utf8_size(term, what)
     elif not isinstance(term, int) or isinstance(term, bool):
         raise InvalidArgumentError(f"{what} of {field!r} must be an int, not {term!r}")
     return term

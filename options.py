@@ -7,6 +7,7 @@ the S3 fields fall back to the usual ``AWS_*`` environment variables when left `
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from .errors import InvalidArgumentError
@@ -21,6 +22,18 @@ def check_positive_int(name: str, value) -> int:
     """``value``, refused unless it is an int (not a bool) above zero."""
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+    return value
+
+
+def check_number(name: str, value, *, minimum: float, inclusive: bool = True) -> float:
+    """``value``, refused unless it is a finite int or float (not a bool) at or above
+    ``minimum`` (above it when not ``inclusive``): ``inf`` and ``NaN`` are refused."""
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and (value >= minimum if inclusive else value > minimum))
+    if not ok:
+        bound = ">=" if inclusive else ">"
+        raise InvalidArgumentError(f"{name} must be a number {bound} {minimum:g} (finite), "
+                                   f"not {value!r}")
     return value
 
 
@@ -114,8 +127,31 @@ class Options:
     #: Allow plain-HTTP endpoints (local S3-compatible servers); ``None`` allows it when the
     #: endpoint starts with ``http://``.
     s3_allow_http: bool | None = None
-    #: Timeout of one object-store request, in seconds.
+    #: Timeout of one object-store request, in seconds (one attempt: a request that takes
+    #: longer is abandoned and retried).
     request_timeout_s: float = 30.0
+    #: Timeout for opening a connection to the object store, in seconds.
+    connect_timeout_s: float = 5.0
+    #: Retries of one object-store request after a transient failure (a 5xx, a timeout, a
+    #: reset or refused connection) ...
+    max_retries: int = 10
+    #: ... within this many seconds from its first attempt; then the request fails with a typed
+    #: :class:`~leveled_ray.ObjectStoreError`. Reads never close anything when they fail.
+    retry_timeout_s: float = 30.0
+    #: Backoff between retries: full jitter over an exponential ramp from this ...
+    retry_backoff_s: float = 0.05
+    #: ... up to this.
+    retry_max_backoff_s: float = 2.0
+    #: A create whose outcome is unknown (a lost reply, a timeout) is resent, and its object
+    #: read back, for up to this many seconds until it is known. If it is still unknown then,
+    #: the name is sealed (an empty object of the writer's own) for up to as long again, so the
+    #: write can never land later and the caller gets a definite error.
+    write_resolve_s: float = 30.0
+    #: Send a second copy of a small network request (a read of a known range, a create of
+    #: up to 1 MiB) that has not answered within twice the recent 95th-percentile latency
+    #: (at least 50 ms, at most half of ``request_timeout_s``); the first answer wins.
+    #: Creates resolve their own outcome, so a copy is never applied twice.
+    hedge_requests: bool = True
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSIONS:
@@ -130,26 +166,39 @@ class Options:
             "catalog_files",
         )
         for name in positive:
+            check_positive_int(name, getattr(self, name))
+        for name in ("cache_size", "max_retries"):
             value = getattr(self, name)
-            check_positive_int(name, value)
-        for name in ("journal_flush_ms", "push_ms", "catalog_s", "request_timeout_s",
-                     "max_write_delay_ms", "journal_compaction_interval_s", "gc_interval_s",
-                     "singlefile_compactionpercentage", "maxrunlength_compactionpercentage"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidArgumentError(f"{name} must be an int >= 0, not {value!r}")
+        for name in ("journal_flush_ms", "push_ms", "catalog_s", "max_write_delay_ms",
+                     "journal_compaction_interval_s", "gc_interval_s",
+                     "singlefile_compactionpercentage", "maxrunlength_compactionpercentage",
+                     "retry_backoff_s"):
+            check_number(name, getattr(self, name), minimum=0.0)
+        for name in ("snapshot_timeout_s", "long_snapshot_timeout_s", "gc_min_age_s",
+                     "request_timeout_s", "connect_timeout_s", "retry_timeout_s",
+                     "retry_max_backoff_s", "write_resolve_s"):
+            check_number(name, getattr(self, name), minimum=0.0, inclusive=False)
+        for name in ("s3_endpoint", "s3_region", "s3_access_key_id", "s3_secret_access_key",
+                     "s3_session_token"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise InvalidArgumentError(f"{name} must be a number >= 0, not {value!r}")
-        for name in ("snapshot_timeout_s", "long_snapshot_timeout_s", "gc_min_age_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise InvalidArgumentError(f"{name} must be a number > 0, not {value!r}")
-        if not isinstance(self.cache_size, int) or self.cache_size < 0:
-            raise InvalidArgumentError(f"cache_size must be an int >= 0, not {self.cache_size!r}")
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgumentError(f"{name} must be a str or None, not {value!r}")
+        if not isinstance(self.hedge_requests, bool):
+            raise InvalidArgumentError(
+                f"hedge_requests must be a bool, not {self.hedge_requests!r}")
+        if self.s3_allow_http is not None and not isinstance(self.s3_allow_http, bool):
+            raise InvalidArgumentError(
+                f"s3_allow_http must be a bool or None, not {self.s3_allow_http!r}")
         if self.recovery_strategy not in ("retain", "recovr"):
             raise InvalidArgumentError(
                 f"recovery_strategy must be 'retain' or 'recovr', not {self.recovery_strategy!r}"
             )
         if self.max_value_bytes >= self.max_journal_bytes:
             raise InvalidArgumentError("max_value_bytes must be smaller than max_journal_bytes")
+        if self.retry_backoff_s > self.retry_max_backoff_s:
+            raise InvalidArgumentError("retry_backoff_s must not exceed retry_max_backoff_s")
 
     def replace(self, **changes) -> Options:
         """A copy with some fields changed (validated like a new one)."""

@@ -25,6 +25,7 @@ from .files.journal import JournalInfo
 from .files.routed import store_for
 from .files.sst import sort_and_dedupe
 from .files.store import ObjectStore
+from .files.sync import run_sync
 from .options import Options
 from .views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
 
@@ -185,15 +186,3 @@ class KeyReads:
     async def head_many_async(self, pairs) -> list[Head | None]:
         view = await self._view_async(needs_values=False)
         return await view.head_many(checked_keys(pairs, view.options))
-
-
-def run_sync(coro):
-    """Run a coroutine from synchronous code (refusing, clearly, inside a running loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    coro.close()
-    raise RuntimeError("called the synchronous API inside an event loop: use the *_async "
-                       "methods there")
-

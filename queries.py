@@ -27,10 +27,11 @@ from .codec import (
 )
 from .errors import InvalidArgumentError
 from .files.framing import size_cuts
+from .files.sync import run_sync
 from .fold import aiterate, iterate
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
 from .options import check_positive_int
-from .point_in_time import PointInTime, run_sync
+from .point_in_time import PointInTime
 from .query_results import (
     heads_batch,
     keys_batch,

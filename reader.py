@@ -14,15 +14,21 @@ import time
 
 from .admin import Admin
 from .codec import LedgerRows
-from .errors import CheckpointNotFoundError, InvalidArgumentError, SnapshotExpiredError
+from .errors import (
+    CheckpointNotFoundError,
+    InvalidArgumentError,
+    ObjectStoreError,
+    SnapshotExpiredError,
+)
 from .files import journal as jfmt
 from .files.journal_slots import slot_info, tail_slots
 from .files.routed import store_for
 from .files.store import ObjectStore
+from .files.sync import run_sync
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .options import Options
-from .point_in_time import KeyReads, PointInTime, run_sync
+from .point_in_time import KeyReads, PointInTime
 from .queries import Queries
 from .views import LedgerFiles
 
@@ -81,7 +87,6 @@ def open_reader(url: str, options: Options | None = None) -> StoreReader:
     return asyncio.run(StoreReader.open(ObjectStore.from_url(url, options), options))
 
 
-
 class Reader(KeyReads, Queries):
     """A read-only handle on a store at one checkpoint, usable from any process (no Ray).
 
@@ -101,7 +106,8 @@ class Reader(KeyReads, Queries):
         self.owns = checkpoint is None if _owns is None else _owns
         self._admin = Admin(url, self.options)
         self._view: StoreReader | None = None
-        self._renewed = 0.0
+        self._renew_at = 0.0
+        self.renew_failures = 0
         self.closed = False
 
     def __reduce__(self):
@@ -125,10 +131,22 @@ class Reader(KeyReads, Queries):
                 raise CheckpointNotFoundError(f"no live checkpoint {self.checkpoint_id!r}")
             self._view = await StoreReader.open(self._admin.store, self.options,
                                                 manifest_id=pinned[self.checkpoint_id])
-        if self.owns and time.monotonic() - self._renewed > self.lifetime / 3:
-            await self._admin.refresh_checkpoint_async(self.checkpoint_id, self.lifetime)
-            self._renewed = time.monotonic()
+        if self.owns and time.monotonic() > self._renew_at:
+            await self._renew()
         return self._view
+
+    async def _renew(self) -> None:
+        """Extend the reader's own checkpoint, a third of the way through its lifetime. A
+        renewal the object store fails is counted and tried again, with backoff: the read
+        goes on, since two thirds of the lifetime are still left."""
+        try:
+            await self._admin.refresh_checkpoint_async(self.checkpoint_id, self.lifetime)
+        except ObjectStoreError:
+            self.renew_failures += 1
+            self._renew_at = time.monotonic() + min(self.lifetime / 10,
+                                                    0.5 * 2 ** min(self.renew_failures, 10))
+            return
+        self._renew_at = time.monotonic() + self.lifetime / 3
 
     async def refresh_async(self) -> None:
         """Move to the newest manifest (readers that own their checkpoint only)."""
@@ -137,7 +155,8 @@ class Reader(KeyReads, Queries):
                                        "move (open a new reader for a newer one)")
         old = self.checkpoint_id
         new = await self._admin.create_checkpoint_async(self.lifetime, name="reader")
-        self.checkpoint_id, self._view, self._renewed = new.id, None, time.monotonic()
+        self.checkpoint_id, self._view = new.id, None
+        self._renew_at = time.monotonic() + self.lifetime / 3
         if old is not None:
             await self._admin.delete_checkpoint_async(old)
 

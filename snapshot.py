@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 
 from .errors import InvalidArgumentError, SnapshotExpiredError
-from .point_in_time import KeyReads, PointInTime, run_sync
+from .files.sync import run_sync
+from .point_in_time import KeyReads, PointInTime
 from .queries import Queries
 
 

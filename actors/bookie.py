@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from itertools import repeat
 
 from sortedcontainers import SortedDict
@@ -46,6 +45,7 @@ from ..errors import (
 )
 from ..files.clerk import ClerkHost, LruCache
 from ..files.names import ulid
+from ..files.outcomes import RetryPolicy
 from ..files.routed import store_for
 from ..files.store import ObjectStore
 from ..index_terms import change_entry, resolve_all
@@ -58,6 +58,7 @@ from ..options import Options
 from ..point_in_time import PointInTime
 from ..queries import index_entries
 from ..views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
+from .group_commit import Group, split_queue
 from .iclerk import InkerClerk
 from .inker import Inker
 from .pclerk import PencillerClerk
@@ -73,23 +74,9 @@ from .remote import (
     unpack,
     wait_set,
 )
+from .tasks import Tasks
 
 _GATHER = 256  # concurrent lookups per get_many chunk
-
-
-@dataclass
-class _Group:
-    """One caller's changes, waiting for their journal file to be durable."""
-
-    sqns: range
-    #: The group's journal records as columns, without values:
-    #: ``(first_sqn, last_modified, ops, keys, indexes, expiries, extras)``.
-    records: tuple
-    values: ValueBatch
-    rows: LedgerRows
-    nbytes: int
-    future: asyncio.Future = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class Bookie:
@@ -113,8 +100,13 @@ class Bookie:
         #: Whether any object may hold index terms: then every change is resolved against
         #: the object's current entry (see :mod:`leveled_ray.index_terms`).
         self.indexed = False
-        self.queue: deque[_Group] = deque()
+        self.queue: deque[Group] = deque()
         self.queued_bytes = 0
+        #: Groups whose journal write had an unknown outcome: the Inker settles it (resend or
+        #: seal) before anything else is written; until then new writes wait, boundedly.
+        self.in_doubt: list[Group] = []
+        self._settled = asyncio.Event()
+        self._settled.set()
         self.unpushed = LedgerRows()
         # Batches pushed to the Penciller and not yet in an SST, as (SQN pushed up to, batch):
         # with the unpushed rows, every change the Ledger files lack, in SQN order.
@@ -141,11 +133,13 @@ class Bookie:
         self._writes_open.set()
         self._ingest_lock = asyncio.Lock()
         self.reserved_upto = 0  # end of the SQN windows reserved for bulk writes
-        self._tasks: list[asyncio.Task] = []
+        self.tasks = Tasks("Bookie")
+        self._loops: list[asyncio.Task] = []
         self._pusher_task: asyncio.Task | None = None
         self.counters = {"groups": 0, "changes": 0, "replayed": 0, "gets": 0, "heads": 0,
                          "journal_reads": 0, "files_deleted": 0, "throttled_writes": 0,
-                         "throttle_ms": 0, "gc_deleted": 0, "gc_failures": 0}
+                         "throttle_ms": 0, "gc_deleted": 0, "gc_failures": 0,
+                         "in_doubt_groups": 0, "reaper_failures": 0}
         self.last_gc_error: str | None = None
 
     # -- start-up ------------------------------------------------------------------------------
@@ -176,8 +170,8 @@ class Bookie:
         self.journal = JournalIndex(opened["files"])
         self.files = LedgerFiles(mid, m.levels, m.ledger_sqn)
         self.durable_sqn = m.ledger_sqn
-        self._pusher_task = asyncio.ensure_future(self._pusher())
-        self._tasks = [asyncio.ensure_future(t()) for t in
+        self._pusher_task = self.tasks.start(self._pusher(), "pusher")
+        self._loops = [self.tasks.start(t(), t.__name__.strip("_")) for t in
                        (self._journal_writer, self._watch_ledger, self._watch_journal,
                         self._reaper, self._gc_loop)]
         started = time.monotonic()
@@ -224,6 +218,7 @@ class Bookie:
     # -- writes --------------------------------------------------------------------------------
 
     def _check_usable(self) -> None:
+        """Writes are refused only after close, fencing, or the loss of the store's actors."""
         if isinstance(self.broken, FencedError):
             raise FencedError(str(self.broken), epoch=self.broken.epoch,
                               current_epoch=self.broken.current_epoch)
@@ -244,6 +239,7 @@ class Bookie:
             raise InvalidArgumentError("this store is head_only: write to it through a "
                                        "handle that knows (lr.open(..., head_only=...))")
         conditional = [c.lkey for c in changes if c.condition != NO_CONDITION]
+        await self._wait_settled()
         while True:
             await self._writes_open.wait()
             await self._backpressure()
@@ -261,6 +257,17 @@ class Bookie:
             changes = resolve_all(changes, lambda k: self._known_entry(k, stored), now_s)
             self.indexed = True
         return await self._allocate(changes, values).future
+
+    async def _wait_settled(self) -> None:
+        """While an earlier write's outcome is being settled (the object store does not answer),
+        wait for it, at most ``write_resolve_s``; then fail, definitely: nothing was sent."""
+        if self.in_doubt and not await wait_set(self._settled, self.options.write_resolve_s):
+            raise ObjectStoreError(
+                "not written: the object store has not answered for "
+                f"{self.options.write_resolve_s:g}s, and an earlier write is being settled",
+                definite=True)
+        self._check_usable()
+
     async def _backpressure(self) -> None:
         """Slow writers down while the Ledger falls behind (leveled #402): changes not yet in
         an SST live in this process, so their number must stay bounded."""
@@ -322,7 +329,7 @@ class Bookie:
             raise ConditionFailedError(f"{len(failures)} condition(s) failed: {failures[:5]}",
                                        tuple(failures))
 
-    def _allocate(self, changes: list[Change], values: ValueBatch) -> _Group:
+    def _allocate(self, changes: list[Change], values: ValueBatch) -> Group:
         """Give the changes SQNs and queue them for the next journal group."""
         lm = now_ms()
         first = self.next_sqn
@@ -335,7 +342,7 @@ class Bookie:
         self.pending.update(zip(lkeys, map(change_entry, changes, sqns, repeat(lm))))
         records = (first, lm, ops, lkeys, indexes, expiries, extras)
         nbytes = sum(sizes) + sum(map(len, lkeys))
-        group = _Group(sqns, records, values, rows, nbytes)
+        group = Group(sqns, records, values, rows, nbytes)
         self.queue.append(group)
         self.queued_bytes += nbytes
         self._idle.clear()
@@ -345,6 +352,9 @@ class Bookie:
     async def _journal_writer(self) -> None:
         """Group commit: one journal file for everything queued while the last one was written."""
         while True:
+            if self.in_doubt:
+                await self._settle()
+                continue
             if not self.queue:
                 self._idle.set()
                 self._wake_writer.clear()
@@ -365,31 +375,100 @@ class Bookie:
             try:
                 info = await call(self.inker.append, pack([g.records for g in taken]),
                                   [g.values for g in taken])
-            except BaseException as exc:
-                self._fail_groups(taken, exc)
+            except ObjectStoreError as exc:
+                if exc.definite:
+                    self._fail_groups(taken, exc)
+                else:
+                    self._doubt(taken, exc)
+                continue
+            except (FencedError, StoreClosedError, asyncio.CancelledError) as exc:
+                self._stop_writes(taken, exc)
                 if isinstance(exc, asyncio.CancelledError):
                     raise
                 continue
-            self.journal.extend([info])
-            for group in taken:
-                self._commit(group)
-            self.counters["groups"] += 1
+            except Exception as exc:  # nothing was written: these groups fail, not the store
+                self._fail_groups(taken, exc)
+                continue
+            self._durable(taken, info)
 
-    def _fail_groups(self, taken: list[_Group], exc: BaseException) -> None:
-        # Queued groups were admitted assuming the failed ones would land: fail them too.
-        failed = taken + list(self.queue)
-        self.queue.clear()
-        self.queued_bytes = 0
-        for group in failed:
+    def _durable(self, groups: list[Group], info) -> None:
+        self.journal.extend([info])
+        for group in groups:
+            self._commit(group)
+        self.counters["groups"] += 1
+
+    def _fail_groups(self, failed: list[Group], exc: Exception) -> None:
+        """A journal write failed for sure: its groups fail with ``exc``, and so do the queued
+        groups that depend on them (see :func:`~.group_commit.split_queue`); the rest stay."""
+        keep, dependent = split_queue(failed, self.queue)
+        self.queue = deque(keep)
+        self.queued_bytes = sum(g.nbytes for g in keep)
+        self._fail(failed, exc)
+        self._fail(dependent, ObjectStoreError(
+            f"not written: it changes a key of an earlier write that failed ({exc})",
+            definite=True))
+
+    def _doubt(self, groups: list[Group], exc: ObjectStoreError) -> None:
+        """A journal write's outcome is unknown: tell its callers so (``definite=False``), and
+        keep its changes pending until the Inker has settled the slot."""
+        self.counters["in_doubt_groups"] += len(groups)
+        for group in groups:
+            if not group.future.done():
+                group.future.set_exception(exc)
+        self.in_doubt = groups
+        self._settled.clear()
+
+    async def _settle(self) -> None:
+        """Have the Inker settle the write in doubt, retrying while the store does not answer.
+        Written: its changes become visible. Sealed: they never will, and the queued groups
+        that depend on them fail. At close, give up after ``write_resolve_s``: the next
+        writer's fence then seals the slot."""
+        delays = RetryPolicy(backoff_s=0.05, max_backoff_s=2.0).delays()
+        started = time.monotonic()
+        groups = self.in_doubt
+        while True:
+            try:
+                info = await call(self.inker.settle)
+                break
+            except ObjectStoreError as exc:
+                if exc.definite:  # sealed: it was not written
+                    info = None
+                    break
+                if self.closing and time.monotonic() - started > self.options.write_resolve_s:
+                    self._stop_writes(groups, exc)
+                    return
+                await asyncio.sleep(next(delays))
+            except BaseException as exc:
+                self._stop_writes(groups, exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                return
+        self.in_doubt = []
+        self._settled.set()
+        if info is not None:
+            self._durable(groups, info)
+        else:
+            self._fail_groups(groups, ObjectStoreError(
+                "the write in doubt was sealed: it was not written", definite=True))
+
+    def _fail(self, groups: list[Group], exc: BaseException) -> None:
+        for group in groups:
             self._release_pending(group)
             if not group.future.done():
                 group.future.set_exception(exc)
-        if isinstance(exc, FencedError) or (
-            isinstance(exc, ObjectStoreError) and not exc.definite
-        ) or isinstance(exc, StoreClosedError):
-            self.broken = exc
 
-    def _commit(self, group: _Group) -> None:
+    def _stop_writes(self, taken: list[Group], exc: BaseException) -> None:
+        """Fencing, close, or the loss of the Inker: nothing more can be written."""
+        failed = taken + self.in_doubt + list(self.queue)
+        self.queue.clear()
+        self.queued_bytes = 0
+        self.in_doubt = []
+        self._settled.set()
+        self._fail(failed, exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            self.broken = self.broken or exc
+
+    def _commit(self, group: Group) -> None:
         """A group is durable: make it visible, queue its Ledger changes, acknowledge it."""
         self._add_durable_rows(group.rows)
         self._append_unpushed(group.rows)
@@ -403,7 +482,7 @@ class Bookie:
         if not group.future.done():
             group.future.set_result(list(group.sqns))
 
-    def _release_pending(self, group: _Group) -> None:
+    def _release_pending(self, group: Group) -> None:
         """Forget the group's pending changes (unless a later change to the key is pending)."""
         pending, missing = self.pending, (None,)
         done = [k for k, sqn in zip(group.records[3], group.sqns)
@@ -525,12 +604,7 @@ class Bookie:
 
     def _trim_journal(self) -> None:
         """head_only: ask the Inker to delete the journal files the Ledger now holds."""
-        async def trim():
-            try:
-                await call(self.inker.compact)
-            except Exception:
-                pass  # closing, or broken: the next persisted batch asks again
-        asyncio.ensure_future(trim())
+        self.tasks.start(call(self.inker.compact), "journal trim")
 
     async def _watch_journal(self) -> None:
         """Adopt the journal files of each compaction, and retire the files it replaced."""
@@ -580,12 +654,14 @@ class Bookie:
                     try:
                         answers[question] = await call(owner.may_delete, clerk.removed_in)
                     except Exception:
+                        self.counters["reaper_failures"] += 1
                         answers[question] = False
                 if answers[question]:
                     try:
                         await clerk.delete()
                     except ObjectStoreError:
-                        continue  # GC collects it later if this keeps failing
+                        self.counters["reaper_failures"] += 1
+                        continue  # tried again next round; GC is the backstop
                     self.counters["files_deleted"] += 1
                     progressed = True
             delay = 0.05 if progressed else min(delay * 2, 2.0)
@@ -786,6 +862,9 @@ class Bookie:
             **self.counters,
             "io": self.store.stats.as_dict(),
             "process": process_stats(),
+            "background_errors": self.tasks.errors,
+            "last_error": self.tasks.last_error,
+            "in_doubt": bool(self.in_doubt),
             "inker": inker,
             "penciller": penciller,
             "merges": pclerk,
@@ -805,9 +884,7 @@ class Bookie:
             await asyncio.gather(self._pusher_task, return_exceptions=True)
         if self.pclerk is not None:
             await call(self.pclerk.stop)
-        for task in self._tasks:  # they hold no changes: the writer is idle
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.tasks.cancel(*self._loops)  # they hold no changes: the writer is idle
         try:
             if self.broken is None:
                 await self._push()

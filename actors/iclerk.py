@@ -99,7 +99,7 @@ class InkerClerk:
     async def _write(self, records, epoch: int) -> jfmt.JournalInfo:
         name = compacted_journal_name()
         data, info = jfmt.build_journal(name, epoch, jfmt.NO_SLOT, records, codec=self.codec)
-        await self.store.put_if_absent_async(name, data)
+        await self.store.put_if_absent_async(name, data, unique=True)
         self.counters["bytes_written"] += info.size
         return info
 

@@ -14,14 +14,17 @@ lists the slots after the last recorded one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
+from dataclasses import dataclass
 
 from ..codec import LedgerRows
 from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
 from ..files import journal as jfmt
 from ..files.journal_slots import write_fence
 from ..files.names import journal_slot_name
+from ..files.outcomes import Created
 from ..files.store import ObjectStore
 from ..garbage_collection import check_publishable
 from ..head_only import SETTING as HEAD_ONLY
@@ -30,6 +33,24 @@ from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
 from .owner import Owner
 from .remote import call, process_stats, unpack, wait_set
+
+
+@dataclass
+class _Unsettled:
+    """A journal write whose outcome may not be known yet: its file, and the fence of the same
+    epoch that seals its slot instead (built only if it is needed)."""
+
+    slot: int
+    data: bytes
+    info: jfmt.JournalInfo
+    epoch: int
+    fence: tuple[bytes, jfmt.JournalInfo] | None = None
+
+    def seal(self) -> bytes:
+        if self.fence is None:
+            self.fence = jfmt.build_journal(self.info.name, self.epoch, self.slot, [],
+                                            kind=jfmt.KIND_FENCE)
+        return self.fence[0]
 
 
 class Inker(Owner):
@@ -41,7 +62,8 @@ class Inker(Owner):
         self.uncatalogued: list[jfmt.JournalInfo] = []
         self.next_slot = manifest[1].journal_next_slot
         self.head_only = manifest[1].setting(HEAD_ONLY) is not None
-        self.broken: BaseException | None = None
+        self.fenced: FencedError | None = None
+        self.unsettled: _Unsettled | None = None
         self.closed = False
         self._write_lock = asyncio.Lock()
         self._catalog_lock = asyncio.Lock()
@@ -54,7 +76,8 @@ class Inker(Owner):
         self.removed: list[str] = []  # journal files removed by the latest compaction
         self.journal_version = manifest[0]  # manifest version of the latest compaction
         self.counters = {"groups": 0, "entries": 0, "bytes": 0, "fence_slot": -1,
-                         "catalog_failures": 0, "compactions": 0, "compaction_failures": 0}
+                         "catalog_failures": 0, "compactions": 0, "compaction_failures": 0,
+                         "sealed_slots": 0, "commit_retries": 0}
 
     # -- opening: fence older writers and find the uncatalogued tail --
 
@@ -73,14 +96,14 @@ class Inker(Owner):
 
         Per caller in the group: its records as columns ``(first_sqn, last_modified, ops, keys,
         indexes, expiries, extras)`` (all packed into one blob) and a ``ValueBatch`` of values.
+
+        The slot's create settles its own outcome (see ``ObjectStore.create_or_seal_async``).
+        If it was sealed, nothing of the group was written: a definite ``ObjectStoreError``.
+        If even the seal's outcome is unknown (the store stayed unreachable), the error is
+        indefinite and the slot stays *unsettled*: :meth:`settle` must settle it before the
+        next append, which until then fails definitely, having sent nothing.
         """
-        if self.closed:
-            raise StoreClosedError("the Inker is closed")
-        if isinstance(self.broken, FencedError):
-            raise FencedError(str(self.broken), epoch=self.broken.epoch,
-                              current_epoch=self.broken.current_epoch)
-        if self.broken is not None:
-            raise StoreClosedError(f"the Inker stopped after an uncertain write: {self.broken}")
+        self._check_writable()
         records: list = []
         for (first, lm, ops, lkeys, indexes, expiries, extras), batch in zip(
             unpack(packed_records), values
@@ -88,53 +111,100 @@ class Inker(Owner):
             records += zip(range(first, first + len(ops)), ops, lkeys, await batch.resolve(),
                            indexes, expiries, extras, itertools.repeat(lm))
         async with self._write_lock:
+            if self.unsettled is not None:
+                raise ObjectStoreError(
+                    f"journal slot {self.unsettled.slot} is not settled yet (the object store "
+                    "did not answer): nothing was written", definite=True)
             slot = self.next_slot
             name = journal_slot_name(slot)
             data, info = await asyncio.to_thread(
                 jfmt.build_journal, name, self.epoch, slot, records, codec=self.codec
             )
-            try:
-                created = await self.store.put_if_absent_async(name, data)
-            except ObjectStoreError as exc:
-                if not exc.definite:
-                    self.broken = exc  # the file may exist: only recovery can tell
+            await self._settle(_Unsettled(slot, data, info, self.epoch))
+        self._maybe_catalog()
+        return info
+
+    async def settle(self) -> jfmt.JournalInfo | None:
+        """Settle the slot an append left unsettled: resend its file, else seal the slot.
+        Returns the group's journal file if it was written (it is durable now), or ``None``
+        if nothing was unsettled. Raises a definite ``ObjectStoreError`` if the slot was
+        sealed (the group was not written, and never will be), an indefinite one while the
+        store still does not answer."""
+        async with self._write_lock:
+            pending = self.unsettled
+            if pending is None:
+                return None
+            await self._settle(pending, again=True)
+        self._maybe_catalog()
+        return pending.info
+
+    async def _settle(self, write: _Unsettled, *, again: bool = False) -> None:
+        """Create the slot's file, or seal the slot (then raise a definite error). A failure
+        leaves the write unsettled if it may have landed: in an earlier round (``again``), or
+        in this one (an indefinite error)."""
+        self.unsettled = None
+        try:
+            created = await self.store.create_or_seal_async(
+                write.info.name, write.data, write.seal, ident=jfmt.IDENTITY_BYTES)
+        except ObjectStoreError as exc:
+            if not (again or not exc.definite):
                 raise
-            if not created:
-                await self._resolve_collision(slot, data)
-            self.next_slot = slot + 1
-            self.files.append(info)
-            self.uncatalogued.append(info)
-            if len(self.uncatalogued) == 1:
-                self._oldest_uncatalogued = time.monotonic()
+            self.unsettled = write
+            raise ObjectStoreError(str(exc), definite=False, path=exc.path) from None
+        if created is Created.THEIRS:
+            await self._resolve_collision(write.slot)
+        self.next_slot = write.slot + 1
+        if created is Created.SEALED:
+            self._written(write.fence[1])
+            self.counters["sealed_slots"] += 1
+            raise ObjectStoreError(
+                f"the journal write to slot {write.slot} had an unknown outcome, so the slot "
+                "was sealed: nothing of it was written", definite=True)
+        self._written(write.info)
+
+    def _written(self, info: jfmt.JournalInfo) -> None:
+        self.files.append(info)
+        self.uncatalogued.append(info)
+        if len(self.uncatalogued) == 1:
+            self._oldest_uncatalogued = time.monotonic()
+        if info.kind == jfmt.KIND_DATA:
             self.counters["groups"] += 1
             self.counters["entries"] += info.entries
             self.counters["bytes"] += info.size
-        if (len(self.uncatalogued) >= self.options.catalog_files
+
+    def _check_writable(self) -> None:
+        if self.closed:
+            raise StoreClosedError("the Inker is closed")
+        if self.fenced is not None:
+            raise FencedError(str(self.fenced), epoch=self.fenced.epoch,
+                              current_epoch=self.fenced.current_epoch)
+
+    def _maybe_catalog(self) -> None:
+        if self.uncatalogued and (
+                len(self.uncatalogued) >= self.options.catalog_files
                 or time.monotonic() - self._oldest_uncatalogued >= self.options.catalog_s):
-            asyncio.ensure_future(self._catalog_background())
-        return info
+            self.tasks.start(self._catalog_background(), "catalog")
 
     async def _catalog_background(self) -> None:
         # A failed catalog update is retried with the next append (or at close).
         try:
             await self.catalog()
         except FencedError as exc:
-            self.broken = exc
+            self.fenced = exc
         except ObjectStoreError as exc:
             self.counters["catalog_failures"] += 1
             self.last_error = repr(exc)
 
-    async def _resolve_collision(self, slot: int, data: bytes) -> None:
-        """Our slot was taken: by a newer writer (we are fenced) or by our own retried write."""
+    async def _resolve_collision(self, slot: int) -> None:
+        """Another writer's file holds our slot: a newer writer's (we are fenced), or, which
+        should never be, a different file of our own epoch."""
         name = journal_slot_name(slot)
         head = await self.store.get_range_async(name, 0, jfmt.HEADER_SIZE)
         epoch, _, _ = jfmt.parse_header(head, name)
         if epoch > self.epoch:
-            self.broken = FencedError(f"writer epoch {self.epoch} was fenced by epoch {epoch}",
+            self.fenced = FencedError(f"writer epoch {self.epoch} was fenced by epoch {epoch}",
                                       epoch=self.epoch, current_epoch=epoch)
-            raise self.broken
-        if epoch == self.epoch and await self.store.get_async(name) == data:
-            return  # a retried request had already created it
+            raise self.fenced
         raise CorruptObjectError(name, 0, f"slot {slot} holds another file of epoch {epoch}")
 
     # -- the manifest --
@@ -194,20 +264,21 @@ class Inker(Owner):
         self.clerk = clerk
         interval = self.options.journal_compaction_interval_s
         if interval > 0 and self._schedule is None:
-            self._schedule = asyncio.ensure_future(self._scheduled(interval))
+            self._schedule = self.tasks.start(self._scheduled(interval), "compaction schedule")
 
     async def _scheduled(self, interval: float) -> None:
-        while not self.closed:
+        while not self.closed and self.fenced is None:
             await asyncio.sleep(interval)
-            self.compact()
+            if not self.closed:
+                self.compact()
 
     def compact(self) -> str:
-        """Start a journal compaction: ``"started"``, or ``"busy"`` if one is running."""
-        if self.closed or self.broken is not None:
-            raise StoreClosedError("the Inker is closed")
+        """Start a journal compaction: ``"started"``, or ``"busy"`` if one is running. A
+        failed compaction is counted (``compaction_failures``) and tried again next time."""
+        self._check_writable()
         if self._compaction is not None and not self._compaction.done():
             return "busy"
-        self._compaction = asyncio.ensure_future(self._compact())
+        self._compaction = self.tasks.start(self._compact(), "journal compaction")
         return "started"
 
     async def wait_compaction(self) -> dict | None:
@@ -251,7 +322,7 @@ class Inker(Owner):
             self.counters["compaction_failures"] += 1
             self.last_error = repr(exc)
             if isinstance(exc, FencedError):
-                self.broken = exc
+                self.fenced = exc
             raise
 
     async def wait_journal(self, known_version: int, timeout: float = 30.0) -> dict | None:
@@ -273,7 +344,8 @@ class Inker(Owner):
             "manifest_id": self.manifest[0],
             "compacting": self._compaction is not None and not self._compaction.done(),
             "snapshots": len(self.snapshots),
-            "last_error": self.last_error,
+            "last_error": self.last_error or self.tasks.last_error,
+            "background_errors": self.tasks.errors,
             "io": self.store.stats.as_dict(),
             "process": process_stats(),
         }
@@ -284,7 +356,10 @@ class Inker(Owner):
                 self._schedule.cancel()
             if self._compaction is not None:
                 await asyncio.gather(self._compaction, return_exceptions=True)
-            if self.broken is None:
+            if self.fenced is None and self.unsettled is not None:
+                with contextlib.suppress(ObjectStoreError):
+                    await self.settle()  # a write whose outcome is unknown: settle it
+            if self.fenced is None:
                 await self.catalog()
             self.closed = True
 

@@ -1,6 +1,7 @@
 """What the Inker and the Penciller share: each owns one kind of file, changes the manifest only
-under the writer epoch it was started with (so a fenced writer's changes fail), and keeps the
-registry of snapshots that decides when its removed files may be deleted."""
+under the writer epoch it was started with (so a fenced writer's changes fail), keeps the
+registry of snapshots that decides when its removed files may be deleted, and runs its
+background tasks (:class:`~.tasks.Tasks`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from ..errors import ObjectStoreError
 from ..files.framing import codec_id
 from ..files.store import ObjectStore
 from ..manifest import checkpoints
@@ -15,6 +17,10 @@ from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore, Versioned
 from ..options import Options
 from ..snapshot_registry import SnapshotRegistry
+from .tasks import Tasks
+
+#: Attempts of one manifest commit whose outcome stayed unknown (each settles or seals first).
+COMMIT_ATTEMPTS = 3
 
 
 class Owner:
@@ -28,16 +34,26 @@ class Owner:
         self._commit_lock = asyncio.Lock()
         self.snapshots = SnapshotRegistry()
         self._checkpoints_read = 0.0
+        self.tasks = Tasks(type(self).__name__)
 
     async def commit(self, transition: Callable[..., Manifest], *args) -> Versioned:
         """Apply ``transition(manifest, epoch, *args)`` to the newest manifest (the CAS loop);
         raises ``FencedError`` if a newer writer has claimed the store. One commit at a time,
-        so the manifest this owner holds only moves forward."""
+        so the manifest this owner holds only moves forward.
+
+        A commit whose outcome stayed unknown is tried again: the transitions are idempotent,
+        so if the first attempt landed, the second finds it applied and writes nothing."""
         async with self._commit_lock:
-            self.manifest = await self.manifests.update(
-                lambda m: transition(m, self.epoch, *args), self.manifest
-            )
-            return self.manifest
+            for attempt in range(COMMIT_ATTEMPTS):
+                try:
+                    self.manifest = await self.manifests.update(
+                        lambda m: transition(m, self.epoch, *args), self.manifest)
+                    return self.manifest
+                except ObjectStoreError as exc:
+                    if exc.definite or attempt == COMMIT_ATTEMPTS - 1:
+                        raise
+                    self.counters["commit_retries"] += 1
+            raise AssertionError("unreachable")
 
     # -- snapshots and the delete rule --
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import ACTIVE, LEDGER_SCHEMA
+from ..errors import FencedError, StoreClosedError
 from ..files import sst as sfmt
 from ..files.clerk import ClerkHost, write_sst
 from ..files.sst import SstInfo
@@ -26,6 +27,9 @@ from ..files.store import ObjectStore
 from ..manifest.levels import MergeJob
 from ..options import Options
 from .remote import call, process_stats
+
+#: Pause after a failed merge before the next one is chosen.
+FAILURE_PAUSE_S = 1.0
 
 
 def merge_tables(tables: list[pa.Table], basement: bool, now_s: float) -> pa.Table:
@@ -59,7 +63,9 @@ class PencillerClerk:
         self.last_error: str | None = None
 
     async def run(self, poll_s: float = 0.05) -> None:
-        """Poll the Penciller for merges until stopped."""
+        """Poll the Penciller for merges until stopped. A merge that fails (an object-store
+        error that outlasted its retries, a commit the Penciller refused) is counted and
+        chosen again later; only a Penciller that is gone or fenced stops the clerk."""
         while not self.stopped:
             try:
                 job = await call(self.penciller.merge_work)
@@ -72,12 +78,20 @@ class PencillerClerk:
             try:
                 outputs = await self.merge(job)
             except Exception as exc:
-                self.counters["failures"] += 1
-                self.last_error = repr(exc)
+                await self._failed(exc)
                 await call(self.penciller.merge_failed, job, repr(exc))
-                await asyncio.sleep(min(5.0, poll_s * 20))
                 continue
-            await call(self.penciller.merge_done, job, outputs)
+            try:
+                await call(self.penciller.merge_done, job, outputs)
+            except (FencedError, StoreClosedError):
+                return
+            except Exception as exc:  # the Penciller counted it and freed the job
+                await self._failed(exc)
+
+    async def _failed(self, exc: Exception) -> None:
+        self.counters["failures"] += 1
+        self.last_error = repr(exc)
+        await asyncio.sleep(FAILURE_PAUSE_S)
 
     async def merge(self, job: MergeJob) -> tuple[SstInfo, ...]:
         """Do one merge; returns the new files of the target level."""

@@ -52,7 +52,7 @@ class Penciller(Owner):
         self.inker = None  # asked to record the journal before each persisted SQN moves
         self.rng = random.Random()
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
-                         "merges": 0, "merge_failures": 0, "ingests": 0}
+                         "merges": 0, "merge_failures": 0, "ingests": 0, "commit_retries": 0}
 
     def files(self) -> LedgerFiles:
         mid, m = self.manifest
@@ -70,7 +70,7 @@ class Penciller(Owner):
         if self.l0_keys >= self.options.l0_max_keys and (
             self._flush_task is None or self._flush_task.done()
         ):
-            self._flush_task = asyncio.ensure_future(self._flush_background())
+            self._flush_task = self.tasks.start(self._flush_background(), "L0 flush")
         return self.l0_keys
 
     async def _flush_background(self) -> None:
@@ -209,7 +209,8 @@ class Penciller(Owner):
             "merging": self.merging is not None,
             "snapshots": len(self.snapshots),
             "manifest_id": self.manifest[0],
-            "last_error": self.last_error,
+            "last_error": self.last_error or self.tasks.last_error,
+            "background_errors": self.tasks.errors,
             "io": self.store.stats.as_dict(),
             "process": process_stats(),
         }

@@ -20,7 +20,7 @@ import ray
 
 import leveled_ray as lr
 from leveled_ray.clone import create_clone
-from leveled_ray.point_in_time import run_sync
+from leveled_ray.files.sync import run_sync
 from leveled_ray.progress import progress_bar
 
 

@@ -122,9 +122,10 @@ class FileClerk:
         self.removed_in = removed_in
 
     async def delete(self) -> None:
-        """Delete the object (the owner said yes, and no read of an older view is running)."""
-        self.move(FileState.DELETED)
+        """Delete the object (the owner said yes, and no read of an older view is running).
+        If the delete fails, the file stays ``delete_pending`` and is tried again."""
         await self.host.store.delete_async(self.name)
+        self.move(FileState.DELETED)
         self.host.forget(self.name)
 
     def _check_readable(self) -> None:
@@ -315,7 +316,7 @@ async def write_sst(store: ObjectStore, table, options) -> SstInfo:
         sfmt.build_sst, name, table, codec=codec_id(options.compression),
         block_bytes=options.sst_block_bytes, bloom_bits_per_key=options.bloom_bits_per_key,
     )
-    await store.put_if_absent_async(name, data)
+    await store.put_if_absent_async(name, data, unique=True)
     return info
 
 

@@ -2,9 +2,11 @@
 
 Layout::
 
-    header (36 bytes) | block | block | ... | footer | trailer
+    header (52 bytes) | block | block | ... | footer | trailer
 
-The header holds the writer epoch and the journal slot (used for fencing). A block is an Arrow
+The header holds the writer epoch and the journal slot (used for fencing), and a random write
+token: a writer whose create of a slot had an unknown outcome reads the header back to learn
+whether the file there is its own. A block is an Arrow
 IPC batch of :data:`JOURNAL_SCHEMA` rows (one row per change, in SQN order), compressed on its
 own, as SST blocks are. The footer (msgpack, compressed) holds every SQN of the file, and each
 block's offset, first row and checksum. Fetching one value is one ranged GET of its block once
@@ -14,6 +16,7 @@ is, with no Python object per value.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,15 +31,18 @@ from . import framing
 from .framing import CODEC_LZ4, checksum, encode_block, encode_footer
 
 MAGIC = b"LRJNL\x00\x00\x01"
-VERSION = 2
+VERSION = 3
 KIND_DATA = 0
 KIND_FENCE = 1
 NO_SLOT = (1 << 64) - 1  # journal files written by compaction have no slot
 #: Raw bytes of a block, about: one point read decodes this much.
 BLOCK_BYTES = 64 << 10
 
-_HEADER = struct.Struct("<8sHBxQQQ")  # magic, version, kind, epoch, slot, header checksum
+# magic, version, kind, epoch, slot, write token, header checksum
+_HEADER = struct.Struct("<8sHBxQQ16sQ")
 HEADER_SIZE = _HEADER.size
+#: The bytes that identify one write of a journal file (its header, with the write token).
+IDENTITY_BYTES = HEADER_SIZE
 #: Fixed bytes of one row besides its variable-length columns (for block sizing).
 _FIXED_ROW = 8 + 1 + 4 + 8 + 5 * 4
 
@@ -120,7 +126,8 @@ class JournalFooter:
 
 
 def encode_header(epoch: int, slot: int, kind: int) -> bytes:
-    body = _HEADER.pack(MAGIC, VERSION, kind, epoch, slot, 0)[: HEADER_SIZE - 8]
+    """A header with a fresh write token."""
+    body = _HEADER.pack(MAGIC, VERSION, kind, epoch, slot, os.urandom(16), 0)[: HEADER_SIZE - 8]
     return body + struct.pack("<Q", checksum(body))
 
 
@@ -189,7 +196,7 @@ def parse_header(data: bytes, path: str) -> tuple[int, int, int]:
     """``(epoch, slot, kind)`` from a journal file's first bytes."""
     if len(data) < HEADER_SIZE:
         raise CorruptObjectError(path, 0, "too short to be a journal file")
-    magic, version, kind, epoch, slot, hsum = _HEADER.unpack(data[:HEADER_SIZE])
+    magic, version, kind, epoch, slot, _token, hsum = _HEADER.unpack(data[:HEADER_SIZE])
     if magic != MAGIC:
         raise CorruptObjectError(path, 0, "bad journal magic")
     if version != VERSION:

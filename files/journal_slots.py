@@ -41,7 +41,7 @@ async def write_fence(store: ObjectStore, epoch: int,
     while True:
         name = journal_slot_name(slot)
         data, info = jfmt.build_journal(name, epoch, slot, [], kind=jfmt.KIND_FENCE)
-        if await store.put_if_absent_async(name, data):
+        if await store.put_if_absent_async(name, data, ident=jfmt.IDENTITY_BYTES):
             return info, tail
         other = await slot_info(store, slot)
         if other.epoch >= epoch:

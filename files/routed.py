@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import InvalidArgumentError
 from ..options import Options
-from .store import ObjectStore
+from .store import ObjectStore, twin
 
 
 def foreign_name(store_id: str, name: str) -> str:
@@ -51,33 +51,17 @@ class RoutedStore:
 
     # -- reads go wherever the file lives --
 
-    def get(self, path):
-        store, rest = self._route(path)
-        return store.get(rest)
-
     async def get_async(self, path):
         store, rest = self._route(path)
         return await store.get_async(rest)
-
-    def get_range(self, path, start, end):
-        store, rest = self._route(path)
-        return store.get_range(rest, start, end)
 
     async def get_range_async(self, path, start, end):
         store, rest = self._route(path)
         return await store.get_range_async(rest, start, end)
 
-    def get_ranges(self, path, starts, ends):
-        store, rest = self._route(path)
-        return store.get_ranges(rest, starts, ends)
-
     async def get_ranges_async(self, path, starts, ends):
         store, rest = self._route(path)
         return await store.get_ranges_async(rest, starts, ends)
-
-    def head(self, path):
-        store, rest = self._route(path)
-        return store.head(rest)
 
     async def head_async(self, path):
         store, rest = self._route(path)
@@ -90,25 +74,27 @@ class RoutedStore:
             raise InvalidArgumentError(f"{path!r} belongs to an ancestor store: read-only")
         return path
 
-    def put(self, path, data):
-        return self.base.put(self._own(path), data)
-
     async def put_async(self, path, data):
         return await self.base.put_async(self._own(path), data)
 
-    def put_if_absent(self, path, data):
-        return self.base.put_if_absent(self._own(path), data)
+    async def put_if_absent_async(self, path, data, **how):
+        return await self.base.put_if_absent_async(self._own(path), data, **how)
 
-    async def put_if_absent_async(self, path, data):
-        return await self.base.put_if_absent_async(self._own(path), data)
-
-    def delete(self, path):
-        if not is_foreign(path):  # an ancestor's file: the clone just stops referencing it
-            self.base.delete(path)
+    async def create_or_seal_async(self, path, data, seal, **how):
+        return await self.base.create_or_seal_async(self._own(path), data, seal, **how)
 
     async def delete_async(self, path):
-        if not is_foreign(path):
+        if not is_foreign(path):  # an ancestor's file: the clone just stops referencing it
             await self.base.delete_async(path)
+
+    get = twin(get_async)
+    get_range = twin(get_range_async)
+    get_ranges = twin(get_ranges_async)
+    head = twin(head_async)
+    put = twin(put_async)
+    put_if_absent = twin(put_if_absent_async)
+    create_or_seal = twin(create_or_seal_async)
+    delete = twin(delete_async)
 
 
 def store_for(base, routes, options: Options):

@@ -12,7 +12,10 @@ import datetime as _dt
 import os
 import re
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from urllib.parse import urlparse
 
 import obstore
@@ -23,10 +26,31 @@ from obstore.exceptions import (
     PreconditionError,
     UnauthenticatedError,
 )
+from obstore.exceptions import (
+    BaseError as ObstoreError,
+)
 from obstore.store import LocalStore, MemoryStore, S3Store
 
 from ..errors import InvalidArgumentError, ObjectStoreError
 from ..options import Options
+from .outcomes import (
+    AttemptError,
+    Created,
+    Failure,
+    Latencies,
+    RetryPolicy,
+    Unsettled,
+    hedged,
+    retry,
+    settle_create,
+)
+from .sync import run_sync
+
+#: Requests that are hedged (see :func:`~.outcomes.hedged`): reads of a known, small size, and
+#: creates of at most this many bytes (a copy of a larger upload would cost bandwidth).
+HEDGE_MAX_BYTES = 1 << 20
+#: A request is never hedged sooner than this.
+HEDGE_FLOOR_S = 0.05
 
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_\-.]+(/[A-Za-z0-9_\-.]+)*$")
 
@@ -66,23 +90,60 @@ def _meta(raw: dict) -> ObjectMeta:
     return ObjectMeta(raw["path"], int(raw["size"]), ts)
 
 
-def _is_missing(exc: BaseException) -> bool:
-    return isinstance(exc, (NotFoundError, FileNotFoundError))
+_STATUS = re.compile(r"status code: (\d{3})")
+#: Client errors that a later attempt can still get past (timeout, conflict, throttling).
+_RETRIABLE_4XX = {408, 409, 429}
 
 
-def _store_error(exc: BaseException, op: str, path: str | None, *, write: bool):
-    """Map an obstore failure to :class:`ObjectStoreError` with persist's definite flag."""
-    if _is_missing(exc):
+def classify(exc: BaseException, *, atomic: bool = False) -> Failure:
+    """What a failed request means. ``atomic`` backends (a local directory, memory) apply a
+    write whole or not at all before they answer, so their failures are never in doubt."""
+    if isinstance(exc, (NotFoundError, FileNotFoundError)):
+        return Failure.MISSING
+    if isinstance(exc, (AlreadyExistsError, PreconditionError, FileExistsError)):
+        return Failure.EXISTS
+    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError, PermissionError)):
+        return Failure.DENIED
+    if isinstance(exc, ConnectionRefusedError):
+        return Failure.NOT_SENT
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        return Failure.UNKNOWN
+    if isinstance(exc, RuntimeError) and not isinstance(exc, ObstoreError):
+        return Failure.REJECTED  # the memory store's own refusal
+    text = str(exc)
+    if "kind: Connect," in text or "tcp connect error" in text:
+        return Failure.NOT_SENT  # no connection: not a byte of the request was sent
+    status = _STATUS.search(text)
+    if status and 400 <= int(status.group(1)) < 500 and int(status.group(1)) not in \
+            _RETRIABLE_4XX:
+        return Failure.REJECTED
+    return Failure.NOT_SENT if atomic else Failure.UNKNOWN
+
+
+def _store_error(failure: Failure, cause: BaseException | None, op: str, path: str | None,
+                 *, maybe_applied: bool = False) -> ObjectStoreError:
+    """The typed error for a request that failed for good."""
+    if failure is Failure.MISSING:
         return NotFound(path or "")
-    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
-        return ObjectStoreError(f"{op} {path!r}: access denied: {exc}", definite=True, path=path)
-    # A failed read changed nothing; a failed write may have reached the store.
-    return ObjectStoreError(f"{op} {path!r} failed: {exc}", definite=not write, path=path)
+    if failure is Failure.DENIED:
+        return ObjectStoreError(f"{op} {path!r}: access denied: {cause}", definite=True,
+                                path=path)
+    return ObjectStoreError(f"{op} {path!r} failed: {_short(cause)}",
+                            definite=not maybe_applied, path=path)
+
+
+def _short(cause: BaseException | None) -> str:
+    """The first line of a client error (obstore appends a long debug dump)."""
+    return str(cause).split("\n", 1)[0] if cause is not None else "no answer"
 
 
 @dataclass
 class IoStats:
-    """Requests and bytes this process sent to the object store."""
+    """Requests and bytes this process sent to the object store, and how failures went:
+    ``retries`` attempts repeated after a transient failure, ``hedges`` second copies sent of
+    slow requests, ``errors`` requests that failed
+    for good, ``resolved`` creates whose outcome was learnt by reading the object back, and
+    ``sealed`` names sealed so that a write of unknown outcome can never land."""
 
     puts: int = 0
     put_bytes: int = 0
@@ -91,93 +152,83 @@ class IoStats:
     lists: int = 0
     deletes: int = 0
     heads: int = 0
+    retries: int = 0
+    hedges: int = 0
+    errors: int = 0
+    resolved: int = 0
+    sealed: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
 class _Backend:
-    """The calls the store makes, over one obstore store object (sync and async)."""
+    """One attempt of each request, over one obstore store object. A backend is wrapped, not
+    changed, by a fault-injecting store, so every retry rule above it is exercised."""
+
+    atomic = False
 
     def __init__(self, inner):
         self.inner = inner
 
-    def get(self, path):
-        return bytes(obstore.get(self.inner, path).bytes())
-
-    async def get_async(self, path):
+    async def get(self, path):
         res = await obstore.get_async(self.inner, path)
         return bytes(await res.bytes_async())
 
-    def get_range(self, path, start, end):
-        return bytes(obstore.get_range(self.inner, path, start=start, end=end))
-
-    async def get_range_async(self, path, start, end):
+    async def get_range(self, path, start, end):
         return bytes(await obstore.get_range_async(self.inner, path, start=start, end=end))
 
-    def put(self, path, data, create):
-        obstore.put(self.inner, path, data, mode="create" if create else "overwrite",
-                    use_multipart=False)
-
-    async def put_async(self, path, data, create):
-        await obstore.put_async(self.inner, path, data, mode="create" if create else "overwrite",
-                                use_multipart=False)
-
-    def get_ranges(self, path, starts, ends):
-        return [bytes(b) for b in obstore.get_ranges(self.inner, path, starts=starts, ends=ends)]
-
-    async def get_ranges_async(self, path, starts, ends):
+    async def get_ranges(self, path, starts, ends):
         got = await obstore.get_ranges_async(self.inner, path, starts=starts, ends=ends)
         return [bytes(b) for b in got]
 
-    def list(self, prefix, offset):
-        return [_meta(o) for chunk in obstore.list(self.inner, prefix, offset=offset)
-                for o in chunk]
+    async def put(self, path, data, create):
+        await obstore.put_async(self.inner, path, data, mode="create" if create else "overwrite",
+                                use_multipart=False)
 
-    async def list_async(self, prefix, offset):
+    async def list(self, prefix, offset):
         out = []
         async for chunk in obstore.list(self.inner, prefix, offset=offset):
             out.extend(_meta(o) for o in chunk)
         return out
 
-    def head(self, path):
-        return _meta(obstore.head(self.inner, path))
-
-    async def head_async(self, path):
+    async def head(self, path):
         return _meta(await obstore.head_async(self.inner, path))
 
-    def delete(self, path):
-        obstore.delete(self.inner, path)
-
-    async def delete_async(self, path):
+    async def delete(self, path):
         await obstore.delete_async(self.inner, path)
 
 
 class _LocalBackend(_Backend):
-    """A local directory or in-process memory: the sync call is faster than the async one
-    (141 us against 436 us for a small ranged read, which waits for a cross-thread wake-up),
-    and short enough to run on the event loop."""
+    """A local directory or in-process memory. The sync calls are faster than the async ones
+    (141 us against 436 us for a small ranged read, which waits for a cross-thread wake-up)
+    and short enough to run on the event loop. A local write is staged and moved into place,
+    so a failed one was not applied."""
 
-    async def get_async(self, path):
-        return self.get(path)
+    atomic = True
 
-    async def get_range_async(self, path, start, end):
-        return self.get_range(path, start, end)
+    async def get(self, path):
+        return bytes(obstore.get(self.inner, path).bytes())
 
-    async def put_async(self, path, data, create):
-        self.put(path, data, create)
+    async def get_range(self, path, start, end):
+        return bytes(obstore.get_range(self.inner, path, start=start, end=end))
 
-    async def list_async(self, prefix, offset):
-        return self.list(prefix, offset)
+    async def get_ranges(self, path, starts, ends):
+        return [bytes(b) for b in obstore.get_ranges(self.inner, path, starts=starts, ends=ends)]
 
-    async def get_ranges_async(self, path, starts, ends):
-        return self.get_ranges(path, starts, ends)
+    async def put(self, path, data, create):
+        obstore.put(self.inner, path, data, mode="create" if create else "overwrite",
+                    use_multipart=False)
 
-    async def head_async(self, path):
-        return self.head(path)
+    async def list(self, prefix, offset):
+        return [_meta(o) for chunk in obstore.list(self.inner, prefix, offset=offset)
+                for o in chunk]
 
-    async def delete_async(self, path):
-        self.delete(path)
+    async def head(self, path):
+        return _meta(obstore.head(self.inner, path))
+
+    async def delete(self, path):
+        obstore.delete(self.inner, path)
 
 
 # --- memory:// stores ---------------------------------------------------------------------------
@@ -196,22 +247,23 @@ class _MemoryServer:
     """Holds one obstore MemoryStore inside a Ray actor, so all processes share it."""
 
     def __init__(self):
-        self.backend = _Backend(MemoryStore())
+        self.backend = _LocalBackend(MemoryStore())
 
-    def call(self, method: str, *args):
+    async def call(self, method: str, *args):
         # obstore's exceptions do not pickle: send back what kind of failure it was.
         try:
-            return ("ok", getattr(self.backend, method)(*args))
-        except (AlreadyExistsError, PreconditionError):
-            return ("exists", None)
+            return ("ok", await getattr(self.backend, method)(*args))
         except Exception as exc:
-            if _is_missing(exc):
-                return ("missing", None)
+            failure = classify(exc, atomic=True)
+            if failure in (Failure.EXISTS, Failure.MISSING):
+                return (failure.value, None)
             return ("err", f"{type(exc).__name__}: {exc}")
 
 
 class _RayMemoryBackend:
     """The same calls as :class:`_Backend`, forwarded to a named ``_MemoryServer`` actor."""
+
+    atomic = True
 
     def __init__(self, name: str):
         import ray
@@ -222,30 +274,18 @@ class _RayMemoryBackend:
             num_cpus=0,
         ).remote()
 
-    @staticmethod
-    def _result(reply):
-        status, value = reply
+    async def _call(self, method, *args):
+        status, value = await self.actor.call.remote(method, *args)
         if status == "ok":
             return value
-        if status == "exists":
+        if status == Failure.EXISTS.value:
             raise FileExistsError()
-        if status == "missing":
+        if status == Failure.MISSING.value:
             raise FileNotFoundError()
         raise RuntimeError(value)
 
-    def _sync(self, method, *args):
-        import ray
-
-        return self._result(ray.get(self.actor.call.remote(method, *args)))
-
-    async def _async(self, method, *args):
-        return self._result(await self.actor.call.remote(method, *args))
-
     def __getattr__(self, method):
-        if method.endswith("_async"):
-            base = method[: -len("_async")]
-            return lambda *a: self._async(base, *a)
-        return lambda *a: self._sync(method, *a)
+        return lambda *a: self._call(method, *a)
 
 
 def drop_memory_store(name: str) -> None:
@@ -266,11 +306,16 @@ def drop_memory_store(name: str) -> None:
 
 @dataclass
 class StoreConfig:
-    """Where a store lives: its URL plus the S3 settings from :class:`Options`."""
+    """Where a store lives (its URL, plus the S3 settings from :class:`Options`) and how its
+    requests are timed out, retried and resolved."""
 
     url: str
     s3: dict = field(default_factory=dict)
     timeout_s: float = 30.0
+    connect_timeout_s: float = 5.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    resolve_s: float = 30.0
+    hedge: bool = True
 
     @classmethod
     def from_options(cls, url: str, options: Options | None = None) -> StoreConfig:
@@ -285,15 +330,26 @@ class StoreConfig:
         s3 = {k: v for k, v in s3.items() if v is not None}
         if options.s3_allow_http is not None:
             s3["allow_http"] = options.s3_allow_http
-        return cls(url, s3, options.request_timeout_s)
+        retry = RetryPolicy(options.max_retries, options.retry_timeout_s,
+                            options.retry_backoff_s, options.retry_max_backoff_s)
+        return cls(url, s3, options.request_timeout_s, options.connect_timeout_s, retry,
+                   options.write_resolve_s, options.hedge_requests)
+
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 
 
 def parse_url(url: str) -> tuple[str, str, str]:
     """``(scheme, location, prefix)`` of a store URL, or :class:`InvalidArgumentError`."""
     if not isinstance(url, str):
         raise InvalidArgumentError(f"store URL must be a str, not {type(url).__name__}")
-    parsed = urlparse(url)
+    try:
+        parsed = urlparse(url)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"invalid store URL {url!r}: {exc}") from None
     scheme = parsed.scheme
+    if parsed.query or parsed.fragment or parsed.params:
+        raise InvalidArgumentError(f"a store URL has no query or fragment: {url!r}")
     if scheme == "memory":
         name = (parsed.netloc + parsed.path).strip("/")
         if not name or not _safe(name):
@@ -308,23 +364,38 @@ def parse_url(url: str) -> tuple[str, str, str]:
         return scheme, os.path.normpath(path), ""
     if scheme == "s3":
         bucket = parsed.netloc
-        prefix = parsed.path.strip("/")
         if not bucket:
             raise InvalidArgumentError(f"S3 URL needs a bucket, as in s3://bucket/prefix: {url!r}")
+        if not _BUCKET.match(bucket) or ".." in bucket:
+            raise InvalidArgumentError(f"invalid S3 bucket name {bucket!r} in {url!r}")
+        path = parsed.path
+        prefix = path[1:-1] if path.endswith("/") else path[1:]
         if prefix and not _safe(prefix):
-            raise InvalidArgumentError(f"invalid S3 prefix in {url!r}")
+            raise InvalidArgumentError(f"invalid S3 prefix in {url!r} (empty parts such as "
+                                       f"'//', '.' and '..' are not allowed)")
         return scheme, bucket, prefix
     raise InvalidArgumentError(
         f"unsupported store URL {url!r}: use memory://name, file:///path or s3://bucket/prefix"
     )
 
 
+def twin(async_method):
+    """The synchronous form of an ``*_async`` method (for code outside any event loop)."""
+    def method(self, *args, **kwargs):
+        return run_sync(async_method(self, *args, **kwargs))
+
+    method.__name__ = async_method.__name__.removesuffix("_async")
+    method.__doc__ = f"Synchronous :meth:`{async_method.__name__}`."
+    return method
+
+
 class ObjectStore:
     """get, ranged get, put, put-if-absent, list, head and delete under one store root.
 
-    Every call has a sync form and an ``*_async`` form. Failures raise :class:`ObjectStoreError`
-    (``definite`` says whether a write may have happened); a missing object raises
-    :class:`NotFound` from ``get``/``get_range`` and gives ``None`` from ``head``.
+    Every request is retried after a transient failure within :class:`RetryPolicy` bounds;
+    then it raises :class:`ObjectStoreError` (``definite`` says whether a write may have
+    happened). A missing object raises :class:`NotFound` from the gets and gives ``None``
+    from ``head``. Each call is an ``*_async`` coroutine with a synchronous twin.
     The object pickles as its configuration, so it can be handed to Ray actors and tasks.
     """
 
@@ -333,6 +404,10 @@ class ObjectStore:
         self.scheme, self.location, self.prefix = parse_url(config.url)
         self.stats = IoStats()
         self._backend = self._make_backend()
+        # Only network requests are hedged: a local one answers before a copy could help.
+        # Reads and creates keep apart latencies: their sizes differ.
+        self.latencies = None if self._backend.atomic or not config.hedge else {
+            write: Latencies(HEDGE_FLOOR_S, config.timeout_s / 2) for write in (False, True)}
 
     @classmethod
     def from_url(cls, url: str, options: Options | None = None) -> ObjectStore:
@@ -349,7 +424,8 @@ class ObjectStore:
         return self.config.url
 
     def _make_backend(self):
-        client = {"timeout": f"{max(1, int(self.config.timeout_s))}s"}
+        client = {"timeout": timedelta(seconds=self.config.timeout_s),
+                  "connect_timeout": timedelta(seconds=self.config.connect_timeout_s)}
         if self.scheme == "memory":
             import ray
 
@@ -365,166 +441,195 @@ class ObjectStore:
             s3["allow_http"] = True
         if s3.pop("allow_http", False):
             client["allow_http"] = True
+        # One HTTP request per attempt: the retries are ours (below), so that each one is
+        # counted and a retried create is resolved rather than mistaken for a lost race.
         return _Backend(S3Store(self.location, prefix=self.prefix or None, client_options=client,
-                                **s3))
+                                retry_config={"max_retries": 0}, **s3))
+
+    # -- the request loop --
+
+    async def _attempt(self, call, *, hedge: bool = False, write: bool = False):
+        """One attempt of a request (two, hedged, when a network request is slow)."""
+        if not hedge or self.latencies is None:
+            return await self._once(call)
+        latencies = self.latencies[write]
+        started = time.monotonic()
+        result, extra = await hedged(lambda: self._once(call), latencies.hedge_after)
+        if extra:
+            self.stats.hedges += 1
+        else:
+            latencies.add(time.monotonic() - started)
+        return result
+
+    async def _once(self, call):
+        try:
+            return await call()
+        except Exception as exc:
+            raise AttemptError(classify(exc, atomic=self._backend.atomic), exc) from None
+
+    def _retried(self, _exc: AttemptError) -> None:
+        self.stats.retries += 1
+
+    async def _request(self, op: str, path: str, call, *, write: bool = False,
+                       hedge: bool = True):
+        # ``hedge`` only where a copy of the request is harmless and cheap (see HEDGE_MAX_BYTES)
+        """One request, retried while it fails transiently (see :class:`RetryPolicy`)."""
+        try:
+            return await retry(lambda: self._attempt(call, hedge=hedge), self.config.retry,
+                               on_retry=self._retried)
+        except AttemptError as exc:
+            if exc.failure is not Failure.MISSING:
+                self.stats.errors += 1
+            maybe = write and exc.failure is Failure.UNKNOWN
+            raise _store_error(exc.failure, exc.cause, op, path, maybe_applied=maybe) from None
 
     # -- reads --
 
-    def get(self, path: str) -> bytes:
-        check_path(path)
-        try:
-            data = self._backend.get(path)
-        except Exception as exc:
-            raise _store_error(exc, "get", path, write=False) from None
-        self._count_get(len(data))
-        return data
-
     async def get_async(self, path: str) -> bytes:
         check_path(path)
-        try:
-            data = await self._backend.get_async(path)
-        except Exception as exc:
-            raise _store_error(exc, "get", path, write=False) from None
-        self._count_get(len(data))
-        return data
-
-    def get_range(self, path: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of an object (fewer if the object is shorter)."""
-        check_path(path)
-        try:
-            data = self._backend.get_range(path, start, end)
-        except Exception as exc:
-            raise _store_error(exc, "get_range", path, write=False) from None
+        data = await self._request("get", path, lambda: self._backend.get(path), hedge=False)
         self._count_get(len(data))
         return data
 
     async def get_range_async(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of an object (fewer if the object is shorter)."""
         check_path(path)
-        try:
-            data = await self._backend.get_range_async(path, start, end)
-        except Exception as exc:
-            raise _store_error(exc, "get_range", path, write=False) from None
+        data = await self._request("get_range", path,
+                                   lambda: self._backend.get_range(path, start, end),
+                                   hedge=end - start <= HEDGE_MAX_BYTES)
         self._count_get(len(data))
         return data
 
-    def get_ranges(self, path: str, starts: list[int], ends: list[int]) -> list[bytes]:
+    async def get_ranges_async(self, path: str, starts: list[int], ends: list[int]) -> list[bytes]:
         """Several byte ranges of one object in one request (nearby ranges are coalesced)."""
         check_path(path)
-        try:
-            parts = self._backend.get_ranges(path, starts, ends)
-        except Exception as exc:
-            raise _store_error(exc, "get_ranges", path, write=False) from None
+        small = sum(e - s for s, e in zip(starts, ends)) <= HEDGE_MAX_BYTES
+        parts = await self._request("get_ranges", path,
+                                    lambda: self._backend.get_ranges(path, starts, ends),
+                                    hedge=small)
         self._count_get(sum(map(len, parts)))
         return parts
-
-    async def get_ranges_async(self, path: str, starts: list[int], ends: list[int]) -> list[bytes]:
-        check_path(path)
-        try:
-            parts = await self._backend.get_ranges_async(path, starts, ends)
-        except Exception as exc:
-            raise _store_error(exc, "get_ranges", path, write=False) from None
-        self._count_get(sum(map(len, parts)))
-        return parts
-
-    def head(self, path: str) -> ObjectMeta | None:
-        check_path(path)
-        self.stats.heads += 1
-        try:
-            return self._backend.head(path)
-        except Exception as exc:
-            if _is_missing(exc):
-                return None
-            raise _store_error(exc, "head", path, write=False) from None
 
     async def head_async(self, path: str) -> ObjectMeta | None:
         check_path(path)
         self.stats.heads += 1
         try:
-            return await self._backend.head_async(path)
-        except Exception as exc:
-            if _is_missing(exc):
-                return None
-            raise _store_error(exc, "head", path, write=False) from None
+            return await self._request("head", path, lambda: self._backend.head(path))
+        except NotFound:
+            return None
 
-    def list(self, prefix: str, offset: str | None = None) -> list[ObjectMeta]:
+    async def list_async(self, prefix: str, offset: str | None = None) -> list[ObjectMeta]:
         """Objects whose path starts with ``prefix`` (after ``offset`` if given), in path order."""
         check_path(prefix.rstrip("/"))
         self.stats.lists += 1
-        try:
-            items = self._backend.list(prefix, offset)
-        except Exception as exc:
-            raise _store_error(exc, "list", prefix, write=False) from None
-        return sorted(items, key=lambda m: m.path)
-
-    async def list_async(self, prefix: str, offset: str | None = None) -> list[ObjectMeta]:
-        check_path(prefix.rstrip("/"))
-        self.stats.lists += 1
-        try:
-            items = await self._backend.list_async(prefix, offset)
-        except Exception as exc:
-            raise _store_error(exc, "list", prefix, write=False) from None
+        items = await self._request("list", prefix, lambda: self._backend.list(prefix, offset))
         return sorted(items, key=lambda m: m.path)
 
     # -- writes --
 
-    def put(self, path: str, data: bytes) -> None:
-        """Write an object, replacing any object of that name (used only by backup copies)."""
-        check_path(path)
-        self._count_put(len(data))
-        try:
-            self._backend.put(path, data, False)
-        except Exception as exc:
-            raise _store_error(exc, "put", path, write=True) from None
-
     async def put_async(self, path: str, data: bytes) -> None:
+        """Write an object, replacing any object of that name (used only by backup copies:
+        resending the same bytes is harmless)."""
         check_path(path)
         self._count_put(len(data))
-        try:
-            await self._backend.put_async(path, data, False)
-        except Exception as exc:
-            raise _store_error(exc, "put", path, write=True) from None
+        await self._request("put", path, lambda: self._backend.put(path, data, False),
+                            write=True, hedge=False)
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        """Create an object; ``False`` (and no change) if one of that name exists already."""
+    async def put_if_absent_async(self, path: str, data: bytes, *,
+                                  ident: int | None = None, unique: bool = False) -> bool:
+        """Create an object: ``True`` when this call's bytes hold the name, ``False`` (and no
+        change) when another writer's object does.
+
+        A retried create learns its own outcome: when an attempt may have landed, or the
+        answer is "already exists", the object there is read back and its first ``ident``
+        bytes (a write token in its header; default: all of it) are compared with ours.
+        ``unique`` names are never reused by anyone, so an object there is ours. Raises
+        :class:`ObjectStoreError` when the outcome is still unknown after ``resolve_s``
+        (``definite=False``), or when no attempt reached the store (``definite=True``).
+        """
         check_path(path)
+        mine = data if ident is None else data[:ident]
         self._count_put(len(data))
-        try:
-            self._backend.put(path, data, True)
-        except (AlreadyExistsError, PreconditionError, FileExistsError):
-            return False
-        except Exception as exc:
-            raise _store_error(exc, "put_if_absent", path, write=True) from None
-        return True
 
-    async def put_if_absent_async(self, path: str, data: bytes) -> bool:
-        check_path(path)
-        self._count_put(len(data))
-        try:
-            await self._backend.put_async(path, data, True)
-        except (AlreadyExistsError, PreconditionError, FileExistsError):
-            return False
-        except Exception as exc:
-            raise _store_error(exc, "put_if_absent", path, write=True) from None
-        return True
+        small = len(data) <= HEDGE_MAX_BYTES
 
-    def delete(self, path: str) -> None:
+        async def send():
+            await self._attempt(lambda: self._backend.put(path, data, True), hedge=small,
+                                write=True)
+
+        async def read_back():
+            self.stats.resolved += 1
+            try:
+                if unique:
+                    await self._attempt(lambda: self._backend.head(path), hedge=True)
+                    return mine
+                if ident is None:
+                    return await self._attempt(lambda: self._backend.get(path))
+                return await self._attempt(lambda: self._backend.get_range(path, 0, ident),
+                                           hedge=True)
+            except AttemptError as exc:
+                if exc.failure is Failure.MISSING:
+                    return None
+                raise
+
+        try:
+            created, _ = await settle_create(send, read_back, mine, self.config.retry,
+                                             self.config.resolve_s, on_retry=self._retried)
+        except Unsettled as exc:
+            self.stats.errors += 1
+            raise _store_error(Failure.UNKNOWN, exc.cause, "put_if_absent", path,
+                               maybe_applied=exc.maybe_applied) from None
+        return created is Created.MINE
+
+    async def create_or_seal_async(self, path: str, data: bytes, seal: Callable[[], bytes], *,
+                                   ident: int) -> Created:
+        """Create ``data`` at a contested name, and settle it whatever happens: ``MINE``,
+        ``THEIRS`` (another writer's object holds the name), or ``SEALED``.
+
+        When the outcome is still unknown after ``resolve_s``, the name is taken with
+        ``seal()`` (an object of this writer's that means "nothing", such as an empty fence,
+        built only then): then the
+        write can never land later, and the caller can report a definite failure. Raises
+        :class:`ObjectStoreError` with ``definite=False`` only when the seal's outcome cannot
+        be learnt either (the store stayed unreachable), and ``definite=True`` when no attempt
+        reached the store.
+        """
+        try:
+            ours = await self.put_if_absent_async(path, data, ident=ident)
+            return Created.MINE if ours else Created.THEIRS
+        except ObjectStoreError as exc:
+            if exc.definite:
+                raise
+            unknown = exc
+        try:
+            if await self.put_if_absent_async(path, seal(), ident=ident):
+                self.stats.sealed += 1
+                return Created.SEALED
+            there = await self.get_range_async(path, 0, ident)
+        except ObjectStoreError as exc:
+            raise ObjectStoreError(f"{unknown}; sealing it failed too: {exc}", definite=False,
+                                   path=path) from None
+        return Created.MINE if there == data[:ident] else Created.THEIRS
+
+    async def delete_async(self, path: str) -> None:
         """Delete an object; deleting a missing object is not an error."""
         check_path(path)
         self.stats.deletes += 1
         try:
-            self._backend.delete(path)
-        except Exception as exc:
-            if not _is_missing(exc):
-                raise _store_error(exc, "delete", path, write=True) from None
+            await self._request("delete", path, lambda: self._backend.delete(path), write=True,
+                                hedge=False)
+        except NotFound:
+            pass
 
-    async def delete_async(self, path: str) -> None:
-        check_path(path)
-        self.stats.deletes += 1
-        try:
-            await self._backend.delete_async(path)
-        except Exception as exc:
-            if not _is_missing(exc):
-                raise _store_error(exc, "delete", path, write=True) from None
+    get = twin(get_async)
+    get_range = twin(get_range_async)
+    get_ranges = twin(get_ranges_async)
+    head = twin(head_async)
+    list = twin(list_async)
+    put = twin(put_async)
+    put_if_absent = twin(put_if_absent_async)
+    create_or_seal = twin(create_or_seal_async)
+    delete = twin(delete_async)
 
     def _count_get(self, n: int) -> None:
         self.stats.gets += 1
@@ -533,4 +638,3 @@ class ObjectStore:
     def _count_put(self, n: int) -> None:
         self.stats.puts += 1
         self.stats.put_bytes += n
-

@@ -51,6 +51,8 @@ def add_checkpoint(manifest_id: int, manifest: Manifest, checkpoint: Checkpoint,
     """Pin ``manifest_id`` (the version this is applied to), or the version of the live
     checkpoint ``source``. Expired checkpoints are dropped on the way."""
     require_usable(manifest)
+    if any(c.id == checkpoint.id for c in manifest.checkpoints):
+        return manifest  # an earlier attempt landed
     pinned = manifest_id if source is None else find(manifest, source, now).manifest_id
     placed = Checkpoint(checkpoint.id, pinned, checkpoint.expires_at, checkpoint.created_at,
                         checkpoint.name)

@@ -106,6 +106,10 @@ def apply_merge(manifest: Manifest, epoch: int, job: MergeJob,
     src, dst = job.source_level, job.target_level
     gone = {f.name for f in job.inputs}
     present = {f.name for f in levels[src]} | {f.name for f in levels[dst]}
+    out_names = {f.name for f in outputs}
+    if (outputs and out_names <= {f.name for f in levels[dst]}
+            and {f.name for f in manifest.sst_files()}.isdisjoint(gone - out_names)):
+        return manifest  # an earlier attempt landed
     if not gone <= present:
         raise StaleMergeError(f"merge inputs left the manifest: {sorted(gone - present)[:3]}")
     levels[src] = tuple(f for f in levels[src] if f.name not in gone)

@@ -4,12 +4,16 @@
 manifest RFC). A manifest holds the writer epoch, the catalogued journal files and the next
 journal slot, the Ledger's levels and persisted SQN, checkpoints and the clone parent.
 
-Encoding: ``magic | version u16 | codec u8 | raw_len u32 | checksum u64 | payload`` where
-the payload is a compressed msgpack document whose ``id`` must match the object's name.
+Encoding: ``magic | version u16 | codec u8 | raw_len u32 | checksum u64 | token | payload``
+where the payload is a compressed msgpack document whose ``id`` must match the object's name,
+and ``token`` is 16 random bytes: a writer whose create of a version had an unknown outcome
+reads the header back to learn whether the version there is its own. The checksum covers the
+token and the payload.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 import uuid
@@ -23,8 +27,10 @@ from ..files.journal import JournalInfo
 from ..files.sst import SstInfo
 
 MAGIC = b"LRMAN\x00\x00\x01"
-VERSION = 1
-_HEAD = struct.Struct("<8sHBIQ")
+VERSION = 2
+_HEAD = struct.Struct("<8sHBIQ16s")
+#: The bytes that identify one write of a manifest version (its header, with the token).
+IDENTITY_BYTES = _HEAD.size
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,22 @@ class Manifest:
         return dict(self.settings).get(name, default)
 
 
+def listed_twice(manifest: Manifest) -> list[str]:
+    """Files a manifest lists more than once (a valid manifest lists each file once)."""
+    names = [s.name for s in manifest.sst_files()] + [j.name for j in manifest.journal]
+    seen: set[str] = set()
+    return sorted({n for n in names if n in seen or seen.add(n)})
+
+
+def check_invariants(manifest: Manifest, manifest_id: int) -> None:
+    """Refuse a manifest that lists a file twice: a merge could then delete a file that the
+    manifest still lists."""
+    twice = listed_twice(manifest)
+    if twice:
+        raise CorruptObjectError(f"manifest/{manifest_id:020d}", 0,
+                                 f"lists files more than once: {twice[:3]}")
+
+
 def _sst_row(s: SstInfo) -> list:
     return [s.name, s.size, s.entries, s.tombstones, s.min_key, s.max_key, s.min_sqn, s.max_sqn]
 
@@ -119,7 +141,8 @@ def encode(manifest: Manifest, manifest_id: int, codec: int = CODEC_LZ4) -> byte
     }
     raw = msgpack.packb(doc, use_bin_type=True)
     used, payload = compress(codec, raw)
-    return _HEAD.pack(MAGIC, VERSION, used, len(raw), checksum(payload)) + payload
+    token = os.urandom(16)
+    return _HEAD.pack(MAGIC, VERSION, used, len(raw), checksum(token + payload), token) + payload
 
 
 def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
@@ -127,13 +150,13 @@ def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
     r = Reader(data, path)
     if len(data) < _HEAD.size:
         raise CorruptObjectError(path, 0, "too short to be a manifest")
-    magic, version, codec, raw_len, psum = r.unpack(_HEAD)
+    magic, version, codec, raw_len, psum, token = r.unpack(_HEAD)
     if magic != MAGIC:
         raise CorruptObjectError(path, 0, "bad manifest magic")
     if version != VERSION:
         raise CorruptObjectError(path, 8, f"unsupported manifest format version {version}")
     payload = r.take(r.remaining())
-    if checksum(payload) != psum:
+    if checksum(token + payload) != psum:
         raise CorruptObjectError(path, _HEAD.size, "manifest checksum mismatch")
     raw = decompress(codec, payload, raw_len, path, _HEAD.size)
     try:
@@ -143,7 +166,7 @@ def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
         if expect_id is not None and doc["id"] != expect_id:
             raise ValueError(f"holds id {doc['id']}, not {expect_id}")
         parent = doc["parent"]
-        return Manifest(
+        manifest = Manifest(
             store_id=str(doc["store"]),
             writer_epoch=int(doc["epoch"]),
             journal=tuple(JournalInfo(*row) for row in doc["journal"]),
@@ -162,3 +185,7 @@ def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
         raise
     except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
         raise CorruptObjectError(path, _HEAD.size, f"malformed manifest: {exc}") from None
+    if listed_twice(manifest):
+        raise CorruptObjectError(path, _HEAD.size,
+                                 f"lists files more than once: {listed_twice(manifest)[:3]}")
+    return manifest

@@ -3,6 +3,11 @@
 An update reads the latest version, applies a pure transition, and creates the next id; when
 another writer created that id first, it reads again and re-applies the transition. The loop
 itself, :func:`cas_update`, takes its I/O as arguments so it can be tested on its own.
+
+A create always knows its own outcome (see :meth:`ObjectStore.create_or_seal_async`): a
+version this writer created is never mistaken for a lost race, so a transition is never applied
+twice. A create whose outcome stays unknown is sealed with the unchanged manifest, a version
+that changes nothing, and the loop goes on from it.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from collections.abc import Awaitable, Callable
 
 from ..errors import InvalidArgumentError, ObjectStoreError
 from ..files.names import MANIFEST_PREFIX, manifest_id_of, manifest_name
+from ..files.outcomes import Created
 from ..files.store import ObjectStore
-from .model import Manifest, decode, encode
+from .model import IDENTITY_BYTES, Manifest, check_invariants, decode, encode
 
 Versioned = tuple[int, Manifest]
 
@@ -25,7 +31,7 @@ MAX_CONFLICTS = 1000
 async def cas_update(
     current: Versioned | None,
     read_latest: Callable[[Versioned | None], Awaitable[Versioned | None]],
-    try_create: Callable[[int, Manifest], Awaitable[bool]],
+    try_create: Callable[[int, Manifest, Manifest], Awaitable[Created]],
     transition: Callable[..., Manifest],
     *,
     with_id: bool = False,
@@ -35,10 +41,12 @@ async def cas_update(
     """Apply ``transition`` to the newest manifest and create the next id, retrying on conflict.
 
     ``current`` is the caller's last known version: used as a first guess, so an update with no
-    conflict costs one create. Returns the version written, or ``current`` unchanged when the
-    transition returns the same manifest. Exceptions raised by ``transition`` (for example
-    ``FencedError``) propagate, and nothing is written. With ``with_id``, the transition is
-    called as ``transition(id, manifest)``: it may pin the version it is applied to.
+    conflict costs one create. ``try_create(id, updated, previous)`` creates version ``id`` and
+    says whose version holds it; ``SEALED`` means it holds ``previous`` unchanged. Returns the
+    version written, or ``current`` unchanged when the transition returns the same manifest.
+    Exceptions raised by ``transition`` (for example ``FencedError``) propagate, and nothing is
+    written. With ``with_id``, the transition is called as ``transition(id, manifest)``: it may
+    pin the version it is applied to.
 
     Garbage collection deletes old versions, so a caller whose ``current`` is older than them
     could re-create a deleted id (SlateDB #352). So when the first guess succeeds,
@@ -55,10 +63,15 @@ async def cas_update(
         updated = transition(mid, manifest) if with_id else transition(manifest)
         if updated is manifest:
             return current
-        if await try_create(mid + 1, updated):
+        check_invariants(updated, mid + 1)
+        created = await try_create(mid + 1, updated, manifest)
+        if created is Created.MINE:
             if attempt or superseded is None or not await superseded(mid + 1):
                 return mid + 1, updated
             current = await read_latest(None)  # a re-created old id: go on from the newest
+            continue
+        if created is Created.SEALED:  # nothing changed in that version: apply it again
+            current = (mid + 1, manifest)
             continue
         newer = await read_latest(current)
         current = newer if newer is not None else current
@@ -91,9 +104,17 @@ class ManifestStore:
         return ids[-1], await self.read(ids[-1])
 
     async def try_create(self, manifest_id: int, manifest: Manifest) -> bool:
+        """Create version ``manifest_id``: ``True`` when this call's version holds the id."""
         return await self.store.put_if_absent_async(
-            manifest_name(manifest_id), encode(manifest, manifest_id)
-        )
+            manifest_name(manifest_id), encode(manifest, manifest_id), ident=IDENTITY_BYTES)
+
+    async def create_settled(self, manifest_id: int, manifest: Manifest,
+                             previous: Manifest) -> Created:
+        """Create version ``manifest_id``, sealing it with ``previous`` if the outcome stays
+        unknown (see :meth:`ObjectStore.create_or_seal_async`)."""
+        return await self.store.create_or_seal_async(
+            manifest_name(manifest_id), encode(manifest, manifest_id),
+            lambda: encode(previous, manifest_id), ident=IDENTITY_BYTES)
 
     async def create_initial(self, manifest: Manifest) -> Versioned:
         """Create manifest 0 for a new store; if another process won, return the latest."""
@@ -105,7 +126,7 @@ class ManifestStore:
 
     async def update(self, transition: Callable[..., Manifest],
                      current: Versioned | None = None, *, with_id: bool = False) -> Versioned:
-        return await cas_update(current, self.latest, self.try_create, transition,
+        return await cas_update(current, self.latest, self.create_settled, transition,
                                 with_id=with_id, superseded=self.superseded)
 
     async def superseded(self, manifest_id: int) -> bool:

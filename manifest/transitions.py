@@ -1,7 +1,9 @@
 """Pure manifest transitions: each takes a manifest and returns the next one, or raises.
 
 The CAS loop in :mod:`.store` calls these again on the newest manifest after every conflict,
-so each must be a function of its inputs alone.
+so each must be a function of its inputs alone. Each is also idempotent: when a commit failed
+with an unknown outcome, the caller retries it, and a transition that already landed then
+returns the manifest unchanged (so nothing is written twice).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def record_journal(manifest: Manifest, files: tuple[JournalInfo, ...],
 def add_l0(manifest: Manifest, epoch: int, sst: SstInfo, ledger_sqn: int) -> Manifest:
     """Add an L0 file (newest first) holding every change up to ``ledger_sqn``."""
     require_writer(manifest, epoch)
+    if any(f.name == sst.name for f in manifest.sst_files()):
+        return manifest  # an earlier attempt landed
     levels = ((sst,) + manifest.levels[0],) + manifest.levels[1:]
     return manifest.with_changes(levels=levels, ledger_sqn=max(manifest.ledger_sqn, ledger_sqn))
 
@@ -79,6 +83,8 @@ def replace_journal(manifest: Manifest, epoch: int, removed: tuple[str, ...],
     """Journal compaction's change: the run's files out, the rewritten files in."""
     require_writer(manifest, epoch)
     names = {j.name for j in manifest.journal}
+    if removed and names.isdisjoint(removed) and {j.name for j in added} <= names:
+        return manifest  # an earlier attempt landed
     missing = set(removed) - names
     if missing:
         raise InvalidArgumentError(f"journal files left the manifest: {sorted(missing)[:3]}")

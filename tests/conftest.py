@@ -31,6 +31,7 @@ class _RepoRootIsNotATestPackage:
 def pytest_configure(config):
     config.pluginmanager.register(_RepoRootIsNotATestPackage(), "leveled-ray-repo-root")
 
+
 S3_KEY = "testing"
 S3_REGION = "us-east-1"
 S3_BUCKET = "leveled-test"

@@ -30,6 +30,15 @@ BAD_CALLS = [
     ("get_many pair", lambda s: s.get_many([("b", "k", "x")]), "pair"),
     ("get_many str", lambda s: s.get_many("bk"), "pairs"),
     ("metadata", lambda s: s.put("b", "k", b"v", metadata={"x": {1, 2}}), "JSON"),
+    ("surrogate bucket", lambda s: s.put("\ud800", "k", b"v"), "not valid unicode"),
+    ("surrogate key", lambda s: s.put("b", "k\udfff", b"v"), "not valid unicode"),
+    ("surrogate term", lambda s: s.put("b", "k", b"v", indexes=[("add", "a_bin", "\ud800")]),
+     "not valid unicode"),
+    ("surrogate field", lambda s: s.put("b", "k", b"v", indexes=[("add", "\ud800_bin", "x")]),
+     "not valid unicode"),
+    ("surrogate get", lambda s: s.get("b", "\ud800"), "not valid unicode"),
+    ("surrogate query", lambda s: s.index_query("b", "a_bin", "\ud800", "z"),
+     "not valid unicode"),
 ]
 
 
@@ -55,7 +64,9 @@ def test_bad_input_is_rejected_and_changes_nothing(small_store, name, call, mess
 
 
 def test_bad_urls_and_options(ray_cluster):
-    for url in ("ftp://x/y", "file://relative/path", "s3:///no-bucket", "memory://", 5):
+    for url in ("ftp://x/y", "file://relative/path", "s3:///no-bucket", "memory://", 5,
+                "s3://", "s3://bucket//prefix", "s3://bucket/a//b", "s3://Bad_Bucket/p",
+                "s3://bucket/p?x=1"):
         with pytest.raises(lr.InvalidArgumentError):
             lr.open(url)
     with pytest.raises(lr.InvalidArgumentError, match="lr.Options"):
@@ -72,3 +83,37 @@ def test_closed_store_raises_store_closed(ray_cluster, tmp_url):
         store.put("b", "k", b"v")
     with pytest.raises(lr.StoreClosedError):
         store.get("b", "k")
+
+
+@pytest.mark.parametrize("field", ["journal_flush_ms", "push_ms", "request_timeout_s",
+                                   "gc_min_age_s", "write_resolve_s", "snapshot_timeout_s"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, "1", None, True])
+def test_every_number_option_refuses_non_finite_and_wrong_values(field, value):
+    with pytest.raises(lr.InvalidArgumentError, match=field):
+        lr.Options(**{field: value})
+    with pytest.raises(lr.InvalidArgumentError, match=field):
+        lr.Options().replace(**{field: value})
+
+
+def test_every_option_field_is_validated():
+    import dataclasses
+
+    for f in dataclasses.fields(lr.Options):
+        with pytest.raises(lr.InvalidArgumentError, match=f.name):
+            lr.Options(**{f.name: object()})
+
+
+@pytest.mark.parametrize("min_age", [-1, "x", float("nan"), float("inf")])
+def test_gc_refuses_a_bad_min_age_and_deletes_nothing(tmp_path, min_age):
+    from leveled_ray import bulk_write
+    from leveled_ray.files.store import ObjectStore
+
+    url = f"file://{tmp_path}/db"
+    bulk_write.begin(url)  # creates the store's first manifest, offline
+    (tmp_path / "db" / "ledger").mkdir()
+    (tmp_path / "db" / "ledger" / "orphan.sst").write_bytes(b"x")
+    store = ObjectStore.from_url(url)
+    before = {m.path for prefix in ("ledger/", "manifest/") for m in store.list(prefix)}
+    with pytest.raises(lr.InvalidArgumentError, match="min_age"):
+        lr.gc(url, min_age=min_age)
+    assert {m.path for prefix in ("ledger/", "manifest/") for m in store.list(prefix)} == before

@@ -12,10 +12,10 @@ from leveled_ray import bulk_read, bulk_write, cli
 from leveled_ray.errors import InvalidArgumentError
 from leveled_ray.files.sst import SstInfo
 from leveled_ray.files.store import ObjectStore
+from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest import Manifest
 from leveled_ray.manifest.ingest import IngestConflictError
 from leveled_ray.manifest.store import ManifestStore
-from leveled_ray.point_in_time import run_sync
 
 
 def rows(lo, hi, value=b"v", bucket="b", **extra):

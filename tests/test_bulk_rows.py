@@ -14,8 +14,8 @@ from leveled_ray.bulk_rows import plain_rows, sorted_run
 from leveled_ray.codec import put_change
 from leveled_ray.errors import ObjectStoreError
 from leveled_ray.files.store import ObjectStore
+from leveled_ray.files.sync import run_sync
 from leveled_ray.options import Options
-from leveled_ray.point_in_time import run_sync
 from leveled_ray.queries import value_slices
 from leveled_ray.reader import StoreReader
 from leveled_ray.views import journal_values

@@ -10,8 +10,8 @@ from test_snapshots_ray import SMALL
 import leveled_ray as lr
 from leveled_ray.clone import clone_manifest, create_clone
 from leveled_ray.files.store import ObjectStore
+from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest import Manifest, ManifestStore
-from leveled_ray.point_in_time import run_sync
 from leveled_ray.reader import open_reader
 
 from conftest import wait_until

@@ -99,8 +99,8 @@ def test_ledger_rebuilt_from_the_journal(tmp_path, strategy):
         await within("close", bookie.close())
 
         store = ObjectStore.from_url(f"file://{root}")
-        for meta in store.list("ledger/"):  # every SST ...
-            store.delete(meta.path)
+        for meta in await store.list_async("ledger/"):  # every SST ...
+            await store.delete_async(meta.path)
         manifests = ManifestStore(store)  # ... and the Ledger's state in the manifest
         await within("manifest", manifests.update(
             lambda m: m.with_changes(levels=((),), ledger_sqn=0)))

@@ -68,8 +68,9 @@ def test_apply_merge_replaces_inputs_and_keeps_levels_disjoint():
     assert [f.name for f in after.levels[1]] == ["ledger/o1.sst", "ledger/o2.sst",
                                                  "ledger/y.sst"]
     assert [f.name for f in lv.removed_files(m, after)] == ["ledger/l0.sst", "ledger/x.sst"]
+    assert lv.apply_merge(after, 1, job, out) is after  # a retried commit that had landed
     with pytest.raises(lv.StaleMergeError, match="left the manifest"):
-        lv.apply_merge(after, 1, job, out)
+        lv.apply_merge(after, 1, job, (sst("o3", b"a", b"b"),))
     with pytest.raises(lv.StaleMergeError, match="overlap"):
         lv.apply_merge(m, 1, job, (sst("bad", b"a", b"n"),))
 

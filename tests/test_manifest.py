@@ -6,6 +6,7 @@ import threading
 import pytest
 
 import leveled_ray as lr
+from leveled_ray.files.outcomes import Created
 from leveled_ray.files.sst import SstInfo
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Checkpoint, Manifest, ManifestStore, cas_update
@@ -27,15 +28,15 @@ class FakeManifests:
         top = max(self.objects)
         return top, self.objects[top]
 
-    async def try_create(self, mid, manifest):
+    async def try_create(self, mid, manifest, previous=None):
         self.creates += 1
         if self.before_create:
             hook, self.before_create = self.before_create, None
             hook()
         if mid in self.objects:
-            return False
+            return Created.THEIRS
         self.objects[mid] = manifest
-        return True
+        return Created.MINE
 
 
 def add_marker(name):

@@ -13,8 +13,8 @@ import pytest
 
 import leveled_ray as lr
 from leveled_ray.files.store import ObjectStore
+from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest.store import ManifestStore
-from leveled_ray.point_in_time import run_sync
 
 from conftest import S3_BUCKET, s3_options
 
