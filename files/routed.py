@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ..errors import InvalidArgumentError
 from ..options import Options
-from .store import ObjectStore, twin
+from .store import ObjectStore
+from .sync import with_sync_twins
 
 
 def foreign_name(store_id: str, name: str) -> str:
@@ -24,6 +25,7 @@ def is_foreign(name: str) -> bool:
     return name.startswith("@")
 
 
+@with_sync_twins
 class RoutedStore:
     """The :class:`ObjectStore` interface over a clone's store and its ancestors' stores."""
 
@@ -87,14 +89,6 @@ class RoutedStore:
         if not is_foreign(path):  # an ancestor's file: the clone just stops referencing it
             await self.base.delete_async(path)
 
-    get = twin(get_async)
-    get_range = twin(get_range_async)
-    get_ranges = twin(get_ranges_async)
-    head = twin(head_async)
-    put = twin(put_async)
-    put_if_absent = twin(put_if_absent_async)
-    create_or_seal = twin(create_or_seal_async)
-    delete = twin(delete_async)
 
 
 def store_for(base, routes, options: Options):

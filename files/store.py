@@ -44,7 +44,7 @@ from .outcomes import (
     retry,
     settle_create,
 )
-from .sync import run_sync
+from .sync import with_sync_twins
 
 #: Requests that are hedged (see :func:`~.outcomes.hedged`): reads of a known, small size, and
 #: creates of at most this many bytes (a copy of a larger upload would cost bandwidth).
@@ -379,16 +379,7 @@ def parse_url(url: str) -> tuple[str, str, str]:
     )
 
 
-def twin(async_method):
-    """The synchronous form of an ``*_async`` method (for code outside any event loop)."""
-    def method(self, *args, **kwargs):
-        return run_sync(async_method(self, *args, **kwargs))
-
-    method.__name__ = async_method.__name__.removesuffix("_async")
-    method.__doc__ = f"Synchronous :meth:`{async_method.__name__}`."
-    return method
-
-
+@with_sync_twins
 class ObjectStore:
     """get, ranged get, put, put-if-absent, list, head and delete under one store root.
 
@@ -621,15 +612,6 @@ class ObjectStore:
         except NotFound:
             pass
 
-    get = twin(get_async)
-    get_range = twin(get_range_async)
-    get_ranges = twin(get_ranges_async)
-    head = twin(head_async)
-    list = twin(list_async)
-    put = twin(put_async)
-    put_if_absent = twin(put_if_absent_async)
-    create_or_seal = twin(create_or_seal_async)
-    delete = twin(delete_async)
 
     def _count_get(self, n: int) -> None:
         self.stats.gets += 1

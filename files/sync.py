@@ -14,3 +14,22 @@ def run_sync(coro):
     coro.close()
     raise RuntimeError("called the synchronous API inside an event loop: use the *_async "
                        "methods there")
+
+
+def with_sync_twins(cls):
+    """Give a class a synchronous twin of each of its ``*_async`` methods (``get`` for
+    ``get_async``), each running the async one: one implementation of every operation."""
+    for name in [n for n in dir(cls) if n.endswith("_async")]:
+        plain = name.removesuffix("_async")
+        if plain not in cls.__dict__:
+            setattr(cls, plain, _twin(name))
+    return cls
+
+
+def _twin(name: str):
+    def method(self, *args, **kwargs):
+        return run_sync(getattr(self, name)(*args, **kwargs))
+
+    method.__name__ = name.removesuffix("_async")
+    method.__doc__ = f"Synchronous :meth:`{name}`."
+    return method
