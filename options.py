@@ -72,6 +72,10 @@ class Options:
     push_ms: float = 50.0
     #: The Penciller writes its L0 memory to an L0 SST file once it holds this many keys.
     l0_max_keys: int = 32_000
+    #: ... or once its oldest change is this many seconds old, so that a quiet store persists
+    #: its Ledger too: journal compaction can then reclaim what was replaced or deleted, and a
+    #: restart replays little.
+    l0_max_age_s: float = 60.0
     #: Most L0 files waiting for a merge; beyond it the Penciller keeps changes in L0 memory.
     max_l0_files: int = 4
     #: Backpressure: changes acknowledged but not yet in an SST (the Bookie holds them). Past
@@ -178,7 +182,7 @@ class Options:
             check_number(name, getattr(self, name), minimum=0.0)
         for name in ("snapshot_timeout_s", "long_snapshot_timeout_s", "gc_min_age_s",
                      "request_timeout_s", "connect_timeout_s", "retry_timeout_s",
-                     "retry_max_backoff_s", "write_resolve_s"):
+                     "retry_max_backoff_s", "write_resolve_s", "l0_max_age_s"):
             check_number(name, getattr(self, name), minimum=0.0, inclusive=False)
         for name in ("s3_endpoint", "s3_region", "s3_access_key_id", "s3_secret_access_key",
                      "s3_session_token"):

@@ -815,8 +815,12 @@ class Bookie:
         self._wake_reaper.set()
 
     async def compact_journal(self) -> str:
-        """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running."""
+        """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running.
+        L0 memory is persisted first: compaction drops only entries the Ledger's files hold."""
         self._check_usable()
+        if len(self.unpushed):
+            await self._push()
+        await call(self.penciller.persist)
         return await call(self.inker.compact)
 
     def _check_readable(self) -> None:

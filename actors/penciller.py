@@ -1,9 +1,10 @@
 """The Penciller: owns the Ledger (leveled's ``leveled_penciller``).
 
 The Bookie pushes batches of Ledger changes, in SQN order, into the Penciller's L0 memory. Once
-L0 memory holds ``l0_max_keys`` keys it is sorted, written as an L0 SST and added to the manifest
-with the new persisted SQN. The Bookie long-polls :meth:`Penciller.wait_view` to learn of new
-files, so it can drop the changes they hold from its own cache.
+L0 memory holds ``l0_max_keys`` keys, or its oldest change is ``l0_max_age_s`` old, it is
+sorted, written as an L0 SST and added to the manifest with the new persisted SQN. The Bookie
+long-polls :meth:`Penciller.wait_view` to learn of new files, so it can drop the changes they
+hold from its own cache.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Penciller(Owner):
         self.l0_memory: list[pa.RecordBatch] = []
         self.l0_keys = 0
         self.pushed_sqn = manifest[1].ledger_sqn
+        self._l0_since: float | None = None  # when L0 memory last went from empty to not
         self._flush_task: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -52,7 +54,8 @@ class Penciller(Owner):
         self.inker = None  # asked to record the journal before each persisted SQN moves
         self.rng = random.Random()
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
-                         "merges": 0, "merge_failures": 0, "ingests": 0, "commit_retries": 0}
+                         "merges": 0, "merge_failures": 0, "ingests": 0, "commit_retries": 0,
+                         "age_flushes": 0}
 
     def files(self) -> LedgerFiles:
         mid, m = self.manifest
@@ -65,20 +68,45 @@ class Penciller(Owner):
         if batch.num_rows:
             self.l0_memory.append(batch)
             self.l0_keys += batch.num_rows
+            self._l0_changed()
         self.pushed_sqn = max(self.pushed_sqn, max_sqn)
         self.counters["pushes"] += 1
-        if self.l0_keys >= self.options.l0_max_keys and (
-            self._flush_task is None or self._flush_task.done()
-        ):
-            self._flush_task = self.tasks.start(self._flush_background(), "L0 flush")
+        if self.l0_keys >= self.options.l0_max_keys:
+            self._start_flush()
         return self.l0_keys
 
-    async def _flush_background(self) -> None:
-        """Flush L0 memory until it is under its limit (pushes that arrive during a flush
-        start none of their own). Object-store failures are retried with backoff: the changes
-        stay in L0 memory, and in the Journal, until a flush succeeds. Fencing is final."""
+    def _l0_changed(self) -> None:
+        """Track the age of L0 memory: once its oldest change is ``l0_max_age_s`` old, it is
+        flushed whatever its size."""
+        if not self.l0_keys:
+            self._l0_since = None
+        elif self._l0_since is None:
+            since = self._l0_since = time.monotonic()
+            self.tasks.start(self._flush_when_old(since), "L0 age flush")
+
+    async def _flush_when_old(self, since: float) -> None:
+        await asyncio.sleep(self.options.l0_max_age_s)
+        if self._l0_since == since and not self.closing:
+            self.counters["age_flushes"] += 1
+            self._start_flush(force=True)
+
+    def _start_flush(self, force: bool = False) -> None:
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = self.tasks.start(self._flush_background(force), "L0 flush")
+
+    async def persist(self) -> None:
+        """Write L0 memory to an L0 SST now, if it holds anything (journal compaction can
+        only drop entries the Ledger's files hold)."""
+        if self.l0_keys:
+            await self.flush()
+
+    async def _flush_background(self, force: bool = False) -> None:
+        """Flush L0 memory until it is under its limit, or once when ``force``d (pushes that
+        arrive during a flush start none of their own). Object-store failures are retried
+        with backoff: the changes stay in L0 memory, and in the Journal, until a flush
+        succeeds. Fencing is final."""
         delay = 0.05
-        while self.l0_keys >= self.options.l0_max_keys:
+        while self.l0_keys >= self.options.l0_max_keys or (force and self.l0_keys):
             if len(self.manifest[1].levels[0]) >= self.options.max_l0_files and not self.closing:
                 # Merges are behind: keep the changes in memory; the Bookie sees the backlog
                 # grow and slows writers down. (At close, no merge will come: flush anyway.)
@@ -87,7 +115,7 @@ class Penciller(Owner):
             try:
                 await self.flush()
                 self.last_error = None
-                delay = 0.05
+                delay, force = 0.05, False
             except ObjectStoreError as exc:
                 self.last_error = repr(exc)
                 self.counters["flush_retries"] += 1
@@ -119,6 +147,8 @@ class Penciller(Owner):
             # Only now may the flushed batches leave memory: the manifest holds them.
             del self.l0_memory[: len(batches)]
             self.l0_keys -= sum(b.num_rows for b in batches)
+            self._l0_since = None  # what is left arrived during the flush: young
+            self._l0_changed()
             self.counters["l0_flushes"] += 1
             self.counters["sst_bytes"] += info.size
             self._notify()

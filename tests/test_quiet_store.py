@@ -1,0 +1,73 @@
+"""A quiet store cleans up after itself: L0 memory is persisted by age, so journal compaction
+reclaims replaced and deleted values though far fewer than ``l0_max_keys`` changes were made.
+In one process, without Ray."""
+
+import asyncio
+import os
+import time
+
+import leveled_ray as lr
+from leveled_ray.actors.bookie import Bookie
+from leveled_ray.codec import object_key
+
+from test_merges import write
+
+KEYS, ROUNDS, VALUE = 2000, 6, 1024
+OPTIONS = lr.Options(l0_max_age_s=0.5, journal_compaction_interval_s=0, gc_interval_s=0)
+
+
+def _bytes_under(root, folder):
+    total = 0
+    for dirpath, _, names in os.walk(os.path.join(root, folder)):
+        total += sum(os.path.getsize(os.path.join(dirpath, n)) for n in names)
+    return total
+
+
+def test_a_quiet_store_reclaims_replaced_and_deleted_values(tmp_path):
+    root = str(tmp_path / "db")
+    assert OPTIONS.l0_max_keys > KEYS * ROUNDS  # no flush by size: only by age
+
+    async def run():
+        bookie = Bookie(f"file://{root}", OPTIONS, local=True)
+        await bookie.start()
+        for r in range(ROUNDS):
+            for lo in range(0, KEYS, 250):
+                await write(bookie, [lr.Put("b", f"k{i}", bytes([r]) + os.urandom(VALUE - 1))
+                                     for i in range(lo, lo + 250)], OPTIONS)
+        await write(bookie, [lr.Delete("b", f"k{i}") for i in range(KEYS // 2)], OPTIONS)
+        written = _bytes_under(root, "journal")
+        live = KEYS // 2 * VALUE
+        assert written > ROUNDS * KEYS * VALUE // 2  # values compress little: all are there
+        deadline = time.monotonic() + 60
+        while _bytes_under(root, "journal") > 3 * live and time.monotonic() < deadline:
+            await bookie.compact_journal()  # as a quiet store's schedule would
+            await bookie.inker.local.wait_compaction()
+            await asyncio.sleep(0.2)
+        reclaimed = _bytes_under(root, "journal")
+        penciller = bookie.penciller.local
+        assert penciller.counters["age_flushes"] + penciller.counters["l0_flushes"] >= 1
+        assert reclaimed <= 3 * live, f"{reclaimed} bytes left for {live} live"
+        got = await bookie.get_many([object_key("b", f"k{i}") for i in range(KEYS)])
+        assert got[: KEYS // 2] == [None] * (KEYS // 2)
+        assert all(v[:1] == bytes([ROUNDS - 1]) and len(v) == VALUE for v in got[KEYS // 2:])
+        await bookie.close()
+        return written, reclaimed
+
+    written, reclaimed = asyncio.run(run())
+    assert reclaimed < written / 5
+
+
+def test_l0_memory_is_persisted_once_old(tmp_path):
+    async def run():
+        bookie = Bookie(f"file://{tmp_path}/db", OPTIONS, local=True)
+        await bookie.start()
+        await write(bookie, [lr.Put("b", f"k{i}", b"v") for i in range(10)], OPTIONS)
+        penciller = bookie.penciller.local
+        deadline = time.monotonic() + 10
+        while penciller.manifest[1].ledger_sqn < 10 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert penciller.manifest[1].ledger_sqn >= 10  # far below l0_max_keys, yet persisted
+        assert penciller.counters["age_flushes"] >= 1
+        await bookie.close()
+
+    asyncio.run(run())
