@@ -43,19 +43,33 @@ from .snapshot import Snapshot
 BOOKIE_QUERY_MAX = 10_000
 
 
-def ensure_ray(address: str | None = None) -> None:
+def ensure_ray(address: str | None = None, *, join: bool = False) -> None:
     """Start, or join (at ``address``, else ``RAY_ADDRESS``), a Ray cluster in namespace
-    ``leveled``. Joining uses token authentication when this machine has a Ray token."""
-    address = address or os.environ.get("RAY_ADDRESS")
+    ``leveled``. Joining uses token authentication when this machine has a Ray token.
+
+    With ``join``, a running cluster is joined and none is ever started: without an address
+    the one running on this machine is found (``address="auto"``), and if there is none,
+    :class:`InvalidArgumentError` says how to name it."""
+    address = address or os.environ.get("RAY_ADDRESS") or ("auto" if join else None)
     if address and "RAY_AUTH_MODE" not in os.environ and (
             "RAY_AUTH_TOKEN" in os.environ
             or os.path.exists(os.path.expanduser("~/.ray/auth_token"))):
         os.environ["RAY_AUTH_MODE"] = "token"  # before Ray reads its configuration
     import ray
 
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return
+    try:
         ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
                  configure_logging=True, logging_level="WARNING", address=address)
+    except ConnectionError as exc:
+        if not join:
+            raise
+        raise InvalidArgumentError(
+            f"cannot reach the Ray cluster that runs the store ({exc}). Name it: pass the "
+            "option ray_address (the driver's ray.get_runtime_context().gcs_address), call "
+            "leveled_ray.spark.register(spark) in the driver after Ray started, or use the "
+            "options of RayOnSpark.write_options()") from None
 
 
 def _get(ref):

@@ -385,7 +385,7 @@ async def _bookie_call(store_name: str, ray_address: str | None, method: str, *a
     from .actors.remote import NAMESPACE
     from .api import ensure_ray
 
-    ensure_ray(ray_address)
+    ensure_ray(ray_address, join=True)
     try:
         actor = ray.get_actor(store_name, namespace=NAMESPACE)
     except ValueError:

@@ -14,7 +14,9 @@ them all at once in the writer's ``commit()``; ``abort()`` leaves nothing visibl
 
 Options (all strings, as Spark passes them):
 
-- ``url`` (required): the store.
+- ``url``: the store; or ``store_name`` alone, for a store running under that name (its URL
+  and settings then come from the running store, on the Ray cluster at ``ray_address``, by
+  default the one the driver ran when it called :func:`register`).
 - reads: ``checkpoint`` (read that one; else the read pins its own), ``bucket``,
   ``start_key`` / ``end_key`` (both included; need ``bucket``), ``index`` with
   ``index_start`` / ``index_end`` (a term range of an index field; needs ``bucket``),
@@ -52,16 +54,31 @@ from .options import Options
 
 FORMAT = "leveled"
 _READ_OPTIONS = ("checkpoint", "bucket", "start_key", "end_key", "index", "index_start",
-                 "index_end", "with_indexes", "binary_names", "splits", "lifetime", "batch_size")
+                 "index_end", "with_indexes", "binary_names", "splits", "lifetime", "batch_size",
+                 "store_name", "ray_address")
 _WRITE_OPTIONS = ("store_name", "ray_address")
 _OPTION_FIELDS = {f.name: f for f in dataclasses.fields(Options)}
 
 
-def register(spark) -> None:
+def register(spark, ray_address: str | None = None) -> None:
     """Make ``spark.read.format("leveled")`` and ``df.write.format("leveled")`` work in this
-    session (and turn on Python data source filter pushdown, which the reader uses)."""
+    session (and turn on Python data source filter pushdown, which the reader uses).
+
+    The data source joins the Ray cluster at ``ray_address`` (default: the one this driver
+    runs on, if Ray is running here) to reach a store named by the ``store_name`` option, so
+    that option alone finds a store this driver opened. Spark's Python workers never start a
+    Ray cluster of their own."""
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.dataSource.register(LeveledDataSource)
+    address = ray_address or _driver_ray_address()
+    source = LeveledDataSource if address is None else type(
+        "LeveledDataSource", (LeveledDataSource,), {"defaults": {"ray_address": address}})
+    spark.dataSource.register(source)
+
+
+def _driver_ray_address() -> str | None:
+    import ray
+
+    return ray.get_runtime_context().gcs_address if ray.is_initialized() else None
 
 
 def session(master: str = "local[2]", app_name: str = "leveled-ray", **conf):
@@ -99,8 +116,9 @@ def _number(name: str, text, kind):
         raise InvalidArgumentError(f"option {name} must be a number, not {text!r}") from None
 
 
-def store_options(options: dict) -> Options:
-    """The :class:`Options` fields among a source's options, converted from text."""
+def store_options(options: dict, base: Options | None = None) -> Options:
+    """The :class:`Options` fields among a source's options, converted from text (on top of
+    ``base``, by default the defaults)."""
     changes = {}
     for name, text in options.items():
         f = _OPTION_FIELDS.get(name)
@@ -115,7 +133,7 @@ def store_options(options: dict) -> Options:
             changes[name] = _number(name, text, float)
         else:
             changes[name] = str(text)
-    return Options().replace(**changes)
+    return (base or Options()).replace(**changes)
 
 
 def _check_names(options: dict, allowed) -> None:
@@ -125,11 +143,22 @@ def _check_names(options: dict, allowed) -> None:
         raise InvalidArgumentError(f"unknown option(s) {unknown} for the leveled data source")
 
 
-def _url(options: dict) -> str:
+def _target(options: dict) -> tuple[str, Options]:
+    """The store's URL and :class:`Options`: from the source's options, or, when only
+    ``store_name`` names the store, from the running store itself (its settings, with the
+    source's options on top)."""
     url = options.get("url") or options.get("path")
-    if not url:
-        raise InvalidArgumentError('the leveled data source needs option("url", ...)')
-    return url
+    if url:
+        return url, store_options(options)
+    name = options.get("store_name")
+    if not name:
+        raise InvalidArgumentError('the leveled data source needs option("url", ...) or '
+                                   'option("store_name", ...) of a running store')
+    from .api import connect, ensure_ray
+
+    ensure_ray(options.get("ray_address"), join=True)
+    running = connect(name)
+    return running.url, store_options(options, running.options)
 
 
 def read_query(options: dict) -> bulk_read.ReadQuery:
@@ -151,18 +180,24 @@ def read_query(options: dict) -> bulk_read.ReadQuery:
 class LeveledDataSource(DataSource):
     """``format("leveled")``: reads a checkpoint of a store, appends rows to a store."""
 
+    #: Options that :func:`register` recorded for this session (the source's own win).
+    defaults: dict = {}
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
+    def _options(self) -> dict:
+        return {**self.defaults, **dict(self.options)}
+
     def schema(self) -> str:
-        return read_query(dict(self.options)).spark_schema()
+        return read_query(self._options()).spark_schema()
 
     def reader(self, schema) -> DataSourceReader:
-        return LeveledReader(dict(self.options))
+        return LeveledReader(self._options())
 
     def writer(self, schema, overwrite: bool) -> LeveledWriter:
-        return LeveledWriter(dict(self.options), schema, overwrite)
+        return LeveledWriter(self._options(), schema, overwrite)
 
 
 class SplitPartition(InputPartition):
@@ -177,9 +212,8 @@ class SplitPartition(InputPartition):
 class LeveledReader(DataSourceReader):
     def __init__(self, options: dict):
         self.options = options
-        self.url = _url(options)
-        self.store_options = store_options(options)
         self.query = read_query(options)
+        self.url, self.store_options = _target(options)
 
     def pushFilters(self, filters):
         """Narrow the scan to the bucket and key range that ``=``, ``>=`` and ``<=`` filters
@@ -243,8 +277,8 @@ class LeveledWriter(DataSourceArrowWriter):
             raise InvalidArgumentError('the leveled data source only appends: use mode("append")')
         _check_names(options, _WRITE_OPTIONS)
         bulk_write.check_columns(schema.names)
-        self.plan = bulk_write.begin(_url(options), store_options(options),
-                                     store_name=options.get("store_name"),
+        url, store = _target(options)
+        self.plan = bulk_write.begin(url, store, store_name=options.get("store_name"),
                                      ray_address=options.get("ray_address"))
 
     def write(self, iterator) -> PartitionMessage:

@@ -117,3 +117,4 @@ def test_gc_refuses_a_bad_min_age_and_deletes_nothing(tmp_path, min_age):
     with pytest.raises(lr.InvalidArgumentError, match="min_age"):
         lr.gc(url, min_age=min_age)
     assert {m.path for prefix in ("ledger/", "manifest/") for m in store.list(prefix)} == before
+

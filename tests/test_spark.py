@@ -194,6 +194,24 @@ def test_a_write_installs_through_the_running_bookie(spark, ray_cluster, tmp_url
         reopened.close()
 
 
+def test_a_store_opened_by_name_in_the_driver_is_found_by_its_name_alone(spark, tmp_url):
+    # What a user tries first: open a named store in the driver, then write and read with
+    # only store_name. The session's source joins the driver's Ray cluster (recorded by
+    # register), never a new one, and takes the URL and settings from the running store.
+    name = f"spark-named-{uuid.uuid4().hex[:6]}"
+    store = lr.open(tmp_url, name=name)
+    try:
+        store.put("b0", "before", b"x")
+        generated(spark, 2000).write.format("leveled").option("store_name", name).mode(
+            "append").save()
+        assert store.get_many([("b1", "k0000001"), ("b0", "before")]) == [b"v1", b"x"]
+        got = spark.read.format("leveled").option("store_name", name).load().toArrow()
+        assert got.num_rows == 2001
+        assert sorted_rows(got)[0] == {"bucket": "b0", "key": "before", "value": b"x"}
+    finally:
+        store.close()
+
+
 def test_a_failed_write_job_leaves_nothing_visible(spark, tmp_url):
     from pyspark.sql.functions import udf
 
