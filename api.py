@@ -8,6 +8,7 @@ asyncio applications.
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -43,18 +44,37 @@ from .snapshot import Snapshot
 BOOKIE_QUERY_MAX = 10_000
 
 
+def ray_token() -> str | None:
+    """This machine's Ray token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
+    ``~/.ray/auth_token``), if it has one."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"]
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    try:
+        with builtins.open(path) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def ensure_ray(address: str | None = None, *, join: bool = False) -> None:
     """Start, or join (at ``address``, else ``RAY_ADDRESS``), a Ray cluster in namespace
-    ``leveled``. Joining uses token authentication when this machine has a Ray token.
+    ``leveled``. Joining uses token authentication when this machine has a Ray token; a
+    Ray Client address (``ray://host:port``) needs one (or ``RAY_AUTH_MODE`` set), else
+    :class:`InvalidArgumentError` says what to set, instead of a connection timeout.
 
     With ``join``, a running cluster is joined and none is ever started: without an address
     the one running on this machine is found (``address="auto"``), and if there is none,
     :class:`InvalidArgumentError` says how to name it."""
     address = address or os.environ.get("RAY_ADDRESS") or ("auto" if join else None)
-    if address and "RAY_AUTH_MODE" not in os.environ and (
-            "RAY_AUTH_TOKEN" in os.environ
-            or os.path.exists(os.path.expanduser("~/.ray/auth_token"))):
-        os.environ["RAY_AUTH_MODE"] = "token"  # before Ray reads its configuration
+    if address and "RAY_AUTH_MODE" not in os.environ:
+        if ray_token() is not None:
+            os.environ["RAY_AUTH_MODE"] = "token"  # before Ray reads its configuration
+        elif address.startswith("ray://"):
+            raise InvalidArgumentError(
+                f"a Ray Client connection to {address} needs the cluster's token: set "
+                "RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to it, or copy it to "
+                "~/.ray/auth_token (RAY_AUTH_MODE=disabled for a cluster without auth)")
     import ray
 
     if ray.is_initialized():
@@ -140,9 +160,13 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
     return Store(actor, options, url, name, info)
 
 
-def connect(name: str) -> Store:
-    """A handle on a running store that was opened with ``name`` (from any driver)."""
-    ensure_ray()
+def connect(name: str, *, address: str | None = None) -> Store:
+    """A handle on a running store that was opened with ``name`` (from any driver).
+
+    ``address`` joins that Ray cluster first (else ``RAY_ADDRESS``, else this process's):
+    ``"ray://host:10001"`` reaches a cluster's Ray Client server from a remote app, with token
+    authentication set up from this machine's token (see :func:`ensure_ray`)."""
+    ensure_ray(address, join=address is not None)
     import ray
 
     try:

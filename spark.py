@@ -49,6 +49,8 @@ from pyspark.sql.datasource import (
 )
 
 from . import bulk_read, bulk_write
+from .api import connect, ensure_ray, ray_token
+from .api import open as open_store
 from .errors import InvalidArgumentError
 from .options import Options
 
@@ -154,8 +156,6 @@ def _target(options: dict) -> tuple[str, Options]:
     if not name:
         raise InvalidArgumentError('the leveled data source needs option("url", ...) or '
                                    'option("store_name", ...) of a running store')
-    from .api import connect, ensure_ray
-
     ensure_ray(options.get("ray_address"), join=True)
     running = connect(name)
     return running.url, store_options(options, running.options)
@@ -297,19 +297,6 @@ class LeveledWriter(DataSourceArrowWriter):
 # --- Ray-on-Spark ---------------------------------------------------------------------------
 
 
-def _ray_token() -> str | None:
-    """This machine's Ray token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
-    ``~/.ray/auth_token``), if it has one."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return os.environ["RAY_AUTH_TOKEN"]
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-    try:
-        with open(path) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
 class NodeEnvHook:
     """Ray-on-Spark start hook (set as ``RAY_ON_SPARK_START_HOOK`` by
     :func:`start_ray_on_spark`): the Ray worker nodes that Spark tasks start find this
@@ -332,7 +319,7 @@ class NodeEnvHook:
 
     def custom_environment_variables(self) -> dict:
         env = {"PATH": _with_bin_dir(os.environ.get("PATH", ""))}
-        token = _ray_token()
+        token = ray_token()
         if token is not None:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
         return env
@@ -367,10 +354,8 @@ class RayOnSpark:
         process if needed (in a Spark task, or the driver)."""
         import ray
 
-        from .api import connect, ensure_ray
-
         if not ray.is_initialized():
-            if self._token and not os.environ.get("RAY_AUTH_TOKEN") and _ray_token() is None:
+            if self._token and not os.environ.get("RAY_AUTH_TOKEN") and ray_token() is None:
                 os.environ["RAY_AUTH_TOKEN"] = self._token
             if self._token:
                 os.environ.setdefault("RAY_AUTH_MODE", "token")
@@ -415,8 +400,6 @@ def start_ray_on_spark(spark, url: str, *, store_name: str = "leveled",
     import ray
     from ray.util.spark import setup_ray_cluster
 
-    from . import api
-
     if ray.is_initialized():
         raise InvalidArgumentError("this process is already connected to a Ray cluster: "
                                    "ray.shutdown() first")
@@ -426,13 +409,13 @@ def start_ray_on_spark(spark, url: str, *, store_name: str = "leveled",
         max_worker_nodes=max_worker_nodes, num_cpus_worker_node=num_cpus_worker_node,
         head_node_options={"include_dashboard": False, **(head_node_options or {})},
         **setup_options)
-    handle = RayOnSpark(address, url, store_name, options or Options(), _ray_token())
+    handle = RayOnSpark(address, url, store_name, options or Options(), ray_token())
     try:
-        api.ensure_ray(address)
+        ensure_ray(address)
         try:
-            handle._store = api.open(url, options, name=store_name)
+            handle._store = open_store(url, options, name=store_name)
         except InvalidArgumentError:
-            api.connect(store_name)  # already running there
+            connect(store_name)  # already running there
     except BaseException:
         handle.shutdown()
         raise
