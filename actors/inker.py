@@ -147,8 +147,8 @@ class Inker(Owner):
             created = await self.store.create_or_seal_async(
                 write.info.name, write.data, write.seal, ident=jfmt.IDENTITY_BYTES)
         except ObjectStoreError as exc:
-            if not (again or not exc.definite):
-                raise
+            if exc.definite and not again:
+                raise  # no attempt reached the store: the slot is still free
             self.unsettled = write
             raise ObjectStoreError(str(exc), definite=False, path=exc.path) from None
         if created is Created.THEIRS:

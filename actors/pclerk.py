@@ -78,8 +78,8 @@ class PencillerClerk:
             try:
                 outputs = await self.merge(job)
             except Exception as exc:
-                await self._failed(exc)
                 await call(self.penciller.merge_failed, job, repr(exc))
+                await self._failed(exc)
                 continue
             try:
                 await call(self.penciller.merge_done, job, outputs)
