@@ -113,9 +113,9 @@ def classify(exc: BaseException, *, atomic: bool = False) -> Failure:
     text = str(exc)
     if "kind: Connect," in text or "tcp connect error" in text:
         return Failure.NOT_SENT  # no connection: not a byte of the request was sent
-    status = _STATUS.search(text)
-    if status and 400 <= int(status.group(1)) < 500 and int(status.group(1)) not in \
-            _RETRIABLE_4XX:
+    found = _STATUS.search(text)
+    status = int(found.group(1)) if found else 0
+    if 400 <= status < 500 and status not in _RETRIABLE_4XX:
         return Failure.REJECTED
     return Failure.NOT_SENT if atomic else Failure.UNKNOWN
 
@@ -141,9 +141,9 @@ def _short(cause: BaseException | None) -> str:
 class IoStats:
     """Requests and bytes this process sent to the object store, and how failures went:
     ``retries`` attempts repeated after a transient failure, ``hedges`` second copies sent of
-    slow requests, ``errors`` requests that failed
-    for good, ``resolved`` creates whose outcome was learnt by reading the object back, and
-    ``sealed`` names sealed so that a write of unknown outcome can never land."""
+    slow requests, ``errors`` requests that failed for good, ``resolved`` creates whose
+    outcome was learnt by reading the object back, and ``sealed`` names sealed so that a write
+    of unknown outcome can never land."""
 
     puts: int = 0
     put_bytes: int = 0
