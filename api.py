@@ -44,6 +44,10 @@ from .snapshot import Snapshot
 BOOKIE_QUERY_MAX = 10_000
 
 
+#: Connections a Ray Client (``ray://``) driver tries when the server aborts one at start.
+CLIENT_INIT_ATTEMPTS = 3
+
+
 def ray_token() -> str | None:
     """This machine's Ray token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
     ``~/.ray/auth_token``), if it has one."""
@@ -80,8 +84,18 @@ def ensure_ray(address: str | None = None, *, join: bool = False) -> None:
     if ray.is_initialized():
         return
     try:
-        ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-                 configure_logging=True, logging_level="WARNING", address=address)
+        for attempt in range(CLIENT_INIT_ATTEMPTS):
+            try:
+                ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+                         configure_logging=True, logging_level="WARNING", address=address)
+                break
+            except ConnectionAbortedError:
+                # A Ray Client server starts a server process per client; under load that
+                # process can die at start, and the server aborts the connection. Try again.
+                if attempt == CLIENT_INIT_ATTEMPTS - 1:
+                    raise
+                ray.shutdown()
+                time.sleep(1.0)
     except ConnectionError as exc:
         if not join:
             raise
