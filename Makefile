@@ -30,8 +30,9 @@ bench: setup
 	$(BIN)/python bench/put_get.py
 
 lint: setup
-	$(BIN)/pip install --quiet ruff
+	$(BIN)/pip install --quiet ruff import-linter
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) data build *.egg-info .pytest_cache .hypothesis

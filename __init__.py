@@ -5,9 +5,11 @@
 >>> store.put("users", "alice", b"...")         # doctest: +SKIP
 """
 
-from .admin import Admin, admin, destroy, gc
-from .api import Store, connect, open
-from .clone import clone
+from .admin.handle import Admin, admin, destroy, gc
+from .client.clone import clone
+from .client.reader import Reader, reader
+from .client.snapshot import Snapshot
+from .client.store import Store, connect, open
 from .codec import Delete, Head, Put
 from .errors import (
     CheckpointNotFoundError,
@@ -22,8 +24,6 @@ from .errors import (
 )
 from .manifest.model import Checkpoint
 from .options import Options
-from .reader import Reader, reader
-from .snapshot import Snapshot
 
 __version__ = "0.1.0"
 

@@ -20,8 +20,13 @@ from itertools import repeat
 
 from sortedcontainers import SortedDict
 
-from .. import garbage_collection, head_only
-from ..admin import create_checkpoint, delete_checkpoint, list_checkpoints, refresh_checkpoint
+from ..admin import gc as garbage_collection
+from ..admin.checkpoints import (
+    create_checkpoint,
+    delete_checkpoint,
+    list_checkpoints,
+    refresh_checkpoint,
+)
 from ..codec import (
     IF_ABSENT,
     NO_CONDITION,
@@ -32,10 +37,12 @@ from ..codec import (
     Head,
     LedgerRows,
     entry_to_head,
+    head_only,
     is_live,
     now_ms,
     split_object_key,
 )
+from ..codec.index_terms import change_entry, resolve_all
 from ..errors import (
     ConditionFailedError,
     FencedError,
@@ -48,16 +55,15 @@ from ..files.names import ulid
 from ..files.outcomes import RetryPolicy
 from ..files.routed import store_for
 from ..files.store import ObjectStore
-from ..index_terms import change_entry, resolve_all
-from ..key_ranges import index_range
 from ..manifest.ingest import WINDOW_SQNS, IngestConflictError, reserve_base
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
-from ..point_in_time import PointInTime
-from ..queries import index_entries
-from ..views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
+from ..read.key_ranges import index_range
+from ..read.point_in_time import PointInTime
+from ..read.queries import index_entries
+from ..read.views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
 from .group_commit import Group, split_queue
 from .iclerk import InkerClerk
 from .inker import Inker
@@ -98,7 +104,7 @@ class Bookie:
         self.cache_log: deque[tuple[int, bytes]] = deque()  # (sqn, key) in SQN order
         self.pending: dict[bytes, tuple] = {}  # object key -> its entry, not yet durable
         #: Whether any object may hold index terms: then every change is resolved against
-        #: the object's current entry (see :mod:`leveled_ray.index_terms`).
+        #: the object's current entry (see :mod:`leveled_ray.codec.index_terms`).
         self.indexed = False
         self.queue: deque[Group] = deque()
         self.queued_bytes = 0
@@ -502,7 +508,7 @@ class Bookie:
         if len(self.unpushed) >= self.options.push_keys:
             self._wake_pusher.set()
 
-    # -- bulk writes (see leveled_ray.bulk_write) ----------------------------------------------
+    # -- bulk writes (see leveled_ray.bulk.write) ----------------------------------------------
 
     def reserve_bulk(self) -> dict:
         """Reserve a window of SQNs for a bulk write, above every SQN given out so far."""
@@ -805,7 +811,8 @@ class Bookie:
         return await create_checkpoint(ManifestStore(self.store), lifetime, name, source)
 
     async def checkpoint_admin(self, op: str, *args):
-        """``list``, ``refresh`` or ``delete`` a checkpoint (see :mod:`leveled_ray.admin`)."""
+        """``list``, ``refresh`` or ``delete`` a checkpoint (see
+        :mod:`leveled_ray.admin.handle`)."""
         manifests = ManifestStore(self.store)
         if op == "list":
             return await list_checkpoints(manifests)

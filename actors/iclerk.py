@@ -2,7 +2,8 @@
 
 It samples entries of each candidate journal file and asks the Ledger (through the Bookie's
 view) which are still current, scores the files, and rewrites the best run (see
-:mod:`leveled_ray.journal_compaction`) into new journal files of up to ``max_journal_bytes``,
+:mod:`leveled_ray.manifest.journal_compaction`) into new journal files of up to
+``max_journal_bytes``,
 merging many small group-commit files into few. The Inker commits the manifest change; the old
 files then go to ``delete_pending``.
 """
@@ -17,7 +18,7 @@ from ..files.clerk import ClerkHost
 from ..files.framing import codec_id
 from ..files.names import compacted_journal_name
 from ..files.store import ObjectStore
-from ..journal_compaction import best_run, file_score, keep_record
+from ..manifest.journal_compaction import best_run, file_score, keep_record
 from ..options import Options
 from .remote import call, process_stats
 

@@ -19,15 +19,15 @@ import itertools
 import time
 from dataclasses import dataclass
 
+from ..admin.gc import check_publishable
 from ..codec import LedgerRows
+from ..codec.head_only import SETTING as HEAD_ONLY
 from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
 from ..files import journal as jfmt
 from ..files.journal_slots import write_fence
 from ..files.names import journal_slot_name
 from ..files.outcomes import Created
 from ..files.store import ObjectStore
-from ..garbage_collection import check_publishable
-from ..head_only import SETTING as HEAD_ONLY
 from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options

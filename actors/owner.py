@@ -14,9 +14,9 @@ from ..files.framing import codec_id
 from ..files.store import ObjectStore
 from ..manifest import checkpoints
 from ..manifest.model import Manifest
+from ..manifest.snapshot_registry import SnapshotRegistry
 from ..manifest.store import ManifestStore, Versioned
 from ..options import Options
-from ..snapshot_registry import SnapshotRegistry
 from .tasks import Tasks
 
 #: Attempts of one manifest commit whose outcome stayed unknown (each settles or seals first).

@@ -15,18 +15,18 @@ import time
 
 import pyarrow as pa
 
+from ..admin.gc import check_publishable
 from ..codec import LEDGER_SCHEMA
 from ..errors import ObjectStoreError
 from ..files import sst as sfmt
 from ..files.clerk import write_sst
 from ..files.store import ObjectStore
-from ..garbage_collection import check_publishable
 from ..manifest.ingest import ingest
 from ..manifest.levels import MergeJob, apply_merge, choose_work
 from ..manifest.store import Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn
 from ..options import Options
-from ..views import LedgerFiles
+from ..read.views import LedgerFiles
 from .owner import Owner
 from .remote import call, process_stats, wait_set
 

@@ -19,9 +19,9 @@ import time
 import ray
 
 import leveled_ray as lr
-from leveled_ray.clone import create_clone
+from leveled_ray.admin.clone import create_clone
+from leveled_ray.client.progress import progress_bar
 from leveled_ray.files.sync import run_sync
-from leveled_ray.progress import progress_bar
 
 
 @ray.remote(num_cpus=0)

@@ -28,7 +28,7 @@ import ray
 from put_get import SlateRun, bounded, ray_rtt  # bench/ is the script's directory
 
 import leveled_ray as lr
-from leveled_ray.progress import progress_bar
+from leveled_ray.client.progress import progress_bar
 
 PRESETS = {"full": (1_000_000, 1_000_000), "ci": (20_000, 20_000)}  # fold keys, index keys
 BATCH = 1000

@@ -34,8 +34,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 import leveled_ray as lr
 import leveled_ray.spark as lrs
-from leveled_ray.bulk_read import BATCH_SIZE, ReadQuery
-from leveled_ray.export import export
+from leveled_ray.bulk.export import export
+from leveled_ray.bulk.read import BATCH_SIZE, ReadQuery
 
 PRESETS = {"full": 1_000_000, "ci": 100_000}
 BATCH, IN_FLIGHT = 1000, 4

@@ -34,7 +34,7 @@ import ray
 from put_get import bounded  # bench/ is the script's directory
 
 import leveled_ray as lr
-from leveled_ray.progress import progress_bar
+from leveled_ray.client.progress import progress_bar
 
 MIB = 2**20
 PRESETS = {  # keys, memory_keys, durable writes

@@ -22,8 +22,9 @@ import pyarrow as pa
 from ..errors import LeveledError
 from . import journal as jfmt
 from . import sst as sfmt
-from .framing import FOOTER_READ
+from .framing import FOOTER_READ, codec_id
 from .journal import JournalInfo, JournalRecord
+from .names import sst_name
 from .sst import SstInfo
 from .store import ObjectStore
 
@@ -308,8 +309,6 @@ class JournalClerk(FileClerk):
 async def write_sst(store: ObjectStore, table, options) -> SstInfo:
     """Encode sorted, deduplicated Ledger rows as a new SST (under a never-reused name) and
     store it; returns its info. Encoding runs in a thread: Arrow and lz4 release the GIL."""
-    from .framing import codec_id
-    from .names import sst_name
 
     name = sst_name()
     data, info = await asyncio.to_thread(

@@ -1,6 +1,6 @@
 """Bulk ingestion: installing files a bulk write built outside the store's writer.
 
-A bulk write (the Spark writer, :mod:`leveled_ray.bulk_write`) builds journal files and Ledger
+A bulk write (the Spark writer, :mod:`leveled_ray.bulk.write`) builds journal files and Ledger
 SSTs itself, with SQNs from a reserved window above every SQN the store had given out, and
 installs them with one manifest change: all of them become visible at once, or none do.
 As RocksDB's external file ingestion does, each SST goes as deep into the Ledger's levels as

@@ -1,0 +1,73 @@
+"""Checkpoints on a store URL, with or without the store running.
+
+They change only the manifest's checkpoints and its record of journal files, with the CAS loop,
+so they never fence the store's writer, and a running store keeps every checkpoint made this way.
+A checkpoint (and so a reader's pin, and a clone) first records the journal files written since
+the newest manifest recorded them, so it holds every write acknowledged before the call, even
+while the store runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+from ..errors import CheckpointNotFoundError, InvalidArgumentError
+from ..files.journal_slots import slot_info, tail_slots
+from ..manifest import checkpoints as cp
+from ..manifest.model import Checkpoint
+from ..manifest.store import ManifestStore, Versioned
+from ..manifest.transitions import record_journal
+
+
+async def record_tail(manifests: ManifestStore, current: Versioned | None = None) -> Versioned:
+    """Record the journal files written since the newest version recorded them (a running
+    writer records them every ``catalog_s``), so that the newest version holds every write
+    acknowledged so far."""
+    latest = await manifests.latest(current)
+    if latest is None:
+        raise InvalidArgumentError(f"no store at {manifests.store.url}")
+    store = manifests.store
+    tail = [await slot_info(store, s) for s in await tail_slots(store,
+                                                                 latest[1].journal_next_slot)]
+    if not tail:
+        return latest
+    next_slot = tail[-1].slot + 1
+    return await manifests.update(lambda m: record_journal(m, tuple(tail), next_slot), latest)
+
+
+async def create_checkpoint(manifests: ManifestStore, lifetime: float | None = None,
+                            name: str | None = None, source: str | None = None,
+                            current: Versioned | None = None) -> Checkpoint:
+    """Add a checkpoint pinning the newest version (at or after ``current``, and after
+    recording the journal tail: every acknowledged write is in it), or the version of the
+    checkpoint ``source``."""
+    new = cp.new_checkpoint(lifetime, name, time.time())
+    if source is None:
+        current = await record_tail(manifests, current)
+    _, m = await manifests.update(
+        lambda mid, m: cp.add_checkpoint(mid, m, new, source, time.time()), current,
+        with_id=True)
+    return cp.find(m, new.id, time.time())
+
+
+async def refresh_checkpoint(manifests: ManifestStore, checkpoint_id: str,
+                             lifetime: float | None) -> Checkpoint:
+    _, m = await manifests.update(
+        lambda m: cp.refresh_checkpoint(m, checkpoint_id, lifetime, time.time()))
+    return cp.find(m, checkpoint_id, time.time())
+
+
+async def delete_checkpoint(manifests: ManifestStore, checkpoint_id: str) -> None:
+    await manifests.update(lambda m: cp.delete_checkpoint(m, checkpoint_id, time.time()))
+
+
+async def release_checkpoint(manifests: ManifestStore, checkpoint_id: str) -> None:
+    """Delete a checkpoint its holder is done with; one that expired or was deleted
+    already needs nothing more."""
+    with contextlib.suppress(CheckpointNotFoundError):
+        await delete_checkpoint(manifests, checkpoint_id)
+
+
+async def list_checkpoints(manifests: ManifestStore) -> list[Checkpoint]:
+    latest = await manifests.latest()
+    return [] if latest is None else list(cp.live(latest[1], time.time()))

@@ -1,0 +1,126 @@
+"""``lr.admin(url)``, ``lr.gc`` and ``lr.destroy``: administration on a store URL, with or
+without the store running (checkpoints, garbage collection and destroy).
+"""
+from __future__ import annotations
+
+import time
+
+from ..errors import InvalidArgumentError
+from ..files.journal_slots import write_fence
+from ..files.store import ObjectStore
+from ..files.sync import run_sync
+from ..manifest import checkpoints as cp
+from ..manifest.model import Checkpoint
+from ..manifest.store import ManifestStore
+from ..manifest.transitions import mark_destroyed
+from ..options import Options
+from . import gc as garbage_collection
+from .checkpoints import create_checkpoint, delete_checkpoint, list_checkpoints, refresh_checkpoint
+
+
+class Admin:
+    """Administration of the store at a URL; every call has an ``*_async`` twin."""
+
+    def __init__(self, url: str, options: Options | None = None):
+        self.url = url
+        self.options = options or Options()
+        self.store = ObjectStore.from_url(url, self.options)
+        self.manifests = ManifestStore(self.store)
+
+    async def _existing(self) -> ManifestStore:
+        if await self.manifests.latest() is None:
+            raise InvalidArgumentError(f"no store at {self.url}")
+        return self.manifests
+
+    async def create_checkpoint_async(self, lifetime: float | None = None,
+                                      name: str | None = None,
+                                      source: str | None = None) -> Checkpoint:
+        return await create_checkpoint(await self._existing(), lifetime, name, source)
+
+    async def list_checkpoints_async(self) -> list[Checkpoint]:
+        return await list_checkpoints(await self._existing())
+
+    async def refresh_checkpoint_async(self, checkpoint_id: str,
+                                       lifetime: float | None = None) -> Checkpoint:
+        return await refresh_checkpoint(await self._existing(), checkpoint_id, lifetime)
+
+    async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
+        await delete_checkpoint(await self._existing(), checkpoint_id)
+
+    async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
+                       progress=None) -> garbage_collection.Plan:
+        await self._existing()
+        return await garbage_collection.collect(self.store, self.options, min_age=min_age,
+                                                dry_run=dry_run, progress=progress)
+
+    def gc(self, min_age: float | None = None, dry_run: bool = False,
+           progress=None) -> garbage_collection.Plan:
+        """One garbage-collection pass (see :mod:`leveled_ray.admin.gc`); returns
+        the :class:`~leveled_ray.admin.gc.Plan` it carried out."""
+        return run_sync(self.gc_async(min_age, dry_run, progress))
+
+    async def destroy_async(self, soft: bool = True) -> int:
+        return await destroy_store(self.store, self.options, soft)
+
+    def destroy(self, soft: bool = True) -> int:
+        """Destroy the store (see :func:`destroy_store`)."""
+        return run_sync(self.destroy_async(soft))
+
+    def create_checkpoint(self, lifetime: float | None = None, name: str | None = None,
+                          source: str | None = None) -> Checkpoint:
+        """Pin the newest manifest version (or ``source``'s) for ``lifetime`` seconds
+        (``None``: until deleted)."""
+        return run_sync(self.create_checkpoint_async(lifetime, name, source))
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        """The live (unexpired) checkpoints."""
+        return run_sync(self.list_checkpoints_async())
+
+    def refresh_checkpoint(self, checkpoint_id: str,
+                           lifetime: float | None = None) -> Checkpoint:
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+        return run_sync(self.refresh_checkpoint_async(checkpoint_id, lifetime))
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint; the files only it pinned may then be deleted."""
+        run_sync(self.delete_checkpoint_async(checkpoint_id))
+
+
+async def destroy_store(store: ObjectStore, options: Options, soft: bool = True) -> int:
+    """Mark the store destroyed (fencing any writer); ``soft=False`` also deletes every object
+    now, and refuses while a live checkpoint exists. Returns the objects deleted."""
+    manifests = ManifestStore(store)
+    latest = await manifests.latest()
+    if latest is None:
+        raise InvalidArgumentError(f"no store at {store.url}")
+    if not soft and cp.live(latest[1], time.time()):
+        raise InvalidArgumentError("the store has live checkpoints (clones or readers may "
+                                   "depend on them): delete them first, or destroy softly")
+    _, m = await manifests.update(lambda m: mark_destroyed(m, time.time()))
+    await write_fence(store, m.writer_epoch, m.journal_next_slot)  # the writer's next append
+    if soft:
+        return 0
+    plan = await garbage_collection.collect(store, options, min_age=0.0)
+    return len(plan.paths)
+
+
+def admin(url: str, options: Options | None = None) -> Admin:
+    """An :class:`Admin` for the store at ``url`` (no store needs to be running)."""
+    return Admin(url, options)
+
+
+def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
+       options: Options | None = None, progress=None) -> garbage_collection.Plan:
+    """One garbage-collection pass on the store at ``url`` (running or not): deletes what no
+    manifest, checkpoint, clone or snapshot can read and is older than ``min_age`` seconds
+    (default ``Options.gc_min_age_s``). While a writer runs, ``min_age`` must be longer than
+    any upload takes to be published (the default leaves an hour); ``min_age=0`` is for a
+    store nobody writes."""
+    return Admin(url, options).gc(min_age, dry_run, progress)
+
+
+def destroy(url: str, soft: bool = True, *, options: Options | None = None) -> int:
+    """Destroy the store at ``url``. ``soft`` marks it destroyed and fences its writer; GC then
+    deletes everything after a grace period (``gc_min_age_s``) once no checkpoint is left.
+    ``soft=False`` deletes everything now, and refuses while live checkpoints exist."""
+    return Admin(url, options).destroy(soft)

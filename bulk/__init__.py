@@ -1,0 +1,1 @@
+"""Bulk writes and parallel checkpoint reads, used by Spark and ``export``."""

@@ -1,0 +1,1 @@
+"""The ``leveled-ray`` command (:mod:`.main`) and the demo job (:mod:`.demo`)."""

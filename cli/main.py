@@ -1,0 +1,467 @@
+"""``leveled-ray``: the command line for operators.
+
+``get``, ``head``, ``keys``, ``buckets``, ``index``, ``inspect`` and ``export`` read the store
+in this process (see :mod:`.reader`) and never disturb a running writer. ``checkpoint``, ``gc`` and
+``destroy`` work on the URL's manifest, with or without the store running (see
+:mod:`.admin`). ``put`` and ``delete`` go through a
+running store when ``--name`` is given, and otherwise open the store at ``--url`` as its writer
+for the one change (which fences any other writer of that store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import itertools
+import json
+import os
+import sys
+
+from ..admin.clone import create_clone
+from ..admin.handle import Admin
+from ..bulk.export import export
+from ..bulk.read import ReadQuery
+from ..client import store as api
+from ..client.progress import progress_bar
+from ..codec import object_key
+from ..errors import LeveledError
+from ..files import journal as jfmt
+from ..files import sst as sfmt
+from ..files.store import ObjectStore
+from ..files.sync import run_sync
+from ..options import Options
+from ..read.store_reader import StoreReader
+from .demo import run_demo
+
+
+def default_url() -> str:
+    return "file://" + os.path.abspath("data")
+
+
+def parse_options(pairs: list[str]) -> Options:
+    """``--option name=value`` pairs into :class:`Options` (values parsed as JSON if they can)."""
+    fields = {f.name: f for f in dataclasses.fields(Options)}
+    changes = {}
+    for pair in pairs or []:
+        name, sep, raw = pair.partition("=")
+        if not sep or name not in fields:
+            raise SystemExit(f"--option takes name=value with a name from lr.Options: {pair!r}")
+        try:
+            changes[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[name] = raw
+    return Options(**changes)
+
+
+def _name(text: str) -> str | bytes:
+    """Buckets and keys are str; ``hex:...`` gives bytes."""
+    return bytes.fromhex(text[4:]) if text.startswith("hex:") else text
+
+
+def _reader(args) -> StoreReader:
+    options = parse_options(args.option)
+    return asyncio.run(StoreReader.open(ObjectStore.from_url(args.url, options), options))
+
+
+def cmd_get(args) -> int:
+    value = asyncio.run(_reader(args).get(object_key(_name(args.bucket), _name(args.key))))
+    if value is None:
+        print("not found", file=sys.stderr)
+        return 1
+    if args.out:
+        with open(args.out, "wb") as f:
+            f.write(value)
+    else:
+        sys.stdout.buffer.write(value)
+        if sys.stdout.isatty():
+            sys.stdout.write("\n")
+    return 0
+
+
+def cmd_head(args) -> int:
+    head = asyncio.run(_reader(args).head(object_key(_name(args.bucket), _name(args.key))))
+    if head is None:
+        print("not found", file=sys.stderr)
+        return 1
+    print(json.dumps(dataclasses.asdict(head), default=str, indent=2))
+    return 0
+
+
+def _print_tuples(rows, as_json: bool) -> None:
+    for row in rows:
+        if as_json:
+            print(json.dumps([r.hex() if isinstance(r, bytes) else r for r in row]))
+        else:
+            print("\t".join(f"hex:{r.hex()}" if isinstance(r, bytes) else str(r) for r in row))
+
+
+def cmd_keys(args) -> int:
+    bucket = None if args.bucket is None else _name(args.bucket)
+    start = None if args.start is None else _name(args.start)
+    end = None if args.end is None else _name(args.end)
+    with _reader(args).fold_keys(bucket, start, end) as fold:
+        _print_tuples(itertools.islice(fold, args.limit), args.json)
+    return 0
+
+
+def cmd_buckets(args) -> int:
+    _print_tuples(([b] for b in _reader(args).list_buckets()), args.json)
+    return 0
+
+
+def _term(field: str, text: str):
+    if field.endswith("_int"):
+        try:
+            return int(text)
+        except ValueError:
+            raise LeveledError(f"field {field!r} takes int terms, not {text!r}") from None
+    return text
+
+
+def cmd_index(args) -> int:
+    start = _term(args.field, args.start)
+    end = start if args.end is None else _term(args.field, args.end)
+    with _reader(args).index_query(_name(args.bucket), args.field, start, end,
+                                   return_terms=args.terms, term_regex=args.regex,
+                                   max_results=args.limit) as found:
+        _print_tuples(((r if args.terms else (r,)) for r in found), args.json)
+    return 0
+
+
+def _writer(args):
+    if args.name:
+        return api.connect(args.name), False
+    return api.open(args.url, parse_options(args.option)), True
+
+
+def cmd_put(args) -> int:
+    if args.file:
+        with open(args.file, "rb") as f:
+            value = f.read()
+    elif args.value is not None:
+        value = args.value.encode()
+    else:
+        value = sys.stdin.buffer.read()
+    store, owned = _writer(args)
+    try:
+        print(store.put(_name(args.bucket), _name(args.key), value, ttl=args.ttl))
+    finally:
+        if owned:
+            store.close()
+    return 0
+
+
+def cmd_delete(args) -> int:
+    store, owned = _writer(args)
+    try:
+        print(store.delete(_name(args.bucket), _name(args.key)))
+    finally:
+        if owned:
+            store.close()
+    return 0
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def describe(reader: StoreReader) -> dict:
+    m = reader.manifest
+    data_files = [j for j in list(m.journal) + reader.tail if j.kind == jfmt.KIND_DATA]
+    return {
+        "url": reader.store.url,
+        "manifest_id": reader.manifest_id,
+        "store_id": m.store_id,
+        "writer_epoch": m.writer_epoch,
+        "ledger_sqn": m.ledger_sqn,
+        "max_sqn": max([m.ledger_sqn] + [j.max_sqn for j in data_files]),
+        "levels": [
+            {"level": i, "files": len(level), "bytes": sum(s.size for s in level),
+             "entries": sum(s.entries for s in level),
+             "tombstones": sum(s.tombstones for s in level)}
+            for i, level in enumerate(m.levels)
+        ],
+        "journal": {
+            "files": len(data_files), "bytes": sum(j.size for j in data_files),
+            "entries": sum(j.entries for j in data_files),
+            "uncatalogued": len(reader.tail), "next_slot": m.journal_next_slot,
+            "fences": sum(1 for j in m.journal if j.kind == jfmt.KIND_FENCE),
+        },
+        "unpersisted_changes": len(reader.overlay),
+        "checkpoints": len(m.checkpoints),
+        "destroyed_at": m.destroyed_at,
+    }
+
+
+async def verify(reader: StoreReader) -> list[str]:
+    """Read and validate every SST and journal file; returns the problems found."""
+    problems = []
+    for sst in reader.manifest.sst_files():
+        try:
+            sfmt.read_all(await reader.store.get_async(sst.name), sst.name)
+        except LeveledError as exc:
+            problems.append(str(exc))
+    for info in reader.journal.files:
+        try:
+            jfmt.read_all(await reader.store.get_async(info.name), info.name)
+        except LeveledError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def cmd_inspect(args) -> int:
+    reader = _reader(args)
+    info = describe(reader)
+    if args.files:
+        info["ssts"] = [
+            {"level": i, "name": s.name, "bytes": s.size, "entries": s.entries,
+             "min_sqn": s.min_sqn, "max_sqn": s.max_sqn}
+            for i, level in enumerate(reader.manifest.levels) for s in level
+        ]
+        info["journal_files"] = [
+            {"name": j.name, "bytes": j.size, "entries": j.entries, "min_sqn": j.min_sqn,
+             "max_sqn": j.max_sqn}
+            for j in reader.journal.files
+        ]
+    if args.checkpoints:
+        info["checkpoint_list"] = [_checkpoint_row(c) for c in reader.manifest.checkpoints]
+    if args.verify:
+        info["problems"] = asyncio.run(verify(reader))
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(f"store      {info['url']}  (id {info['store_id']})")
+        print(f"manifest   {info['manifest_id']}   writer epoch {info['writer_epoch']}")
+        print(f"SQN        ledger {info['ledger_sqn']}   journal {info['max_sqn']}   "
+              f"unpersisted changes {info['unpersisted_changes']}")
+        j = info["journal"]
+        print(f"journal    {j['files']} files, {_human(j['bytes'])}, {j['entries']} entries "
+              f"({j['uncatalogued']} uncatalogued, {j['fences']} fences)")
+        print("ledger     level  files      bytes    entries  tombstones")
+        for lv in info["levels"]:
+            print(f"           L{lv['level']:<5} {lv['files']:>5} {_human(lv['bytes']):>10} "
+                  f"{lv['entries']:>10} {lv['tombstones']:>11}")
+        for row in info.get("ssts", []):
+            print(f"  L{row['level']} {row['name']}  {_human(row['bytes'])}  {row['entries']} "
+                  f"entries  SQN {row['min_sqn']}..{row['max_sqn']}")
+        for row in info.get("checkpoint_list", []):
+            print(f"  checkpoint {row['id']}  pins manifest {row['manifest_id']}  "
+                  f"name={row['name']}  expires_at={row['expires_at']}")
+        for row in info.get("journal_files", []):
+            print(f"  {row['name']}  {_human(row['bytes'])}  {row['entries']} entries  "
+                  f"SQN {row['min_sqn']}..{row['max_sqn']}")
+        if args.verify:
+            print("verify     " + ("ok" if not info["problems"] else
+                                   f"{len(info['problems'])} problem(s)"))
+            for p in info["problems"]:
+                print("  " + p)
+    return 1 if args.verify and info["problems"] else 0
+
+
+def _checkpoint_row(c) -> dict:
+    return {"id": c.id, "manifest_id": c.manifest_id, "name": c.name,
+            "created_at": c.created_at, "expires_at": c.expires_at}
+
+
+def _print_rows(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        print("  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+def cmd_checkpoint(args) -> int:
+    admin = Admin(args.url, parse_options(args.option))
+    if args.action == "create":
+        rows = [_checkpoint_row(admin.create_checkpoint(args.lifetime, args.name, args.source))]
+    elif args.action == "list":
+        rows = [_checkpoint_row(c) for c in admin.list_checkpoints()]
+    elif args.action == "refresh":
+        rows = [_checkpoint_row(admin.refresh_checkpoint(args.id, args.lifetime))]
+    else:
+        admin.delete_checkpoint(args.id)
+        rows = [{"deleted": args.id}]
+    _print_rows(rows, args.json)
+    return 0
+
+
+def cmd_gc(args) -> int:
+    admin = Admin(args.url, parse_options(args.option))
+    plan = admin.gc(args.min_age, dry_run=args.dry_run, progress=progress_bar("deleting"))
+    verb = "would delete" if args.dry_run else "deleted"
+    if args.json:
+        print(json.dumps({verb.replace(" ", "_"): plan.paths, "kept": plan.kept}, indent=2))
+    else:
+        print(f"{verb} {len(plan.files)} file(s) and {len(plan.manifests)} manifest(s); kept: "
+              + (", ".join(f"{n} {why}" for why, n in sorted(plan.kept.items())) or "nothing"))
+        for path in plan.paths if args.verbose else []:
+            print("  " + path)
+    return 0
+
+
+def cmd_destroy(args) -> int:
+    deleted = Admin(args.url, parse_options(args.option)).destroy(soft=not args.now)
+    print(f"destroyed: {deleted} object(s) deleted" if args.now else
+          "marked destroyed: the writer is fenced, and GC deletes everything after the grace "
+          "period (gc_min_age_s) once no checkpoint is left")
+    return 0
+
+
+def cmd_clone(args) -> int:
+    options = parse_options(args.option)
+    m = run_sync(create_clone(args.url, args.target, args.checkpoint, options))
+    print(f"cloned {args.url} to {args.target} (store {m.store_id}, pinned by checkpoint "
+          f"{m.parent.checkpoint_id} in the parent)")
+    return 0
+
+
+def cmd_backup(args) -> int:
+    store, owned = _writer(args)
+    try:
+        done = store.backup(args.target)
+    finally:
+        if owned:
+            store.close()
+    print(f"backed up {done['files']} journal file(s), {_human(done['bytes'])}, up to SQN "
+          f"{done['max_sqn']}, to {args.target}; open it to restore")
+    return 0
+
+
+def cmd_export(args) -> int:
+
+    query = ReadQuery(bucket=None if args.bucket is None else _name(args.bucket),
+                      start=None if args.start is None else _name(args.start),
+                      end=None if args.end is None else _name(args.end),
+                      with_indexes=args.with_indexes)
+    done = export(args.url, args.to, options=parse_options(args.option),
+                  checkpoint=args.checkpoint, query=query, splits=args.splits,
+                  parallel=args.parallel, progress=progress_bar("exporting rows"))
+    print(f"exported {done['rows']} row(s) in {done['files']} Parquet file(s) to {args.to} "
+          f"(checkpoint {done['checkpoint']}, manifest {done['manifest_id']})")
+    return 0
+
+
+def cmd_demo(args) -> int:
+
+    return run_demo(args.url, args.objects, args.value_bytes, parse_options(args.option))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leveled-ray", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, fn, help_text, url=True):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if url:
+            p.add_argument("--url", default=default_url(),
+                           help="store URL: memory://name, file:///path or s3://bucket/prefix "
+                                "(default: ./data)")
+        p.add_argument("--option", action="append", metavar="NAME=VALUE",
+                       help="an lr.Options field, e.g. --option s3_endpoint=http://127.0.0.1:9000")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("demo", cmd_demo, "load objects, read them back, restart the store, and summarise")
+    p.add_argument("--objects", type=int, default=20_000)
+    p.add_argument("--value-bytes", type=int, default=1024)
+    for name, fn, text in (("get", cmd_get, "print an object's value (read-only)"),
+                           ("head", cmd_head, "print an object's metadata (read-only)")):
+        p = add(name, fn, text)
+        p.add_argument("bucket")
+        p.add_argument("key", help="a str key, or hex:... for bytes")
+        if name == "get":
+            p.add_argument("--out", help="write the value to this file")
+    p = add("keys", cmd_keys, "list the live keys: every bucket, or one bucket from --start "
+            "to --end (read-only)")
+    p.add_argument("--bucket")
+    p.add_argument("--start", help="first key (included)")
+    p.add_argument("--end", help="last key (included)")
+    p.add_argument("--limit", type=int, help="stop after this many")
+    p.add_argument("--json", action="store_true", help="one JSON array per line")
+    p = add("buckets", cmd_buckets, "list the buckets that hold live objects (read-only)")
+    p.add_argument("--json", action="store_true")
+    p = add("index", cmd_index, "query a secondary index: the keys whose FIELD holds a term "
+            "from START to END (read-only)")
+    p.add_argument("bucket")
+    p.add_argument("field", help="an index field, ending in _bin (str terms) or _int")
+    p.add_argument("start")
+    p.add_argument("end", nargs="?", help="last term (default: START)")
+    p.add_argument("--terms", action="store_true", help="print the term with each key")
+    p.add_argument("--regex", help="keep terms matching this Python regex (_bin fields)")
+    p.add_argument("--limit", type=int, help="stop after this many")
+    p.add_argument("--json", action="store_true")
+    p = add("put", cmd_put, "write an object (value from the argument, --file, or stdin)")
+    p.add_argument("bucket")
+    p.add_argument("key")
+    p.add_argument("value", nargs="?")
+    p.add_argument("--file")
+    p.add_argument("--ttl", type=float)
+    p.add_argument("--name", help="write through the running store of this name")
+    p = add("delete", cmd_delete, "delete an object")
+    p.add_argument("bucket")
+    p.add_argument("key")
+    p.add_argument("--name", help="delete through the running store of this name")
+    p = add("inspect", cmd_inspect, "show the manifest, levels, journal files and sizes")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--files", action="store_true", help="list every SST and journal file")
+    p.add_argument("--verify", action="store_true",
+                   help="read and validate every file (checksums, structure)")
+    p.add_argument("--checkpoints", action="store_true", help="list the checkpoints")
+    p = add("checkpoint", cmd_checkpoint, "create, list, refresh or delete durable checkpoints "
+            "(works with or without the store running)")
+    p.add_argument("action", choices=["create", "list", "refresh", "delete"])
+    p.add_argument("id", nargs="?", help="the checkpoint (refresh, delete)")
+    p.add_argument("--lifetime", type=float, help="seconds until it expires (default: never)")
+    p.add_argument("--name", help="a label (create)")
+    p.add_argument("--source", help="pin this checkpoint's version instead (create)")
+    p.add_argument("--json", action="store_true")
+    p = add("gc", cmd_gc, "delete objects that no manifest, checkpoint or snapshot can read")
+    p.add_argument("--min-age", type=float, help="seconds (default: gc_min_age_s)")
+    p.add_argument("--dry-run", action="store_true", help="only report what would go")
+    p.add_argument("--verbose", action="store_true", help="list every path")
+    p.add_argument("--json", action="store_true")
+    p = add("clone", cmd_clone, "create a writable clone of the store at --url (a retry "
+            "finishes an interrupted one)")
+    p.add_argument("target", help="the clone's store URL")
+    p.add_argument("--checkpoint", help="clone as of this checkpoint (default: now)")
+    p = add("backup", cmd_backup, "copy the Journal, as of now, to an empty store location "
+            "(opening that location restores the store)")
+    p.add_argument("target", help="the backup's store URL")
+    p.add_argument("--name", help="back up the running store of this name")
+    p = add("export", cmd_export, "write the objects of a checkpoint (default: a new one, "
+            "released when done) as a directory of Parquet files (read-only)")
+    p.add_argument("--to", required=True, help="an empty or new directory (or s3://... URI)")
+    p.add_argument("--checkpoint", help="export this checkpoint's version")
+    p.add_argument("--bucket")
+    p.add_argument("--start", help="first key (included; needs --bucket)")
+    p.add_argument("--end", help="last key (included; needs --bucket)")
+    p.add_argument("--with-indexes", action="store_true", help="add the index terms column")
+    p.add_argument("--splits", type=int, default=8, help="Parquet files to aim for")
+    p.add_argument("--parallel", type=int, default=4, help="splits read at once")
+    p = add("destroy", cmd_destroy, "mark the store destroyed (GC deletes it after a grace "
+            "period), or --now delete everything at once")
+    p.add_argument("--now", action="store_true",
+                   help="delete everything now (refused while live checkpoints exist)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "action", None) in ("refresh", "delete") and not args.id:
+        print(f"error: checkpoint {args.action} needs the checkpoint's id", file=sys.stderr)
+        return 2
+    try:
+        return args.fn(args)
+    except LeveledError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

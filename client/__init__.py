@@ -1,0 +1,1 @@
+"""The public handles: Store, Snapshot, Reader and clones (``lr.open``, ``lr.connect``, ...)."""

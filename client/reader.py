@@ -1,0 +1,123 @@
+"""``lr.reader(url)``: a read-only handle on a store at one checkpoint, in any process, without
+Ray (see :class:`~leveled_ray.read.store_reader.StoreReader`).
+"""
+from __future__ import annotations
+
+import time
+
+from ..admin.handle import Admin
+from ..errors import (
+    CheckpointNotFoundError,
+    InvalidArgumentError,
+    ObjectStoreError,
+    SnapshotExpiredError,
+)
+from ..files.sync import run_sync
+from ..options import Options
+from ..read.point_in_time import KeyReads
+from ..read.queries import Queries
+from ..read.store_reader import StoreReader
+
+
+class Reader(KeyReads, Queries):
+    """A read-only handle on a store at one checkpoint, usable from any process (no Ray).
+
+    Opened by :func:`leveled_ray.client.reader`. Without a ``checkpoint`` it pins its own (for
+    ``lifetime`` seconds, renewed as it is used, deleted by :meth:`close`) on the newest
+    manifest; :meth:`refresh` moves it to the newest. With a ``checkpoint`` id it follows that
+    one and never changes it. A pickled copy reads the same checkpoint and owns nothing.
+    """
+
+    def __init__(self, url: str, checkpoint: str | None = None,
+                 options: Options | None = None, lifetime: float = 600.0,
+                 _owns: bool | None = None):
+        self.url = url
+        self.options = options or Options()
+        self.lifetime = lifetime
+        self.checkpoint_id = checkpoint
+        self.owns = checkpoint is None if _owns is None else _owns
+        self._admin = Admin(url, self.options)
+        self._view: StoreReader | None = None
+        self._renew_at = 0.0
+        self.renew_failures = 0
+        self.closed = False
+
+    def __reduce__(self):
+        return (Reader, (self.url, self.checkpoint_id, self.options, self.lifetime, False))
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def _view_async(self, needs_values: bool) -> StoreReader:
+        if self.closed:
+            raise SnapshotExpiredError("the reader is closed")
+        if self.checkpoint_id is None:
+            await self.refresh_async()
+        if self._view is None:
+            found = await self._admin.list_checkpoints_async()
+            pinned = {c.id: c.manifest_id for c in found}
+            if self.checkpoint_id not in pinned:
+                raise CheckpointNotFoundError(f"no live checkpoint {self.checkpoint_id!r}")
+            self._view = await StoreReader.open(self._admin.store, self.options,
+                                                manifest_id=pinned[self.checkpoint_id])
+        if self.owns and time.monotonic() > self._renew_at:
+            await self._renew()
+        return self._view
+
+    async def _renew(self) -> None:
+        """Extend the reader's own checkpoint, a third of the way through its lifetime. A
+        renewal the object store fails is counted and tried again, with backoff: the read
+        goes on, since two thirds of the lifetime are still left."""
+        try:
+            await self._admin.refresh_checkpoint_async(self.checkpoint_id, self.lifetime)
+        except ObjectStoreError:
+            self.renew_failures += 1
+            self._renew_at = time.monotonic() + min(self.lifetime / 10,
+                                                    0.5 * 2 ** min(self.renew_failures, 10))
+            return
+        self._renew_at = time.monotonic() + self.lifetime / 3
+
+    async def refresh_async(self) -> None:
+        """Move to the newest manifest (readers that own their checkpoint only)."""
+        if not self.owns:
+            raise InvalidArgumentError("this reader follows a given checkpoint: it cannot "
+                                       "move (open a new reader for a newer one)")
+        old = self.checkpoint_id
+        new = await self._admin.create_checkpoint_async(self.lifetime, name="reader")
+        self.checkpoint_id, self._view = new.id, None
+        self._renew_at = time.monotonic() + self.lifetime / 3
+        if old is not None:
+            await self._admin.delete_checkpoint_async(old)
+
+    def refresh(self) -> None:
+        run_sync(self.refresh_async())
+
+    async def close_async(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.owns and self.checkpoint_id is not None:
+                try:
+                    await self._admin.delete_checkpoint_async(self.checkpoint_id)
+                except CheckpointNotFoundError:
+                    pass  # expired already
+
+    def close(self) -> None:
+        """Stop reading; an owned checkpoint is deleted."""
+        run_sync(self.close_async())
+
+    @property
+    def manifest_id(self) -> int | None:
+        return None if self._view is None else self._view.manifest_id
+
+
+def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
+           lifetime: float = 600.0) -> Reader:
+    """A :class:`Reader` of the store at ``url``: at the given checkpoint, or at one of its
+    own that it pins for ``lifetime`` seconds and renews while in use."""
+    out = Reader(url, checkpoint, options, lifetime)
+    if checkpoint is None:
+        out.refresh()
+    return out

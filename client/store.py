@@ -1,0 +1,480 @@
+"""The client handle: ``lr.open``, ``lr.connect`` and :class:`Store`.
+
+A :class:`Store` is a thin, picklable handle on the store's Bookie actor. It validates every
+change before sending it (a rejected call changes nothing), batches where it can, and raises
+leveled-ray's own errors rather than Ray's. Every call has an awaitable ``*_async`` twin for
+asyncio applications.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+
+from ..actors import bookie as bookie_mod
+from ..actors.remote import NAMESPACE, ValueBatch, pack, unwrap
+from ..admin.backup import copy_journal
+from ..codec import (
+    Change,
+    Delete,
+    Head,
+    Put,
+    checked_key,
+    checked_keys,
+    delete_change,
+    make_change,
+    put_change,
+)
+from ..codec import head_only as head_only_mode
+from ..errors import InvalidArgumentError, StoreClosedError
+from ..files.routed import store_for
+from ..files.store import ObjectStore, parse_url
+from ..files.sync import run_sync
+from ..manifest.model import Checkpoint
+from ..manifest.store import ManifestStore
+from ..options import Options
+from ..read.queries import Queries, check_index_query
+from .progress import progress_bar
+from .ray_connection import ensure_ray
+from .snapshot import Snapshot
+
+#: Index queries with ``max_results`` up to this are answered by the Bookie in one round trip;
+#: larger or unbounded ones stream from a snapshot in the caller's process.
+BOOKIE_QUERY_MAX = 10_000
+
+
+def _get(ref):
+    import ray
+
+    try:
+        return ray.get(ref)
+    except Exception as exc:
+        raise unwrap(exc) from None
+
+
+async def _await(ref):
+    try:
+        return await ref
+    except Exception as exc:
+        raise unwrap(exc) from None
+
+
+def open(url: str, options: Options | None = None, *, name: str | None = None,
+         detached: bool = False, store: ObjectStore | None = None,
+         head_only: str | None = None) -> Store:
+    """Open (or create) the store at ``url`` for writing, with its actors on Ray.
+
+    ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes the
+    actors named (``name``, ``name.inker``, ``name.penciller``) in namespace ``leveled`` so other
+    drivers can :func:`connect`; ``detached=True`` keeps them alive after this driver exits.
+    Opening fences any other writer of the same store (its later writes fail with
+    ``FencedError``). ``store`` overrides the object store client built from ``url`` (for
+    example a fault-injecting wrapper). ``head_only`` (``"with_lookup"`` or ``"no_lookup"``)
+    creates or opens a store that keeps small values in the Ledger (see
+    :mod:`leveled_ray.codec.head_only`); a store is always opened in the mode it was created with.
+
+    Cost: about one Ray actor start-up per actor (a few seconds on first use) plus the replay of
+    journal entries not yet persisted in the Ledger.
+    """
+    options = options if options is not None else Options()
+    if not isinstance(options, Options):
+        raise InvalidArgumentError(f"options must be an lr.Options, not {type(options).__name__}")
+    parse_url(url)
+    head_only_mode.check_mode(head_only)
+    if name is not None and (not isinstance(name, str) or not name or "/" in name):
+        raise InvalidArgumentError(f"name must be a non-empty str without '/', not {name!r}")
+    if detached and name is None:
+        raise InvalidArgumentError("a detached store needs a name, so it can be reached again")
+    ensure_ray()
+    import ray
+
+    if name is not None:
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            pass
+        else:
+            raise InvalidArgumentError(f"a store named {name!r} is already running: use "
+                                       f"lr.connect({name!r})")
+    opts = {"namespace": NAMESPACE}
+    if name is not None:
+        opts["name"] = name
+    if detached:
+        opts["lifetime"] = "detached"
+    actor = bookie_mod.make_actor().options(**opts).remote(url, options, name, store=store,
+                                                          head_only=head_only)
+    try:
+        info = _get(actor.start.remote())
+    except BaseException:
+        ray.kill(actor, no_restart=True)
+        raise
+    return Store(actor, options, url, name, info)
+
+
+def connect(name: str, *, address: str | None = None) -> Store:
+    """A handle on a running store that was opened with ``name`` (from any driver).
+
+    ``address`` joins that Ray cluster first (else ``RAY_ADDRESS``, else this process's):
+    ``"ray://host:10001"`` reaches a cluster's Ray Client server from a remote app, with token
+    authentication set up from this machine's token (see :func:`ensure_ray`)."""
+    ensure_ray(address, join=address is not None)
+    import ray
+
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        raise InvalidArgumentError(f"no running store named {name!r}") from None
+    stats = _get(actor.stats.remote())
+    return Store(actor, _get(actor.get_options.remote()), stats["url"], name,
+                 {"head_only": stats["head_only"]})
+
+
+class _SnapshotReleaser:
+    """Releases a snapshot through the Bookie that registered it."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    async def __call__(self, snapshot_id: str) -> None:
+        try:
+            await _await(self.actor.release_snapshot.remote(snapshot_id))
+        except StoreClosedError:
+            pass  # a closed store has no registrations left to release
+
+
+class Store(Queries):
+    """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
+
+    Example::
+
+        store = lr.open("file:///tmp/db")
+        sqn = store.put("users", "alice", b"v1", indexes=[("add", "city_bin", "paris")])
+        assert store.get("users", "alice") == b"v1"
+        store.put("users", "alice", b"v2", if_sqn=sqn)
+        store.close()
+    """
+
+    def __init__(self, actor, options: Options, url: str, name: str | None, info: dict):
+        self._actor = actor
+        self.options = options
+        self.url = url
+        self.name = name
+        self.open_info = info
+        self.head_only: str | None = info.get("head_only")
+
+    def __reduce__(self):
+        return (Store, (self._actor, self.options, self.url, self.name, self.open_info))
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r}, name={self.name!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- building requests (validation happens here, before anything is sent) --
+
+    def _put_ref(self, bucket, key, value, indexes, ttl, metadata, if_sqn, if_absent):
+        change, value = put_change(bucket, key, value, self.options, time.time(),
+                                   indexes=indexes, ttl=ttl, metadata=metadata, if_sqn=if_sqn,
+                                   if_absent=if_absent)
+        if self.head_only:
+            change = head_only_mode.ledger_change(change, value,
+                                                  self.options.max_head_only_value_bytes)
+        return self._actor.put_many.remote(pack([change]), ValueBatch.pack([value], change.size))
+
+    def _delete_ref(self, bucket, key, indexes, if_sqn):
+        change, _ = delete_change(bucket, key, self.options, indexes=indexes, if_sqn=if_sqn)
+        return self._actor.put_many.remote(pack([change]), ValueBatch.pack([None], 0))
+
+    def _put_many_ref(self, items: Iterable[Put | Delete]):
+        if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
+            raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
+        now_s = time.time()
+        pairs = [make_change(item, self.options, now_s) for item in items]
+        if self.head_only:
+            limit = self.options.max_head_only_value_bytes
+            pairs = [(head_only_mode.ledger_change(c, v, limit), v) for c, v in pairs]
+        changes: list[Change] = [c for c, _ in pairs]
+        nbytes = bookie_mod.check_put_size(changes, self.options)
+        return self._actor.put_many.remote(pack(changes),
+                                           ValueBatch.pack([v for _, v in pairs], nbytes))
+
+    def _keys(self, pairs: Iterable[Sequence], what: str) -> list[bytes]:
+        head_only_mode.refuse(self.head_only, what)
+        return checked_keys(pairs, self.options)
+
+    def _key(self, bucket, key, what: str) -> bytes:
+        head_only_mode.refuse(self.head_only, what)
+        return checked_key(bucket, key, self.options)
+
+    # -- synchronous API --
+
+    def put(self, bucket, key, value: bytes, *, indexes=(), ttl: float | None = None,
+            metadata: dict | None = None, if_sqn: int | None = None,
+            if_absent: bool = False) -> int:
+        """Write ``value`` under ``(bucket, key)``; returns the SQN once the change is durable.
+
+        ``indexes`` is a list of ``("add"|"remove", field, term)`` (``_bin`` fields take str
+        terms, ``_int`` fields int terms). ``ttl`` expires the object after that many seconds.
+        ``if_sqn`` / ``if_absent`` make the write conditional: ``ConditionFailedError`` and no
+        change when the key's current SQN differs / the key exists. Cost: one round trip to the
+        Bookie plus one journal write, shared with concurrent writers (group commit).
+        """
+        return _get(self._put_ref(bucket, key, value, indexes, ttl, metadata, if_sqn,
+                                  if_absent))[0]
+
+    def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
+        """Delete ``(bucket, key)`` (writes a tombstone); returns the change's SQN."""
+        return _get(self._delete_ref(bucket, key, indexes, if_sqn))[0]
+
+    def put_many(self, items: Iterable[Put | Delete]) -> list[int]:
+        """Write many changes as one atomic, durable group (one journal file); returns SQNs.
+
+        If any item's condition fails, nothing is written. The group must fit in
+        ``max_journal_bytes``. Cost: one round trip and one journal write for the whole group.
+        """
+        return _get(self._put_many_ref(items))
+
+    def get(self, bucket, key) -> bytes | None:
+        """The value of ``(bucket, key)``, or ``None``. Cost: one round trip; inside the Bookie,
+        at most one ranged GET per candidate SST plus one for the value (footers cached)."""
+        return _get(self._actor.get.remote(self._key(bucket, key, "get")))
+
+    def head(self, bucket, key) -> Head | None:
+        """The object's :class:`Head` (SQN, size, last modified, hash, ...) without its value."""
+        return _get(self._actor.head.remote(self._key(bucket, key, "head")))
+
+    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """Values of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
+        return _get(self._actor.get_many.remote(self._keys(pairs, "get")))
+
+    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        return _get(self._actor.head_many.remote(self._keys(pairs, "head")))
+
+    def snapshot(self, long_running: bool = False, *, values: bool = True,
+                 timeout_s: float | None = None) -> Snapshot:
+        """A :class:`~leveled_ray.client.snapshot.Snapshot`: the store as of now, readable from any
+        process until released or expired.
+
+        It holds every acknowledged write and nothing later. ``long_running`` picks the long
+        timeout (``Options.long_snapshot_timeout_s``) over the short one; ``timeout_s`` sets it
+        outright. ``values=False`` registers with the Penciller only (heads, not values).
+        Cost: one round trip plus registering with the owners. The changes not yet in an SST
+        travel as the Bookie's Arrow batches (at most ``max_unpersisted_keys``); no file is
+        copied.
+        """
+        return self._wrap_snapshot(_get(self._snapshot_ref(long_running, values, timeout_s)))
+
+    def _snapshot_ref(self, long_running, values, timeout_s):
+        if timeout_s is None:
+            timeout_s = (self.options.long_snapshot_timeout_s if long_running
+                         else self.options.snapshot_timeout_s)
+        if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
+                or timeout_s <= 0):
+            raise InvalidArgumentError(f"timeout_s must be a number > 0, not {timeout_s!r}")
+        if timeout_s > self.options.long_snapshot_timeout_s:  # GC protects no longer than this
+            raise InvalidArgumentError(f"timeout_s={timeout_s} is over long_snapshot_timeout_s="
+                                       f"{self.options.long_snapshot_timeout_s}")
+        return self._actor.snapshot.remote(float(timeout_s), bool(values))
+
+    def _wrap_snapshot(self, taken: dict) -> Snapshot:
+        return Snapshot(taken["view"], taken["id"], taken["expires_at"], taken["values"],
+                        _SnapshotReleaser(self._actor))
+
+    def checkpoint(self, lifetime: float | None = None, name: str | None = None,
+                   source: str | None = None) -> Checkpoint:
+        """A durable checkpoint: a pin of the store as of now, kept in the manifest, that
+        survives restarts and keeps its files until it expires (``lifetime`` seconds; ``None``:
+        until deleted). It holds every write acknowledged before the call (no flush needed).
+        ``source`` copies an existing checkpoint's pin instead. Returns
+        ``Checkpoint(id, manifest_id, expires_at, created_at, name)``."""
+        return _get(self._actor.checkpoint.remote(lifetime, name, source))
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        """The live (unexpired) checkpoints."""
+        return _get(self._actor.checkpoint_admin.remote("list"))
+
+    def refresh_checkpoint(self, checkpoint_id: str,
+                           lifetime: float | None = None) -> Checkpoint:
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+        return _get(self._actor.checkpoint_admin.remote("refresh", checkpoint_id, lifetime))
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint (``CheckpointNotFoundError`` if there is no such live one)."""
+        _get(self._actor.checkpoint_admin.remote("delete", checkpoint_id))
+
+    def backup(self, target_url: str, *, target_options: Options | None = None,
+               progress: bool = True) -> dict:
+        """Hot backup: copy the Journal as of now (every write acknowledged before the call) to
+        an empty store location; opening ``target_url`` restores the store, rebuilding the
+        Ledger from the Journal. The copy runs in this process, with a progress line on stderr
+        unless ``progress=False``. Returns ``{"files", "bytes", "max_sqn"}``."""
+        parse_url(target_url)
+        pin = self.checkpoint(lifetime=self.options.long_snapshot_timeout_s, name="backup")
+        try:
+            source = ObjectStore.from_url(self.url, self.options)
+            target = ObjectStore.from_url(target_url, target_options or self.options)
+
+            async def run():
+                manifest = await ManifestStore(source).read(pin.manifest_id)
+                return await copy_journal(store_for(source, manifest.stores, self.options),
+                                          target, manifest,
+                                          progress_bar("backup") if progress else None)
+
+            return run_sync(run())
+        finally:
+            self.delete_checkpoint(pin.id)
+
+    # -- queries (see leveled_ray.read.queries): each runs on a snapshot of its own --
+
+    def _query_view(self, needs_values: bool):
+        snap = self.snapshot(long_running=True, values=needs_values)
+
+        def release():  # without waiting: a query's caller need not pay for the release
+            snap.released = True
+            self._actor.release_snapshot.remote(snap.id)
+        return snap._view, release
+
+    async def _query_view_async(self, needs_values: bool):
+        snap = await self.snapshot_async(long_running=True, values=needs_values)
+        return snap._view, snap.release_async
+
+    def _check_fold(self, kind: str) -> None:
+        head_only_mode.refuse(self.head_only, {"objects": "fold_objects",
+                                               "index": "index_query"}.get(kind, "fold"))
+
+    def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
+                    term_regex=None, start_key=None, max_results: int | None = None):
+        """See :meth:`Queries.index_query <leveled_ray.read.queries.Queries.index_query>`. With
+        ``max_results`` up to :data:`BOOKIE_QUERY_MAX` the Bookie answers in one round trip,
+        on its own view pinned for the query; otherwise results stream from a snapshot."""
+        query = self._bookie_query(bucket, field, start, end, return_terms, term_regex,
+                                   start_key, max_results)
+        if query is None:
+            return super().index_query(bucket, field, start, end, return_terms=return_terms,
+                                       term_regex=term_regex, start_key=start_key,
+                                       max_results=max_results)
+        return iter(_get(self._actor.index_query.remote(query)))
+
+    def _bookie_query(self, bucket, field, start, end, return_terms, term_regex, start_key,
+                      max_results) -> dict | None:
+        """A query small enough for the Bookie to answer in one round trip, or ``None``."""
+        check_index_query(field, start, end, term_regex, max_results)
+        self._check_fold("index")
+        if max_results is None or max_results > BOOKIE_QUERY_MAX:
+            return None
+        return {"bucket": bucket, "field": field, "start": start, "end": end,
+                "return_terms": return_terms, "term_regex": term_regex,
+                "start_key": start_key, "max_results": max_results}
+
+    def trim_journal(self) -> str:
+        """head_only stores: delete the journal files whose entries the Ledger holds now
+        (it also happens on its own as the Ledger persists). ``"started"`` or ``"busy"``."""
+        if not self.head_only:
+            raise InvalidArgumentError("trim_journal is for head_only stores: the Journal of "
+                                       "this store holds its values")
+        return self.compact_journal()
+
+    def stats(self) -> dict:
+        """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests)."""
+        return _get(self._actor.stats.remote())
+
+    def compact_journal(self) -> str:
+        """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running.
+
+        It scores journal files by the share of their entries still current, rewrites the best
+        run of up to ``max_run_length`` files if it beats its target, and deletes the old files
+        once no snapshot needs them. It also runs every ``journal_compaction_interval_s``.
+        """
+        return _get(self._actor.compact_journal.remote())
+
+    def close(self) -> None:
+        """Finish writes, persist the Ledger's memory and stop the store's actors.
+
+        A clean close means the next open replays nothing. Closing twice is harmless.
+        """
+        import ray
+
+        try:
+            _get(self._actor.close.remote())
+        except StoreClosedError:
+            pass
+        ray.kill(self._actor, no_restart=True)
+
+    # -- asyncio API --
+
+    async def put_async(self, bucket, key, value: bytes, *, indexes=(), ttl=None, metadata=None,
+                        if_sqn=None, if_absent=False) -> int:
+        """Awaitable :meth:`put`."""
+        return (await _await(self._put_ref(bucket, key, value, indexes, ttl, metadata, if_sqn,
+                                           if_absent)))[0]
+
+    async def delete_async(self, bucket, key, *, indexes=(), if_sqn=None) -> int:
+        """Awaitable :meth:`delete`."""
+        return (await _await(self._delete_ref(bucket, key, indexes, if_sqn)))[0]
+
+    async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
+        """Awaitable :meth:`put_many`."""
+        return await _await(self._put_many_ref(items))
+
+    async def get_async(self, bucket, key) -> bytes | None:
+        """Awaitable :meth:`get`."""
+        return await _await(self._actor.get.remote(self._key(bucket, key, "get")))
+
+    async def head_async(self, bucket, key) -> Head | None:
+        """Awaitable :meth:`head`."""
+        return await _await(self._actor.head.remote(self._key(bucket, key, "head")))
+
+    async def get_many_async(self, pairs) -> list[bytes | None]:
+        """Awaitable :meth:`get_many`."""
+        return await _await(self._actor.get_many.remote(self._keys(pairs, "get")))
+
+    async def head_many_async(self, pairs) -> list[Head | None]:
+        """Awaitable :meth:`head_many`."""
+        return await _await(self._actor.head_many.remote(self._keys(pairs, "head")))
+
+    async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
+                             timeout_s: float | None = None) -> Snapshot:
+        """Awaitable :meth:`snapshot`."""
+        return self._wrap_snapshot(
+            await _await(self._snapshot_ref(long_running, values, timeout_s)))
+
+    async def checkpoint_async(self, lifetime=None, name=None, source=None) -> Checkpoint:
+        """Awaitable :meth:`checkpoint`."""
+        return await _await(self._actor.checkpoint.remote(lifetime, name, source))
+
+    async def list_checkpoints_async(self) -> list[Checkpoint]:
+        return await _await(self._actor.checkpoint_admin.remote("list"))
+
+    async def refresh_checkpoint_async(self, checkpoint_id, lifetime=None) -> Checkpoint:
+        return await _await(self._actor.checkpoint_admin.remote("refresh", checkpoint_id,
+                                                                lifetime))
+
+    async def delete_checkpoint_async(self, checkpoint_id) -> None:
+        await _await(self._actor.checkpoint_admin.remote("delete", checkpoint_id))
+
+    async def stats_async(self) -> dict:
+        """Awaitable :meth:`stats`."""
+        return await _await(self._actor.stats.remote())
+
+    async def compact_journal_async(self) -> str:
+        """Awaitable :meth:`compact_journal`."""
+        return await _await(self._actor.compact_journal.remote())
+
+    async def close_async(self) -> None:
+        """Awaitable :meth:`close`."""
+        import ray
+
+        try:
+            await _await(self._actor.close.remote())
+        except StoreClosedError:
+            pass
+        ray.kill(self._actor, no_restart=True)
+
+    # -- for operators and tests --
+
+    def actors(self) -> list:
+        """Ray handles of the Bookie, Inker and Penciller (to inspect them, or kill them)."""
+        return [self._actor, *_get(self._actor.actor_handles.remote())]

@@ -1,0 +1,133 @@
+"""Changes: the user's :class:`Put` and :class:`Delete`, and the validated :class:`Change`
+that travels from the client to the Bookie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import xxhash
+
+from ..errors import InvalidArgumentError
+from .checks import check_indexes, check_metadata, check_name, check_sqn, check_ttl, check_value
+from .keys import object_key
+
+#: Change operations (journal entry types share these numbers).
+OP_PUT = 0
+
+
+OP_DELETE = 1
+
+
+OP_KEY_DELTA = 2
+
+
+#: Condition codes carried with a change.
+NO_CONDITION = -2
+
+
+IF_ABSENT = -1
+
+
+class Put(NamedTuple):
+    """One object write for :meth:`Store.put_many`.
+
+    ``if_sqn`` makes the write conditional on the key's current SQN; ``if_absent`` on the key
+    not existing. A ``put_many`` whose conditions do not all hold writes nothing. (A NamedTuple:
+    bulk loads build one per object, three times faster than a frozen dataclass.)
+    """
+
+    bucket: str | bytes
+    key: str | bytes
+    value: bytes
+    indexes: Sequence[tuple] = ()
+    ttl: float | None = None
+    metadata: dict | None = None
+    if_sqn: int | None = None
+    if_absent: bool = False
+
+
+class Delete(NamedTuple):
+    """One object delete for :meth:`Store.put_many` (index entries to remove may be given)."""
+
+    bucket: str | bytes
+    key: str | bytes
+    indexes: Sequence[tuple] = ()
+    if_sqn: int | None = None
+
+
+class Change(NamedTuple):
+    """A validated change, without its value, as it travels from the client to the Bookie.
+
+    The Bookie needs only the key and the value's size and hash; the value itself travels
+    separately, straight to the Inker (see :class:`~leveled_ray.actors.remote.ValueBatch`).
+    A NamedTuple, because it pickles four times faster than a dataclass.
+    """
+
+    op: int
+    lkey: bytes
+    size: int
+    vhash: int
+    indexes: tuple
+    expiry: int
+    extra: bytes
+    condition: int = NO_CONDITION
+
+
+def make_change(item: Put | Delete, limits, now_s: float) -> tuple[Change, bytes | None]:
+    """Validate a :class:`Put` or :class:`Delete`: ``(change, value)`` (raises on bad input)."""
+    if isinstance(item, Put):
+        return put_change(
+            item.bucket, item.key, item.value, limits, now_s, indexes=item.indexes, ttl=item.ttl,
+            metadata=item.metadata, if_sqn=item.if_sqn, if_absent=item.if_absent,
+        )
+    if isinstance(item, Delete):
+        return delete_change(item.bucket, item.key, limits, indexes=item.indexes,
+                             if_sqn=item.if_sqn)
+    raise InvalidArgumentError(f"put_many takes Put or Delete items, not {type(item).__name__}")
+
+
+def _condition(if_sqn: Any, if_absent: Any) -> int:
+    if not isinstance(if_absent, bool):
+        raise InvalidArgumentError(f"if_absent must be a bool, not {if_absent!r}")
+    if if_sqn is not None and if_absent:
+        raise InvalidArgumentError("give if_sqn or if_absent, not both")
+    if if_sqn is not None:
+        return check_sqn(if_sqn, "if_sqn")
+    return IF_ABSENT if if_absent else NO_CONDITION
+
+
+def put_change(bucket, key, value, limits, now_s, *, indexes=(), ttl=None, metadata=None,
+               if_sqn=None, if_absent=False) -> tuple[Change, bytes]:
+    if (type(bucket) is str and type(key) is str and type(value) is bytes and not indexes
+            and ttl is None and metadata is None and if_sqn is None and if_absent is False
+            and len(bucket) > 0 and len(key) > 0 and len(value) <= limits.max_value_bytes
+            and len(bucket) + len(key) <= limits.max_key_bytes // 4):
+        # The common case, checked with as little work as possible (bulk loads spend their
+        # client time here). Short str names cannot exceed max_key_bytes once encoded.
+        try:
+            lkey = (b"o\x02" + bucket.encode().replace(b"\x00", b"\x00\xff") + b"\x00\x02"
+                    + key.encode().replace(b"\x00", b"\x00\xff") + b"\x00")
+            return Change(OP_PUT, lkey, len(value), value_hash(value), (), 0, b"",
+                          NO_CONDITION), value
+        except UnicodeEncodeError:
+            pass  # the full path below reports it
+    bucket = check_name(bucket, "bucket", limits.max_key_bytes)
+    key = check_name(key, "key", limits.max_key_bytes)
+    value = check_value(value, limits.max_value_bytes)
+    return Change(
+        OP_PUT, object_key(bucket, key), len(value), value_hash(value), check_indexes(indexes),
+        check_ttl(ttl, now_s), check_metadata(metadata), _condition(if_sqn, if_absent),
+    ), value
+
+
+def delete_change(bucket, key, limits, *, indexes=(), if_sqn=None) -> tuple[Change, None]:
+    bucket = check_name(bucket, "bucket", limits.max_key_bytes)
+    key = check_name(key, "key", limits.max_key_bytes)
+    return Change(OP_DELETE, object_key(bucket, key), 0, 0, check_indexes(indexes), 0, b"",
+                  _condition(if_sqn, False)), None
+
+
+def value_hash(value: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(value)

@@ -1,0 +1,148 @@
+"""Validation of user input (names, values, index terms, TTLs, metadata, SQNs): each check
+raises :class:`~leveled_ray.errors.InvalidArgumentError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from .keys import INT_BIAS, object_key
+
+MAX_METADATA_BYTES = 4096
+
+
+MAX_INDEX_TERM_BYTES = 1024
+
+
+def checked_key(bucket, key, options) -> bytes:
+    """The Ledger key of ``(bucket, key)``, checked (``InvalidArgumentError`` if bad)."""
+    return object_key(check_name(bucket, "bucket", options.max_key_bytes),
+                      check_name(key, "key", options.max_key_bytes))
+
+
+def checked_keys(pairs, options) -> list[bytes]:
+    """Ledger keys of many ``(bucket, key)`` pairs, each checked."""
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+        raise InvalidArgumentError("expected a list of (bucket, key) pairs")
+    out = []
+    for pair in pairs:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
+        out.append(checked_key(*pair, options))
+    return out
+
+
+def utf8_size(text: str, what: str) -> int:
+    """The UTF-8 length of ``text``; ``InvalidArgumentError`` if it cannot be encoded (a lone
+    surrogate, for example)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{what} is not valid unicode: {exc}") from None
+
+
+def check_name(value: Any, what: str, max_bytes: int) -> str | bytes:
+    """Validate a bucket or key: a non-empty ``str`` or ``bytes`` of at most ``max_bytes``."""
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if isinstance(value, str):
+        size = utf8_size(value, what)
+    elif isinstance(value, bytes):
+        size = len(value)
+    else:
+        raise InvalidArgumentError(f"{what} must be str or bytes, not {type(value).__name__}")
+    if size == 0:
+        raise InvalidArgumentError(f"{what} must not be empty")
+    if size > max_bytes:
+        raise InvalidArgumentError(f"{what} is {size} bytes, over the limit of {max_bytes}")
+    return value
+
+
+def check_value(value: Any, max_bytes: int) -> bytes:
+    """Validate a value: bytes-like of at most ``max_bytes``; returns it as ``bytes``."""
+    if isinstance(value, bytes):
+        data = value
+    elif isinstance(value, (bytearray, memoryview)):
+        data = bytes(value)
+    else:
+        raise InvalidArgumentError(f"value must be bytes, not {type(value).__name__}")
+    if len(data) > max_bytes:
+        raise InvalidArgumentError(
+            f"value is {len(data)} bytes, over max_value_bytes={max_bytes}"
+        )
+    return data
+
+
+def check_indexes(indexes: Any) -> tuple[tuple[int, str, str | int], ...]:
+    """Validate index changes ``[("add"|"remove", field, term), ...]``.
+
+    Fields ending in ``_bin`` take ``str`` terms, fields ending in ``_int`` take ``int`` terms.
+    Returns ``((op, field, term), ...)`` with op 0 for add and 1 for remove.
+    """
+    if indexes is None:
+        return ()
+    if isinstance(indexes, (str, bytes)) or not isinstance(indexes, Iterable):
+        raise InvalidArgumentError("indexes must be a list of (op, field, term) tuples")
+    out = []
+    for change in indexes:
+        if not isinstance(change, (tuple, list)) or len(change) != 3:
+            raise InvalidArgumentError(f"index change {change!r} is not (op, field, term)")
+        op, field_name, term = change
+        if op not in ("add", "remove"):
+            raise InvalidArgumentError(f"index op must be 'add' or 'remove', not {op!r}")
+        if not isinstance(field_name, str) or not field_name:
+            raise InvalidArgumentError(f"index field must be a non-empty str, not {field_name!r}")
+        utf8_size(field_name, "index field")
+        if field_name.endswith("_bin"):
+            if not isinstance(term, str):
+                raise InvalidArgumentError(f"field {field_name!r} takes str terms, not {term!r}")
+            if utf8_size(term, "index term") > MAX_INDEX_TERM_BYTES:
+                raise InvalidArgumentError(f"index term over {MAX_INDEX_TERM_BYTES} bytes")
+        elif field_name.endswith("_int"):
+            if not isinstance(term, int) or isinstance(term, bool):
+                raise InvalidArgumentError(f"field {field_name!r} takes int terms, not {term!r}")
+            if not -INT_BIAS <= term < INT_BIAS:
+                raise InvalidArgumentError(f"int term {term} is outside the signed 64-bit range")
+        else:
+            raise InvalidArgumentError(f"index field {field_name!r} must end in _bin or _int")
+        out.append((0 if op == "add" else 1, field_name, term))
+    return tuple(out)
+
+
+def check_ttl(ttl: Any, now_s: float) -> int:
+    """Expiry (unix seconds, 0 = never) for a TTL in seconds."""
+    if ttl is None:
+        return 0
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl):
+        raise InvalidArgumentError(f"ttl must be a number of seconds, not {ttl!r}")
+    if ttl <= 0:
+        raise InvalidArgumentError(f"ttl must be positive, not {ttl!r}")
+    expiry = int(math.ceil(now_s + ttl))
+    if expiry >= 2**32:
+        raise InvalidArgumentError(f"ttl {ttl!r} expires after the year 2106")
+    return expiry
+
+
+def check_metadata(metadata: Any) -> bytes:
+    """User metadata: a small JSON-able dict, stored as JSON bytes."""
+    if metadata is None:
+        return b""
+    if not isinstance(metadata, dict):
+        raise InvalidArgumentError(f"metadata must be a dict, not {type(metadata).__name__}")
+    try:
+        data = json.dumps(metadata, separators=(",", ":"), sort_keys=True).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"metadata is not JSON-able: {exc}") from None
+    if len(data) > MAX_METADATA_BYTES:
+        raise InvalidArgumentError(f"metadata is {len(data)} bytes, over {MAX_METADATA_BYTES}")
+    return data
+
+
+def check_sqn(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{what} must be an int >= 0, not {value!r}")
+    return value

@@ -1,0 +1,69 @@
+"""Journal compaction rules (leveled's ``leveled_iclerk``), as pure functions.
+
+A journal file's score is the share of its sampled entries that are still current (100 means
+nothing to reclaim). Runs of up to ``max_run_length`` consecutive files are scored by their
+average, against a target that rises from ``single_pct`` for one file to ``max_run_pct`` for a
+full-length run; the run furthest below its target is compacted, if any run is below it.
+
+When a run is rewritten, an entry stays if it is current in the Ledger or above the Ledger's
+persisted SQN (the Ledger may still need it for recovery). A replaced entry is dropped under
+``recovr``; under ``retain`` its key changes stay as a *key delta* (no value), so a Ledger rebuilt
+from the Journal still has its full index history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..codec import OP_DELETE, OP_KEY_DELTA
+
+RETAIN = "retain"
+RECOVR = "recovr"
+STRATEGIES = (RETAIN, RECOVR)
+
+
+def file_score(current: int, sampled: int) -> float:
+    """100 x current / sampled (an unsampled, empty file scores 0: all of it is reclaimable)."""
+    return 100.0 * current / sampled if sampled else 0.0
+
+
+def run_target(length: int, max_run_length: int, single_pct: float, max_run_pct: float) -> float:
+    if max_run_length <= 1:
+        return single_pct
+    return single_pct + (max_run_pct - single_pct) * (length - 1) / (max_run_length - 1)
+
+
+@dataclass(frozen=True)
+class Run:
+    start: int
+    length: int
+    score: float
+    target: float
+
+
+def best_run(scores: list[float], max_run_length: int, single_pct: float,
+             max_run_pct: float) -> Run | None:
+    """The contiguous run to compact, or ``None`` when no run beats its target."""
+    best: Run | None = None
+    for start in range(len(scores)):
+        for length in range(1, min(max_run_length, len(scores) - start) + 1):
+            score = sum(scores[start : start + length]) / length
+            target = run_target(length, max_run_length, single_pct, max_run_pct)
+            if score < target and (best is None or target - score > best.target - best.score):
+                best = Run(start, length, score, target)
+    return best
+
+
+def keep_record(op: int, sqn: int, indexes: tuple, current_sqn: int | None, persisted_sqn: int,
+                strategy: str) -> tuple[int, bool, tuple] | None:
+    """What of one journal entry survives compaction: ``None`` (dropped), or ``(op, keep_value,
+    indexes)`` where ``keep_value`` says whether the value stays."""
+    if sqn > persisted_sqn or current_sqn == sqn:
+        return op, True, indexes
+    if strategy != RETAIN:
+        return None
+    if op == OP_DELETE:  # a replaced delete's index changes were all removals
+        indexes = tuple((1, field, term) for _, field, term in indexes)
+    if not indexes:
+        return None  # a key delta with no index changes would record nothing
+    return OP_KEY_DELTA, False, indexes

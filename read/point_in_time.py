@@ -1,0 +1,188 @@
+"""A frozen view of a store, read from the object store in whatever process holds it.
+
+:class:`PointInTime` is what snapshots, checkpoint readers and the CLI's reader share: the
+Ledger files of one manifest version, the journal files that hold their values, and an overlay
+of the Ledger entries that were not yet in those files (the Bookie's cache, or journal entries
+replayed by a reader). It is picklable (the overlay travels as one Arrow batch) and opens its
+own object-store client and file clerks lazily, so a copy sent to a Ray task or a Spark
+executor reads the same point in time there.
+
+It never writes. Whoever builds one makes sure its files are not deleted while it is in use: a
+snapshot registers with the store's owners, a reader pins a checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+
+from ..codec import LEDGER_SCHEMA, Head, LedgerRows, checked_key, checked_keys, entry_to_head
+from ..errors import ObjectStoreError
+from ..files.clerk import ClerkHost
+from ..files.journal import JournalInfo
+from ..files.routed import store_for
+from ..files.sst import sort_and_dedupe
+from ..files.store import ObjectStore
+from ..files.sync import run_sync
+from ..options import Options
+from .views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
+
+_GATHER = 256  # concurrent lookups per chunk
+
+
+class PointInTime:
+    """Ledger files + journal files + an overlay of newer entries, as of SQN ``sqn``.
+
+    The overlay is given as Arrow batches of Ledger rows in SQN order (the Bookie's recent
+    pushes: taking a snapshot copies references, not entries), and becomes a dict on the first
+    read, in the process that reads.
+    """
+
+    def __init__(self, url: str, options: Options, files: LedgerFiles,
+                 journal: list[JournalInfo], batches: list[pa.RecordBatch], sqn: int,
+                 store: ObjectStore | None = None, routes: tuple = (),
+                 host: ClerkHost | None = None):
+        self.url = url
+        self.options = options
+        self.files = files
+        self.journal = JournalIndex(journal)
+        self._batches = list(batches)
+        self._overlay: dict[bytes, tuple] | None = None
+        self._sorted_overlay: tuple[list[bytes], pa.Table] | None = None
+        self.sqn = sqn
+        self._store = store
+        self._given_store = store is not None
+        self.routes = tuple(getattr(store, "routes", routes))  # a clone's ancestors
+        self._host = host  # the file clerks to read through (made lazily when not given)
+
+    @property
+    def overlay(self) -> dict[bytes, tuple]:
+        """Ledger key -> newest entry not in the Ledger files (later batches win)."""
+        if self._overlay is None:
+            self._overlay = {}
+            for batch in self._batches:
+                self._overlay.update(LedgerRows.from_batch(batch).entries())
+            self._batches = []
+        return self._overlay
+
+    def overlay_table(self) -> tuple[list[bytes], pa.Table]:
+        """The overlay sorted by key, as ``(keys, table)`` (built once, for range scans)."""
+        if self._sorted_overlay is None:
+            if self._overlay is None:
+                table = sort_and_dedupe(pa.Table.from_batches(self._batches, LEDGER_SCHEMA))
+            else:
+                table = sort_and_dedupe(
+                    LedgerRows.from_entries(self._overlay.items()).to_batch())
+            table = table.combine_chunks()
+            self._sorted_overlay = (table.column("key").to_pylist(), table)
+        return self._sorted_overlay
+
+    # -- pickling: the overlay as Arrow batches, no clients --
+
+    def __getstate__(self) -> dict:
+        batches = self._batches
+        if self._overlay:  # already a dict (or a reader's replay): send it as one batch
+            batches = [LedgerRows.from_entries(self._overlay.items()).to_batch()]
+        return {"url": self.url, "options": self.options, "files": self.files,
+                "journal": self.journal.files, "sqn": self.sqn, "routes": self.routes,
+                "batches": batches}
+
+    def __setstate__(self, state: dict) -> None:
+        PointInTime.__init__(self, state["url"], state["options"], state["files"],
+                             state["journal"], state["batches"], state["sqn"],
+                             routes=state["routes"])
+
+    @property
+    def store(self) -> ObjectStore:
+        if self._store is None:
+            self._store = store_for(ObjectStore.from_url(self.url, self.options), self.routes,
+                                    self.options)
+        return self._store
+
+    @property
+    def host(self) -> ClerkHost:
+        if self._host is None:
+            budget = self.options.cache_size // 4
+            if self._given_store:
+                self._host = ClerkHost(self.store, budget)
+            else:  # files are immutable: views of one store in this process share a cache
+                self._host = ClerkHost.shared(self.store, (self.url, self.routes, self.options),
+                                              budget)
+        return self._host
+
+    # -- reads by Ledger key --
+
+    async def entry(self, lkey: bytes) -> tuple | None:
+        entry = self.overlay.get(lkey)
+        if entry is not None:
+            return entry
+        return await ledger_get(self.host, self.files, lkey)
+
+    async def entries(self, lkeys: list[bytes]) -> list[tuple | None]:
+        out: list[tuple | None] = []
+        for i in range(0, len(lkeys), _GATHER):
+            out.extend(await asyncio.gather(*(self.entry(k) for k in lkeys[i:i + _GATHER])))
+        return out
+
+    async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
+        return [None if e is None else entry_to_head(*e) for e in await self.entries(lkeys)]
+
+    async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
+        heads = await self.head_many(lkeys)
+        sqns = [h.sqn for h in heads if h is not None]
+        records = await journal_fetch_many(self.host, self.journal, sqns) if sqns else {}
+        lost = [s for s in sqns if s not in records]
+        if lost:
+            raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}",
+                                   definite=True)
+        return [None if h is None else records[h.sqn].value for h in heads]
+
+    async def head(self, lkey: bytes) -> Head | None:
+        return (await self.head_many([lkey]))[0]
+
+    async def get(self, lkey: bytes) -> bytes | None:
+        return (await self.get_many([lkey]))[0]
+
+
+class KeyReads:
+    """``get``/``head``/``get_many``/``head_many`` by ``(bucket, key)``, checked like the
+    store's, with ``*_async`` twins, over the :class:`PointInTime` that ``_view_for`` gives."""
+
+    def _view_for(self, needs_values: bool) -> PointInTime:
+        raise NotImplementedError
+
+    async def _view_async(self, needs_values: bool) -> PointInTime:
+        return self._view_for(needs_values)
+
+    def get(self, bucket, key) -> bytes | None:
+        """The value of ``(bucket, key)`` at this point in time, or ``None``."""
+        return run_sync(self.get_async(bucket, key))
+
+    def head(self, bucket, key) -> Head | None:
+        """The object's :class:`Head` at this point in time, or ``None``."""
+        return run_sync(self.head_async(bucket, key))
+
+    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """Values of many ``(bucket, key)`` pairs at this point in time."""
+        return run_sync(self.get_many_async(pairs))
+
+    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        return run_sync(self.head_many_async(pairs))
+
+    async def get_async(self, bucket, key) -> bytes | None:
+        view = await self._view_async(needs_values=True)
+        return await view.get(checked_key(bucket, key, view.options))
+
+    async def head_async(self, bucket, key) -> Head | None:
+        view = await self._view_async(needs_values=False)
+        return await view.head(checked_key(bucket, key, view.options))
+
+    async def get_many_async(self, pairs) -> list[bytes | None]:
+        view = await self._view_async(needs_values=True)
+        return await view.get_many(checked_keys(pairs, view.options))
+
+    async def head_many_async(self, pairs) -> list[Head | None]:
+        view = await self._view_async(needs_values=False)
+        return await view.head_many(checked_keys(pairs, view.options))

@@ -1,0 +1,407 @@
+"""Queries: folds over keys, heads and objects, secondary-index queries, buckets.
+
+Every query reads one point in time (a :class:`~leveled_ray.read.point_in_time.PointInTime`), so it
+sees one moment of the store while writes go on. On a :class:`~leveled_ray.client.store.Store` each
+query takes its own snapshot and releases it when the query ends: when it is exhausted, when
+the loop breaks out of it, or when it is closed (leveled's breaking folds).
+
+Folds stream: they read the Ledger a range of blocks at a time (see :mod:`leveled_ray.read.scan`)
+and hand out ``batch_size`` rows at a time, so memory stays bounded however large the store
+is. Each fold has an Arrow form (``*_batches``) yielding ``pyarrow.RecordBatch``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..codec import TAG_INDEX, decode_key, split_object_key
+from ..errors import InvalidArgumentError
+from ..files.framing import size_cuts
+from ..files.sync import run_sync
+from ..options import check_positive_int
+from .fold import aiterate, iterate
+from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
+from .point_in_time import PointInTime
+from .query_results import heads_batch, keys_batch, objects_batch, python_heads, python_names
+from .scan import scan
+from .views import journal_values
+
+ORDERS = ("key", "sqn")
+#: Bytes of journal entries an SQN-order fold reads at a time (one ranged GET).
+JOURNAL_SPAN_BYTES = 8 << 20
+#: Bytes of values a batch of objects holds at most (beyond ``batch_size``, for large values).
+BATCH_VALUE_BYTES = 64 << 20
+
+
+def check_batch_size(batch_size) -> int:
+    return check_positive_int("batch_size", batch_size)
+
+
+async def fetch_values(view: PointInTime, sqns) -> pa.Array:
+    """The values of live objects by SQN (repeats allowed), as one Arrow array in that order."""
+    return await journal_values(view.host, view.journal, np.asarray(sqns, dtype=np.uint64))
+
+
+# --- the queries, as async generators of Arrow batches ----------------------------------------
+
+
+async def fold_rows(view: PointInTime, lo: bytes, hi: bytes,
+                    batch_size: int) -> AsyncIterator[pa.Table]:
+    """Live Ledger rows in ``[lo, hi)``, ``batch_size`` at a time (fewer only at the end)."""
+    held: list[pa.Table] = []
+    count = 0
+    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+        async for table in tables:
+            held.append(table)
+            count += table.num_rows
+            if count < batch_size:
+                continue
+            rows = pa.concat_tables(held)
+            full = count - count % batch_size
+            for start in range(0, full, batch_size):
+                yield rows.slice(start, batch_size)
+            held, count = [rows.slice(full)], count - full
+    if count:
+        yield pa.concat_tables(held)
+
+
+async def object_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
+                      order: str) -> AsyncIterator[tuple[pa.Table, pa.Array]]:
+    """Live objects in ``[lo, hi)`` as ``(Ledger rows, values)``, ``batch_size`` at a time (or
+    fewer, when their values pass :data:`BATCH_VALUE_BYTES`)."""
+    if order == "sqn":
+        async with contextlib.aclosing(_objects_by_sqn(view, lo, hi, batch_size)) as found:
+            async for item in found:
+                yield item
+        return
+    async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
+        async for table in rows:
+            for part in value_slices(table, BATCH_VALUE_BYTES):
+                yield part, await fetch_values(view, part.column("sqn").to_numpy())
+
+
+def value_slices(table: pa.Table, max_bytes: int) -> list[pa.Table]:
+    """Ledger rows cut into slices whose values (the ``size`` column) hold less than
+    ``max_bytes`` plus one object, so a batch of large objects stays bounded in memory."""
+    sizes = table.column("size").to_numpy()
+    if not len(sizes) or int(sizes.sum()) <= max_bytes:
+        return [table]
+    bounds = size_cuts(sizes, max_bytes) + [table.num_rows]
+    return [table.slice(a, b - a) for a, b in zip(bounds, bounds[1:])]
+
+
+async def live_sqns(view: PointInTime, lo: bytes, hi: bytes) -> np.ndarray:
+    """The sorted SQNs of the live objects in ``[lo, hi)`` (up to ``view.sqn``). SQNs may be
+    sparse (bulk writes use windows far apart), so they are kept as a sorted array."""
+    found = []
+    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+        async for table in tables:
+            sqns = table.column("sqn").to_numpy()
+            found.append(sqns[sqns <= view.sqn])
+    return np.sort(np.concatenate(found)) if found else np.zeros(0, dtype=np.uint64)
+
+
+async def _objects_by_sqn(view: PointInTime, lo: bytes, hi: bytes,
+                          batch_size: int) -> AsyncIterator[tuple[pa.Table, pa.Array]]:
+    """Objects in the order they were written. A key-order pass over the Ledger collects the
+    SQNs of the live objects in range; then each journal file is read in file order, only
+    the spans that hold those entries."""
+    live = await live_sqns(view, lo, hi)
+    for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
+        first, last = np.searchsorted(live, [info.min_sqn, info.max_sqn + 1])
+        if first == last:
+            continue
+        clerk = view.host.journal(info)
+        sqns = (await clerk.footer()).sqns
+        wanted = np.flatnonzero(np.isin(sqns, live[first:last]))
+        async for rows in clerk.row_spans(wanted, JOURNAL_SPAN_BYTES):
+            for start in range(0, rows.num_rows, batch_size):
+                chunk = rows.slice(start, batch_size)
+                rows_out = pa.table({"key": chunk.column("lkey"), "sqn": chunk.column("sqn"),
+                                     "last_modified": chunk.column("last_modified"),
+                                     "extra": chunk.column("extra")})
+                yield rows_out, chunk.column("value").combine_chunks()
+
+
+async def index_entries(view: PointInTime, bucket, field: str, start, end, *,
+                        return_terms: bool = False, term_regex=None, start_key=None,
+                        max_results: int | None = None) -> AsyncIterator[list]:
+    """Batches of index query results: keys, or ``(term, key)`` pairs, in (term, key) order."""
+    lo, hi = index_range(bucket, field, start, end, start_key,
+                         max_key_bytes=view.options.max_key_bytes)
+    if start > end or max_results == 0:
+        return
+    plen = len(index_prefix(bucket, field))
+    pattern = re.compile(term_regex) if isinstance(term_regex, str) else term_regex
+    left = max_results
+    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+        async for table in tables:
+            out = []
+            for lkey in table.column("key").to_pylist():
+                _, term, key = decode_key(TAG_INDEX + lkey[plen:])
+                if pattern is not None and not pattern.search(term):
+                    continue
+                out.append((term, key) if return_terms else key)
+                if left is not None and len(out) == left:
+                    break
+            if out:
+                yield out
+            if left is not None:
+                left -= len(out)
+                if left == 0:
+                    return
+
+
+def check_index_query(field: str, start, end, term_regex, max_results) -> None:
+    check_term(field, start, "start")
+    check_term(field, end, "end")
+    if term_regex is not None:
+        if not field.endswith("_bin"):
+            raise InvalidArgumentError("term_regex applies to _bin fields only")
+        if not isinstance(term_regex, (str, re.Pattern)):
+            raise InvalidArgumentError("term_regex must be a str or a compiled re.Pattern")
+        if isinstance(term_regex, str):
+            try:
+                re.compile(term_regex)
+            except re.error as exc:
+                raise InvalidArgumentError(f"term_regex is not a valid regex: {exc}") from None
+    if max_results is not None and (not isinstance(max_results, int)
+                                    or isinstance(max_results, bool) or max_results < 0):
+        raise InvalidArgumentError(f"max_results must be an int >= 0, not {max_results!r}")
+
+
+async def first_live_key(view: PointInTime, lo: bytes, hi: bytes) -> bytes | None:
+    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+        async for table in tables:
+            return table.column("key")[0].as_py()
+    return None
+
+
+async def list_buckets(view: PointInTime) -> list:
+    """Every bucket that holds a live object, in key order (one short scan per bucket)."""
+    lo, hi = object_range()
+    out = []
+    while (lkey := await first_live_key(view, lo, hi)) is not None:
+        bucket = split_object_key(lkey)[0]
+        out.append(bucket)
+        lo = next_bucket(bucket)
+    return out
+
+
+# --- running async generators from synchronous code ----------------------------------------
+
+class Queries:
+    """Folds, index queries and bucket listing over the point in time :meth:`_query_view`
+    gives. Subclasses provide ``_query_view`` (and may release something when a query ends).
+    """
+
+    def _query_view(self, needs_values: bool) -> tuple[PointInTime, Callable | None]:
+        """``(view, on_close)``: the point in time to read, and what to call when done.
+        By default the ``_view_async`` of :class:`~leveled_ray.read.point_in_time.KeyReads`."""
+        return run_sync(self._query_view_async(needs_values))
+
+    async def _query_view_async(self, needs_values: bool):
+        return await self._view_async(needs_values), None
+
+    def _check_fold(self, kind: str) -> None:
+        """Refuse folds the store cannot answer (a ``head_only`` store keeps no values)."""
+
+    # -- describing a query: (needs_values, flatten, async generator factory) --
+
+    def _rows_query(self, kind, bucket, start, end, batch_size, convert):
+        """A fold of live Ledger rows over an object range, each batch turned by
+        ``convert(table)`` into what the caller gets."""
+        batch_size = check_batch_size(batch_size)
+        self._check_fold(kind)
+
+        def make(view):
+            lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
+
+            async def gen():
+                async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
+                    async for table in rows:
+                        yield convert(table)
+            return gen()
+        return make
+
+    def _keys_query(self, bucket, start, end, batch_size, arrow, binary_names):
+        def convert(table):
+            return (keys_batch(table, binary_names) if arrow
+                    else list(zip(*python_names(table))))
+        return False, not arrow, self._rows_query("keys", bucket, start, end, batch_size,
+                                                  convert)
+
+    def _heads_query(self, bucket, start, end, batch_size, arrow, binary_names):
+        now_s = time.time()
+
+        def convert(table):
+            return heads_batch(table, binary_names) if arrow else python_heads(table, now_s)
+        return False, not arrow, self._rows_query("heads", bucket, start, end, batch_size,
+                                                  convert)
+
+    def _objects_query(self, bucket, start, end, batch_size, arrow, binary_names, order,
+                       with_indexes=False):
+        batch_size = check_batch_size(batch_size)
+        if order not in ORDERS:
+            raise InvalidArgumentError(f"order must be one of {ORDERS}, not {order!r}")
+        self._check_fold("objects")
+
+        def make(view):
+            lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
+
+            async def gen():
+                found = object_rows(view, lo, hi, batch_size, order)
+                async with contextlib.aclosing(found) as it:
+                    async for table, values in it:
+                        if arrow:
+                            yield objects_batch(table, values, binary_names, with_indexes)
+                        else:
+                            yield list(zip(*python_names(table), values.to_pylist()))
+            return gen()
+        return True, not arrow, make
+
+    def _run(self, query) -> Iterator:
+        needs_values, flatten, make = query
+        view, on_close = self._query_view(needs_values)
+        return iterate(lambda: make(view), flatten=flatten, on_close=on_close)
+
+    def _run_async(self, query) -> AsyncIterator:
+        needs_values, flatten, make = query
+
+        async def gen():
+            view, on_close = await self._query_view_async(needs_values)
+            async with contextlib.aclosing(aiterate(lambda: make(view), flatten=flatten,
+                                                    on_close=on_close)) as it:
+                async for item in it:
+                    yield item
+        return gen()
+
+    # -- folds --
+
+    def fold_keys(self, bucket=None, start=None, end=None, *,
+                  batch_size: int = 1000) -> Iterator[tuple]:
+        """``(bucket, key)`` of every live object, in key order: all buckets, or one bucket
+        with keys from ``start`` to ``end`` (both included; either may be ``None``)."""
+        return self._run(self._keys_query(bucket, start, end, batch_size, False, False))
+
+    def fold_keys_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
+                          binary_names: bool = False) -> Iterator[pa.RecordBatch]:
+        """:meth:`fold_keys` as Arrow batches with columns ``bucket`` and ``key`` (``string``;
+        ``binary`` with ``binary_names=True``)."""
+        return self._run(self._keys_query(bucket, start, end, batch_size, True, binary_names))
+
+    def fold_heads(self, bucket=None, start=None, end=None, *,
+                   batch_size: int = 1000) -> Iterator[tuple]:
+        """``(bucket, key, Head)`` of every live object in the range, in key order."""
+        return self._run(self._heads_query(bucket, start, end, batch_size, False, False))
+
+    def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
+                           binary_names: bool = False) -> Iterator[pa.RecordBatch]:
+        """:meth:`fold_heads` as Arrow batches (columns: see
+        :data:`~leveled_ray.read.query_results.HEADS_SCHEMA`)."""
+        return self._run(self._heads_query(bucket, start, end, batch_size, True, binary_names))
+
+    def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",
+                     batch_size: int = 1000) -> Iterator[tuple]:
+        """``(bucket, key, value)`` of every live object in the range.
+
+        ``order="key"`` reads the Ledger in key order and fetches each batch's values (one
+        request per journal file involved). ``order="sqn"`` reads the Journal in file order,
+        whole files at a time, and keeps the entries still current: objects come in the
+        order they were written.
+        """
+        return self._run(self._objects_query(bucket, start, end, batch_size, False, False,
+                                             order))
+
+    def fold_objects_batches(self, bucket=None, start=None, end=None, *, order: str = "key",
+                             batch_size: int = 1000, binary_names: bool = False,
+                             with_indexes: bool = False) -> Iterator[pa.RecordBatch]:
+        """:meth:`fold_objects` as Arrow batches with columns ``bucket``, ``key``, ``value``,
+        ``sqn`` and ``last_modified`` (and ``indexes`` with ``with_indexes=True``)."""
+        return self._run(self._objects_query(bucket, start, end, batch_size, True,
+                                             binary_names, order, with_indexes))
+
+    def fold_keys_async(self, bucket=None, start=None, end=None, *,
+                        batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """Async iterator form of :meth:`fold_keys`."""
+        return self._run_async(self._keys_query(bucket, start, end, batch_size, False, False))
+
+    def fold_heads_async(self, bucket=None, start=None, end=None, *,
+                         batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """Async iterator form of :meth:`fold_heads`."""
+        return self._run_async(self._heads_query(bucket, start, end, batch_size, False, False))
+
+    def fold_objects_async(self, bucket=None, start=None, end=None, *, order: str = "key",
+                           batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """Async iterator form of :meth:`fold_objects`."""
+        return self._run_async(self._objects_query(bucket, start, end, batch_size, False,
+                                                   False, order))
+
+    # -- secondary indexes --
+
+    def _index_query(self, bucket, field, start, end, return_terms, term_regex, start_key,
+                     max_results):
+        check_index_query(field, start, end, term_regex, max_results)
+        self._check_fold("index")
+
+        def make(view):
+            return index_entries(view, bucket, field, start, end, return_terms=return_terms,
+                                 term_regex=term_regex, start_key=start_key,
+                                 max_results=max_results)
+        return False, True, make
+
+    def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
+                    term_regex=None, start_key=None,
+                    max_results: int | None = None) -> Iterator:
+        """Keys of the objects whose ``field`` holds a term from ``start`` to ``end`` (both
+        included), in (term, key) order; ``(term, key)`` pairs with ``return_terms=True``.
+
+        ``_bin`` fields take ``str`` terms, ``_int`` fields ``int`` terms. ``term_regex``
+        keeps terms that match it (Python ``re.search``; ``_bin`` fields). Paging:
+        ``max_results`` stops after that many; to continue after a result ``(term, key)``,
+        ask again with ``start=term, start_key=key``.
+        """
+        return self._run(self._index_query(bucket, field, start, end, return_terms,
+                                           term_regex, start_key, max_results))
+
+    def index_query_async(self, bucket, field: str, start, end, *, return_terms=False,
+                          term_regex=None, start_key=None, max_results=None) -> AsyncIterator:
+        """Async iterator form of :meth:`index_query`."""
+        return self._run_async(self._index_query(bucket, field, start, end, return_terms,
+                                                 term_regex, start_key, max_results))
+
+    # -- buckets --
+
+    def list_buckets(self) -> list:
+        """Every bucket holding a live object, in key order."""
+        return next(self._run((False, False, lambda view: _once(list_buckets(view)))))
+
+    def is_empty(self) -> bool:
+        """Whether the store holds no live object."""
+        lo, hi = object_range()
+        return next(self._run((False, False, lambda view: _once(first_live_key(view, lo, hi)))
+                              )) is None
+
+    async def list_buckets_async(self) -> list:
+        async with contextlib.aclosing(self._run_async(
+                (False, False, lambda view: _once(list_buckets(view))))) as it:
+            async for result in it:
+                return result
+
+    async def is_empty_async(self) -> bool:
+        lo, hi = object_range()
+        async with contextlib.aclosing(self._run_async(
+                (False, False, lambda view: _once(first_live_key(view, lo, hi))))) as it:
+            async for result in it:
+                return result is None
+
+
+async def _once(coro) -> AsyncIterator:
+    yield await coro
+

@@ -1,0 +1,180 @@
+"""Range scans of a point in time: the newest entry of every key in a range, streamed in order.
+
+A scan merges sorted *sources*: the overlay (entries newer than the files), each L0 file, and
+each deeper level (a run of files sorted by key range that do not overlap). Each source hands
+out sorted Arrow tables of bounded size, read a range of whole blocks at a time with one read
+ahead. The merge works window by window: a window ends at the smallest last key any source has
+buffered, every source gives up its rows up to there, and one Arrow sort keeps the newest entry
+of each key. Memory stays at about two reads per source however large the range is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..codec import ACTIVE
+from ..files.clerk import ClerkHost
+from ..files.sst import SstInfo, block_span, sort_and_dedupe
+from .point_in_time import PointInTime
+
+#: Bytes of SST blocks one scan read fetches (one ranged GET), at most ...
+READ_BYTES = 1 << 20
+#: ... and at first: a source's reads double from this, so short queries read little.
+FIRST_READ_BYTES = 32 << 10
+#: Rows of the overlay handed out at a time.
+OVERLAY_ROWS = 16_384
+
+
+class _Overlay:
+    """The point in time's overlay, sliced to the range."""
+
+    def __init__(self, view: PointInTime, lo: bytes, hi: bytes):
+        keys, table = view.overlay_table()
+        start, stop = bisect.bisect_left(keys, lo), bisect.bisect_left(keys, hi)
+        self._table = table.slice(start, stop - start)
+        self._pos = 0
+
+    async def next(self) -> pa.Table | None:
+        if self._pos >= self._table.num_rows:
+            return None
+        part = self._table.slice(self._pos, OVERLAY_ROWS)
+        self._pos += OVERLAY_ROWS
+        return part
+
+    async def close(self) -> None:
+        pass
+
+
+class _Run:
+    """SSTs sorted by key range that do not overlap (one L0 file, or a whole deeper level),
+    read a range of whole blocks at a time, with the next read in flight. Reads start at
+    :data:`FIRST_READ_BYTES` and double up to :data:`READ_BYTES`, so a query that wants a few
+    rows reads little and a long scan reads in large requests."""
+
+    def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes):
+        self._host = host
+        self._files = deque(f for f in files if f.max_key >= lo and f.min_key < hi)
+        self._lo, self._hi = lo, hi
+        self._file: list | None = None  # [clerk, footer, next block, end block]
+        self._read_bytes = FIRST_READ_BYTES
+        self._ahead: asyncio.Future | None = None
+
+    async def _read(self) -> pa.Table | None:
+        while True:
+            if self._file is None:
+                if not self._files:
+                    return None
+                clerk = self._host.sst(self._files.popleft())
+                footer = await clerk.footer()
+                first, end = block_span(footer, self._lo, self._hi)
+                if first < end:
+                    self._file = [clerk, footer, first, end]
+                continue
+            clerk, footer, first, end = self._file
+            stop = first + 1
+            while (stop < end
+                   and footer.offsets[stop + 1] - footer.offsets[first] <= self._read_bytes):
+                stop += 1
+            self._file[2] = stop
+            if stop >= end:
+                self._file = None
+            self._read_bytes = min(2 * self._read_bytes, READ_BYTES)
+            table = clip(pa.Table.from_batches(await clerk.read_blocks(first, stop)),
+                         self._lo, self._hi)
+            if table.num_rows:
+                return table
+
+    async def next(self) -> pa.Table | None:
+        ahead = self._ahead if self._ahead is not None else asyncio.ensure_future(self._read())
+        table = await ahead
+        self._ahead = asyncio.ensure_future(self._read()) if table is not None else None
+        return table
+
+    async def close(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.cancel()
+            with contextlib.suppress(BaseException):
+                await ahead
+
+
+def clip(table: pa.Table, lo: bytes, hi: bytes) -> pa.Table:
+    """The rows of a sorted table with ``lo <= key < hi``."""
+    if not table.num_rows:
+        return table
+    keys = table.column("key")
+    if keys[0].as_py() >= lo and keys[-1].as_py() < hi:
+        return table
+    start = pc.sum(pc.less(keys, lo)).as_py() or 0
+    stop = pc.sum(pc.less(keys, hi)).as_py() or 0
+    return table.slice(start, max(0, stop - start))
+
+
+def live_rows(table: pa.Table, now_s: float) -> pa.Table:
+    """Only the entries that are current objects or index entries: not tombstones, not
+    expired."""
+    expiry = table.column("expiry")
+    if pc.max(expiry).as_py() in (0, None) and pc.max(table.column("status")).as_py() in (
+            ACTIVE, None):
+        return table  # the common case, checked with two reductions
+    keep = pc.and_(pc.equal(table.column("status"), ACTIVE),
+                   pc.or_(pc.equal(expiry, 0), pc.greater(expiry, int(now_s))))
+    return table if pc.all(keep).as_py() else table.filter(keep)
+
+
+def sources(view: PointInTime, lo: bytes, hi: bytes) -> list:
+    """The scan's sources, newest first."""
+    out: list = [_Overlay(view, lo, hi)]
+    out += [_Run(view.host, (sst,), lo, hi) for sst in view.files.levels[0]]
+    out += [_Run(view.host, level, lo, hi) for level in view.files.levels[1:] if level]
+    return out
+
+
+async def scan(view: PointInTime, lo: bytes, hi: bytes, *, now_s: float | None = None,
+               live: bool = True) -> AsyncIterator[pa.Table]:
+    """The newest entry of each Ledger key in ``[lo, hi)`` at ``view``, in key order, as Arrow
+    tables of :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows. ``live`` leaves out tombstones and
+    entries expired at ``now_s`` (default: now). Closing the iterator early stops its reads."""
+    now_s = time.time() if now_s is None else now_s
+    runs = sources(view, lo, hi)
+    try:
+        bufs = list(await asyncio.gather(*(r.next() for r in runs)))
+        while True:
+            active = [i for i, b in enumerate(bufs) if b is not None]
+            if not active:
+                return
+            if len(active) == 1:  # one source left: its rows are already sorted and unique
+                (i,) = active
+                out, bufs[i] = bufs[i], await runs[i].next()
+            else:
+                bound = min(bufs[i].column("key")[-1].as_py() for i in active)
+                parts, drained = [], []
+                for i in active:
+                    buf = bufs[i]
+                    n = pc.sum(pc.less_equal(buf.column("key"), bound)).as_py() or 0
+                    if n:
+                        parts.append(buf.slice(0, n))
+                    if n == buf.num_rows:
+                        drained.append(i)
+                    else:
+                        bufs[i] = buf.slice(n)
+                for i, table in zip(drained, await asyncio.gather(*(runs[i].next()
+                                                                     for i in drained))):
+                    bufs[i] = table
+                out = parts[0] if len(parts) == 1 else sort_and_dedupe(
+                    pa.concat_tables(parts).combine_chunks())
+            if live:
+                out = live_rows(out, now_s)
+            if out.num_rows:
+                yield out
+    finally:
+        for r in runs:
+            await r.close()

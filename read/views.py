@@ -1,0 +1,158 @@
+"""What a reader sees of the files: the Ledger's levels and the Journal's SQN index.
+
+Both are immutable values built from a manifest (or from the Penciller's and Inker's latest
+state) and read through the file clerks of a :class:`~leveled_ray.files.clerk.ClerkHost`. The
+Bookie serves GET and HEAD from them in its own process, so a lookup costs no extra actor hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import ObjectStoreError
+from ..files.bloom import key_hash
+from ..files.clerk import ClerkHost
+from ..files.journal import KIND_DATA, JournalInfo, JournalRecord
+from ..files.sst import SstInfo
+
+
+@dataclass(frozen=True)
+class LedgerFiles:
+    """The Ledger's files at one manifest version: ``levels[0]`` newest first, deeper levels
+    sorted by key range and not overlapping."""
+
+    version: int
+    levels: tuple[tuple[SstInfo, ...], ...]
+    persisted_sqn: int
+
+    def candidates(self, lkey: bytes):
+        """Files that may hold ``lkey``, in the order they must be searched (newest first)."""
+        for sst in self.levels[0]:
+            if sst.min_key <= lkey <= sst.max_key:
+                yield sst
+        for level in self.levels[1:]:
+            i = bisect.bisect_left([s.max_key for s in level], lkey)
+            if i < len(level) and level[i].min_key <= lkey:
+                yield level[i]
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(level) for level in self.levels)
+
+
+async def ledger_get(host: ClerkHost, files: LedgerFiles, lkey: bytes) -> tuple | None:
+    """The newest Ledger entry for ``lkey`` in the files: bloom first, then one block read."""
+    khash = key_hash(lkey)
+    for sst in files.candidates(lkey):
+        entry = await host.sst(sst).get(lkey, khash)
+        if entry is not None:
+            return entry
+    return None
+
+
+class JournalIndex:
+    """Which journal file holds which SQN (data files only; fences hold none)."""
+
+    def __init__(self, files=()):
+        self._files: list[JournalInfo] = []
+        self._max: list[int] = []
+        self.extend(files)
+
+    def extend(self, files) -> None:
+        new = [f for f in files if f.kind == KIND_DATA and f.entries]
+        if not new:
+            return
+        self._files = sorted(self._files + new, key=lambda f: f.max_sqn)
+        self._max = [f.max_sqn for f in self._files]
+
+    def group(self, sqns: np.ndarray) -> list[tuple[JournalInfo, int, int]]:
+        """For increasing ``sqns``: ``(file, lo, hi)`` for each file holding some of them,
+        ``sqns[lo:hi]`` being the ones in its SQN range."""
+        out = []
+        for info in self._files:
+            lo = int(np.searchsorted(sqns, np.uint64(info.min_sqn), side="left"))
+            hi = int(np.searchsorted(sqns, np.uint64(info.max_sqn), side="right"))
+            if lo < hi:
+                out.append((info, lo, hi))
+        return out
+
+    def find(self, sqn: int) -> JournalInfo | None:
+        i = bisect.bisect_left(self._max, sqn)
+        if i < len(self._files) and self._files[i].min_sqn <= sqn:
+            return self._files[i]
+        return None
+
+    @property
+    def files(self) -> list[JournalInfo]:
+        return list(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
+async def journal_fetch_many(host: ClerkHost, index: JournalIndex, sqns: list[int],
+                             values_only: bool = False) -> dict[int, JournalRecord]:
+    """Records (or with ``values_only``, values) for many SQNs: one request per journal file
+    involved, files read concurrently."""
+    by_file: dict[str, tuple[JournalInfo, list[int]]] = {}
+    for sqn in sqns:
+        info = index.find(sqn)
+        if info is not None:
+            by_file.setdefault(info.name, (info, []))[1].append(sqn)
+    found: dict[int, JournalRecord] = {}
+    for part in await asyncio.gather(*(host.journal(info).fetch_many(wanted, values_only)
+                                       for info, wanted in by_file.values())):
+        found.update(part)
+    return found
+
+
+async def journal_values(host: ClerkHost, index: JournalIndex, sqns) -> pa.Array:
+    """The values of ``sqns`` (any order, repeats allowed), as one Arrow array in that order:
+    the blocks that hold them are decoded and one ``take`` gathers the values, with no Python
+    object per value. Raises :class:`ObjectStoreError` if the Journal has no entry for one."""
+    sqns = np.asarray(sqns, dtype=np.uint64)
+    back = None  # where each SQN asked for is in ``ordered``, unless it is ``sqns`` itself
+    ordered = sqns
+    if not np.all(sqns[1:] > sqns[:-1]):
+        order = np.argsort(sqns, kind="stable")
+        ordered = sqns[order]
+        first = np.concatenate(([True], ordered[1:] != ordered[:-1]))
+        back = np.empty(len(sqns), dtype=np.int64)
+        back[order] = np.cumsum(first) - 1
+        ordered = ordered[first]
+
+    async def blocks(info: JournalInfo, lo: int, hi: int) -> tuple[int, pa.Table, np.ndarray]:
+        clerk = host.journal(info)
+        rows = (await clerk.footer()).positions(ordered[lo:hi])
+        if np.any(rows < 0):
+            lost = ordered[lo:hi][rows < 0]
+            raise ObjectStoreError(f"journal file {info.name} has no entry for SQNs "
+                                   f"{lost[:5].tolist()}", definite=True)
+        return lo, *await clerk.blocks_holding(rows)
+
+    # In SQN order, as index.group gives the files (their SQN ranges do not overlap).
+    parts = await asyncio.gather(*(blocks(*g) for g in index.group(ordered)))
+    if sum(len(where) for _, _, where in parts) != len(ordered):
+        held = np.zeros(len(ordered), dtype=bool)
+        for lo, _, where in parts:
+            held[lo:lo + len(where)] = True
+        raise ObjectStoreError(f"the Journal has no value for SQNs "
+                               f"{ordered[~held][:5].tolist()}", definite=True)
+    if not parts:
+        return pa.array([], pa.binary())
+    # One take over every block read: positions within each file's blocks, shifted by the
+    # rows of the files before it, in the order asked for.
+    shift = np.cumsum([0] + [t.num_rows for _, t, _ in parts[:-1]])
+    where = np.concatenate([w + s for (_, _, w), s in zip(parts, shift)])
+    if back is not None:
+        where = where[back]
+    values = pa.chunked_array([c for _, t, _ in parts for c in t.column("value").chunks],
+                              pa.binary())
+    if len(where) == len(values) and np.array_equal(where, np.arange(len(where))):
+        return values.combine_chunks()  # every value read, already in order
+    return await asyncio.to_thread(lambda: values.take(where).combine_chunks())

@@ -1,0 +1,295 @@
+"""The PySpark data source named ``leveled``.
+
+::
+
+    import leveled_ray.spark as lrs
+    spark = lrs.session()                      # or: lrs.register(existing_session)
+    df.write.format("leveled").option("url", url).mode("append").save()
+    spark.read.format("leveled").option("url", url).load()
+
+Reads (:mod:`leveled_ray.bulk.read`) pin a checkpoint, split the key range along SST boundaries
+and read each split straight from the object store in the Spark tasks, as Arrow batches.
+Writes (:mod:`leveled_ray.bulk.write`) build journal files and SSTs in the tasks and install
+them all at once in the writer's ``commit()``; ``abort()`` leaves nothing visible.
+
+Options (all strings, as Spark passes them):
+
+- ``url``: the store; or ``store_name`` alone, for a store running under that name (its URL
+  and settings then come from the running store, on the Ray cluster at ``ray_address``, by
+  default the one the driver ran when it called :func:`register`).
+- reads: ``checkpoint`` (read that one; else the read pins its own), ``bucket``,
+  ``start_key`` / ``end_key`` (both included; need ``bucket``), ``index`` with
+  ``index_start`` / ``index_end`` (a term range of an index field; needs ``bucket``),
+  ``with_indexes`` (add the objects' index terms), ``binary_names`` (bucket and key as
+  binary), ``splits`` (partitions to aim for, default 8), ``batch_size`` (rows per Arrow
+  batch, default 65536), ``lifetime`` (seconds the read's own checkpoint lives unless
+  renewed, default 600). Filters on ``bucket`` and ``key`` are
+  pushed down into the key range.
+- writes: ``store_name`` (the name of the store's running Bookie: install through it while
+  it serves; without it the store must not be open anywhere), ``ray_address``.
+- any field of :class:`~leveled_ray.options.Options`, such as ``s3_endpoint``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualTo,
+    GreaterThanOrEqual,
+    InputPartition,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+
+from ..bulk import read as bulk_read
+from ..bulk import write as bulk_write
+from ..client.ray_connection import ensure_ray
+from ..client.store import connect
+from ..errors import InvalidArgumentError
+from ..options import Options
+from .ray_on_spark import with_bin_dir
+
+FORMAT = "leveled"
+
+
+_READ_OPTIONS = ("checkpoint", "bucket", "start_key", "end_key", "index", "index_start",
+                 "index_end", "with_indexes", "binary_names", "splits", "lifetime", "batch_size",
+                 "store_name", "ray_address")
+
+
+_WRITE_OPTIONS = ("store_name", "ray_address")
+
+
+_OPTION_FIELDS = {f.name: f for f in dataclasses.fields(Options)}
+
+
+def register(spark, ray_address: str | None = None) -> None:
+    """Make ``spark.read.format("leveled")`` and ``df.write.format("leveled")`` work in this
+    session (and turn on Python data source filter pushdown, which the reader uses).
+
+    The data source joins the Ray cluster at ``ray_address`` (default: the one this driver
+    runs on, if Ray is running here) to reach a store named by the ``store_name`` option, so
+    that option alone finds a store this driver opened. Spark's Python workers never start a
+    Ray cluster of their own."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    address = ray_address or _driver_ray_address()
+    source = LeveledDataSource if address is None else type(
+        "LeveledDataSource", (LeveledDataSource,), {"defaults": {"ray_address": address}})
+    spark.dataSource.register(source)
+
+
+def _driver_ray_address() -> str | None:
+    import ray
+
+    return ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+
+
+def session(master: str = "local[2]", app_name: str = "leveled-ray", **conf):
+    """A SparkSession set up for leveled-ray: its Python workers run this interpreter (and
+    find its ``ray`` command), and the data source is registered. ``conf`` adds Spark
+    settings."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PATH"] = with_bin_dir(os.environ.get("PATH", ""))
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.python.filterPushdown.enabled", "true"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+def _flag(name: str, text) -> bool:
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, not {text!r}")
+    return value == "true"
+
+
+def _number(name: str, text, kind):
+    try:
+        return kind(text)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"option {name} must be a number, not {text!r}") from None
+
+
+def store_options(options: dict, base: Options | None = None) -> Options:
+    """The :class:`Options` fields among a source's options, converted from text (on top of
+    ``base``, by default the defaults)."""
+    changes = {}
+    for name, text in options.items():
+        f = _OPTION_FIELDS.get(name)
+        if f is None or text is None:
+            continue
+        kind = str(f.type)
+        if "bool" in kind:
+            changes[name] = _flag(name, text)
+        elif kind.startswith("int"):
+            changes[name] = _number(name, text, int)
+        elif kind.startswith("float"):
+            changes[name] = _number(name, text, float)
+        else:
+            changes[name] = str(text)
+    return (base or Options()).replace(**changes)
+
+
+def _check_names(options: dict, allowed) -> None:
+    unknown = sorted(k for k in options if k not in allowed and k not in _OPTION_FIELDS
+                     and k not in ("url", "path"))
+    if unknown:
+        raise InvalidArgumentError(f"unknown option(s) {unknown} for the leveled data source")
+
+
+def _target(options: dict) -> tuple[str, Options]:
+    """The store's URL and :class:`Options`: from the source's options, or, when only
+    ``store_name`` names the store, from the running store itself (its settings, with the
+    source's options on top)."""
+    url = options.get("url") or options.get("path")
+    if url:
+        return url, store_options(options)
+    name = options.get("store_name")
+    if not name:
+        raise InvalidArgumentError('the leveled data source needs option("url", ...) or '
+                                   'option("store_name", ...) of a running store')
+    ensure_ray(options.get("ray_address"), join=True)
+    running = connect(name)
+    return running.url, store_options(options, running.options)
+
+
+def read_query(options: dict) -> bulk_read.ReadQuery:
+    """The read a source's options describe (checked)."""
+    _check_names(options, _READ_OPTIONS)
+    index = options.get("index")
+    return bulk_read.check_query(bulk_read.ReadQuery(
+        bucket=options.get("bucket"), start=options.get("start_key"),
+        end=options.get("end_key"), index=index,
+        term_start=bulk_read.term_value(index or "", options.get("index_start")),
+        term_end=bulk_read.term_value(index or "", options.get("index_end")),
+        with_indexes=_flag("with_indexes", options.get("with_indexes", "false")),
+        binary_names=_flag("binary_names", options.get("binary_names", "false"))))
+
+
+class LeveledDataSource(DataSource):
+    """``format("leveled")``: reads a checkpoint of a store, appends rows to a store."""
+
+    #: Options that :func:`register` recorded for this session (the source's own win).
+    defaults: dict = {}
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _options(self) -> dict:
+        return {**self.defaults, **dict(self.options)}
+
+    def schema(self) -> str:
+        return read_query(self._options()).spark_schema()
+
+    def reader(self, schema) -> DataSourceReader:
+        return LeveledReader(self._options())
+
+    def writer(self, schema, overwrite: bool) -> LeveledWriter:
+        return LeveledWriter(self._options(), schema, overwrite)
+
+
+class SplitPartition(InputPartition):
+    """One split of a read (what one Spark task reads)."""
+
+    def __init__(self, plan: bulk_read.ReadPlan, split: bulk_read.ReadSplit | None):
+        super().__init__(0 if split is None else split.index)
+        self.plan = plan
+        self.split = split
+
+
+class LeveledReader(DataSourceReader):
+    def __init__(self, options: dict):
+        self.options = options
+        self.query = read_query(options)
+        self.url, self.store_options = _target(options)
+
+    def pushFilters(self, filters):
+        """Narrow the scan to the bucket and key range that ``=``, ``>=`` and ``<=`` filters
+        on ``bucket`` and ``key`` allow; Spark applies the other filters to what is read."""
+        pinned = [f for f in filters if isinstance(f, EqualTo) and f.attribute == ("bucket",)]
+        values = {f.value for f in pinned}
+        if len(values) > 1 or (values and self.query.bucket is not None
+                               and self.query.bucket not in values):
+            self.query = dataclasses.replace(self.query, empty=True)
+            yield from (f for f in filters if f not in pinned)
+            return
+        if values and self.query.index is None:
+            self.query = dataclasses.replace(self.query, bucket=values.pop())
+        handled = list(pinned) if self.query.index is None else []
+        if self.query.bucket is not None and self.query.index is None:
+            start, end = self.query.start, self.query.end
+            for f in filters:
+                if getattr(f, "attribute", None) != ("key",):
+                    continue
+                if isinstance(f, (EqualTo, GreaterThanOrEqual)) and (
+                        start is None or f.value > start):
+                    start = f.value
+                if isinstance(f, (EqualTo, LessThanOrEqual)) and (end is None or f.value < end):
+                    end = f.value
+                if isinstance(f, (EqualTo, GreaterThanOrEqual, LessThanOrEqual)):
+                    handled.append(f)
+            if start is not None and end is not None and start > end:
+                self.query = dataclasses.replace(self.query, empty=True)
+            else:
+                self.query = dataclasses.replace(self.query, start=start, end=end)
+        yield from (f for f in filters if not any(f is h for h in handled))
+
+    def partitions(self):
+        o = self.options
+        plan = bulk_read.begin_read(
+            self.url, self.query, self.store_options, checkpoint=o.get("checkpoint"),
+            lifetime=_number("lifetime", o.get("lifetime", 600), float),
+            splits=_number("splits", o.get("splits", 8), int),
+            batch_size=_number("batch_size", o.get("batch_size", bulk_read.BATCH_SIZE), int))
+        if not plan.splits:  # nothing to read: one empty task, which releases the pin
+            return [SplitPartition(plan, None)]
+        return [SplitPartition(plan, s) for s in plan.splits]
+
+    def read(self, partition: SplitPartition):
+        if partition.split is None:
+            bulk_read.release(partition.plan)
+            return
+        yield from bulk_read.read_split(partition.plan, partition.split)
+
+
+@dataclass
+class PartitionMessage(WriterCommitMessage):
+    files: bulk_write.PartitionFiles
+
+
+class LeveledWriter(DataSourceArrowWriter):
+    """Each task writes its rows as store files; ``commit`` installs them all at once."""
+
+    def __init__(self, options: dict, schema, overwrite: bool):
+        if overwrite:
+            raise InvalidArgumentError('the leveled data source only appends: use mode("append")')
+        _check_names(options, _WRITE_OPTIONS)
+        bulk_write.check_columns(schema.names)
+        url, store = _target(options)
+        self.plan = bulk_write.begin(url, store, store_name=options.get("store_name"),
+                                     ray_address=options.get("ray_address"))
+
+    def write(self, iterator) -> PartitionMessage:
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
+        return PartitionMessage(bulk_write.write_partition(self.plan, partition, iterator))
+
+    def commit(self, messages) -> None:
+        bulk_write.commit(self.plan, [m.files for m in messages if m is not None])
+
+    def abort(self, messages) -> None:
+        bulk_write.abort(self.plan, [m.files for m in messages if m is not None])

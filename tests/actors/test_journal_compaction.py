@@ -1,0 +1,148 @@
+"""Journal compaction: scoring rules (pure), and rewriting runs in one process without Ray."""
+
+import asyncio
+import os
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.actors.bookie import Bookie
+from leveled_ray.codec import OP_DELETE, OP_KEY_DELTA, OP_PUT, index_key, object_key
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest import ManifestStore
+from leveled_ray.manifest import journal_compaction as jc
+
+from test_merges import TINY, settle, write
+
+OPTIONS = TINY.replace(journal_compaction_interval_s=0)
+
+
+async def within(what, awaitable, seconds=30):
+    """Await a step, failing the test with its name if it takes longer than ``seconds``."""
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        raise AssertionError(f"{what} took over {seconds}s") from None
+
+
+def test_scores_targets_and_the_best_run():
+    assert jc.file_score(25, 100) == 25.0 and jc.file_score(0, 0) == 0.0
+    assert jc.run_target(1, 4, 50, 70) == 50 and jc.run_target(4, 4, 50, 70) == 70
+    assert jc.best_run([90, 95, 88], 4, 50, 70) is None  # nothing is worth rewriting
+    run = jc.best_run([90, 10, 20, 95], 4, 50, 70)
+    assert (run.start, run.length) == (1, 2)  # the two mostly-dead files, not the live ones
+    assert jc.best_run([40], 4, 50, 70).length == 1
+
+
+def test_what_an_entry_keeps():
+    idx = ((0, "a_bin", "x"),)
+    # Current, or above the persisted SQN: kept whole.
+    assert jc.keep_record(OP_PUT, 5, idx, 5, 10, jc.RECOVR) == (OP_PUT, True, idx)
+    assert jc.keep_record(OP_PUT, 12, idx, 20, 10, jc.RECOVR) == (OP_PUT, True, idx)
+    # Replaced: dropped under recovr, a key delta under retain.
+    assert jc.keep_record(OP_PUT, 5, idx, 9, 10, jc.RECOVR) is None
+    assert jc.keep_record(OP_PUT, 5, idx, 9, 10, jc.RETAIN) == (OP_KEY_DELTA, False, idx)
+    assert jc.keep_record(OP_PUT, 5, (), 9, 10, jc.RETAIN) is None
+    assert jc.keep_record(OP_DELETE, 5, idx, 9, 10, jc.RETAIN) == (
+        OP_KEY_DELTA, False, ((1, "a_bin", "x"),))
+
+
+async def _load_rounds(bookie, rounds=8, keys=30):
+    for r in range(rounds):
+        await write(bookie, [lr.Put("b", f"k{i}", b"round %d" % r, indexes=[("add", "r_int", r)])
+                             for i in range(keys)], OPTIONS)
+    await settle(bookie)
+
+
+def _journal_names(root):
+    out = set()
+    for dirpath, _, names in os.walk(os.path.join(root, "journal")):
+        out |= {os.path.join(dirpath, n) for n in names}
+    return out
+
+
+def test_compaction_rewrites_dead_runs_and_keeps_every_value(tmp_path):
+    root = str(tmp_path / "db")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", OPTIONS, local=True)
+        await bookie.start()
+        await _load_rounds(bookie)
+        before = _journal_names(root)
+        assert await bookie.compact_journal() == "started"
+        result = await bookie.inker.local.wait_compaction()
+        assert len(result["removed"]) == OPTIONS.max_run_length and len(result["added"]) == 1
+        await settle(bookie)
+        await asyncio.sleep(0.2)
+        after = _journal_names(root)
+        assert len(after) < len(before)
+        assert all(f"round {7}".encode() == v for v in
+                   await bookie.get_many([object_key("b", f"k{i}") for i in range(30)]))
+        await bookie.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("strategy", ["retain", "recovr"])
+def test_ledger_rebuilt_from_the_journal(tmp_path, strategy):
+    """leveled's recovery scenario: every Ledger object is deleted, the store is reopened, and
+    the Ledger is rebuilt from the Journal: values always, index history under retain."""
+    root = str(tmp_path / "db")
+    options = OPTIONS.replace(recovery_strategy=strategy)
+
+    async def run():
+        bookie = Bookie(f"file://{root}", options, local=True)
+        await within("start", bookie.start())
+        await within("load", _load_rounds(bookie))
+        await within("compact", bookie.compact_journal())
+        assert (await within("compaction", bookie.inker.local.wait_compaction()))["removed"]
+        await within("close", bookie.close())
+
+        store = ObjectStore.from_url(f"file://{root}")
+        for meta in await store.list_async("ledger/"):  # every SST ...
+            await store.delete_async(meta.path)
+        manifests = ManifestStore(store)  # ... and the Ledger's state in the manifest
+        await within("manifest", manifests.update(
+            lambda m: m.with_changes(levels=((),), ledger_sqn=0)))
+
+        rebuilt = Bookie(f"file://{root}", options, local=True)
+        info = await within("reopen", rebuilt.start())
+        assert info["replayed"] > 0
+        values = await within("get_many", rebuilt.get_many([object_key("b", f"k{i}")
+                                                             for i in range(30)]))
+        assert values == [b"round 7"] * 30
+        terms = await within("index terms", rebuilt.current_sqns(
+            [index_key("b", "r_int", r, "k3") for r in range(8)]))
+        if strategy == "retain":  # the whole index history came back from key deltas
+            assert all(sqn is not None for sqn in terms)
+        else:  # only what the compacted-away entries did not hold
+            assert terms[-1] is not None and any(sqn is None for sqn in terms)
+        await within("close again", rebuilt.close())
+
+    asyncio.run(run())
+
+
+def test_replaced_journal_files_wait_for_the_inkers_snapshots(tmp_path):
+    root = str(tmp_path / "db")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", OPTIONS, local=True)
+        await bookie.start()
+        await _load_rounds(bookie)
+        inker = bookie.inker.local
+        inker.register_snapshot("journal-reader", timeout_s=60)
+        before = _journal_names(root)
+        await bookie.compact_journal()
+        result = await inker.wait_compaction()
+        await asyncio.sleep(0.5)
+        removed = {os.path.join(root, n) for n in result["removed"]}
+        assert removed <= before and removed <= _journal_names(root)  # still held
+        inker.release_snapshot("journal-reader")
+        for _ in range(100):
+            if not removed & _journal_names(root):
+                break
+            await asyncio.sleep(0.05)
+        assert not removed & _journal_names(root)
+        await bookie.close()
+
+    asyncio.run(run())

@@ -1,0 +1,153 @@
+"""Garbage collection: the keep/delete rules as pure functions (no Ray), then whole passes and
+destroy on file:// and s3:// (moto) with a real store."""
+
+import time
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.admin.handle import gc as gcm
+from leveled_ray.files.journal import JournalInfo
+from leveled_ray.files.names import journal_slot_name, manifest_name, sst_name
+from leveled_ray.files.sst import SstInfo
+from leveled_ray.files.store import ObjectMeta, ObjectStore
+from leveled_ray.manifest import Checkpoint, Manifest
+
+from conftest import SMALL, current_files, stored, wait_until
+
+NOW = 1_000_000.0
+DAY = 86_400.0
+
+
+def sst(name):
+    return SstInfo(name, 10, 1, 0, b"a", b"z", 1, 1)
+
+
+def journal(slot):
+    return JournalInfo(journal_slot_name(slot), slot, 1, 0, 10, 1, slot + 1, slot + 1)
+
+
+def everything(objects) -> set[str]:
+    return {m.path for prefix in ("manifest/", "ledger/", "journal/")
+            for m in objects.list(prefix)}
+
+
+def meta(path, age):
+    return ObjectMeta(path, 10, NOW - age)
+
+
+def test_what_a_pass_keeps_and_deletes():
+    current, pinned, orphan, young, old_only = (f"ledger/{n}.sst" for n in "ABCDE")
+    v1 = Manifest.new().with_changes(levels=((sst(pinned), sst(old_only)),),
+                                     journal=(journal(0),), journal_next_slot=1)
+    v2 = v1.with_changes(levels=((sst(pinned),),))
+    v3 = v2.with_changes(levels=((sst(current),),), journal=(journal(0), journal(1)),
+                         journal_next_slot=2,
+                         checkpoints=(Checkpoint("c", 2, None, 0.0),))
+    listing = [meta(manifest_name(1), 3 * DAY), meta(manifest_name(2), 2 * DAY),
+               meta(manifest_name(3), DAY),
+               *(meta(p, 3 * DAY) for p in (current, pinned, orphan, old_only)),
+               meta(young, 10), meta(journal_slot_name(0), 3 * DAY),
+               meta(journal_slot_name(1), 3 * DAY), meta(journal_slot_name(2), 3 * DAY)]
+    window, min_age = 3600.0, 600.0
+    needed = gcm.needed_versions(listing, (3, v3), NOW, min_age, window)
+    assert needed == {2, 3}  # the newest, and the checkpoint's; v1 stopped being current long ago
+    plan = gcm.plan(listing, (3, v3), {2: v2, 3: v3}, NOW, min_age, window, grace=min_age)
+    assert sorted(plan.files) == [orphan, old_only]
+    assert plan.manifests == [manifest_name(1)]
+    assert plan.kept["journal tail"] == 1 and plan.kept["young"] == 1
+    # A version that was current within the window stays with its files (a snapshot's).
+    recent = [m if m.path != manifest_name(2) else meta(manifest_name(2), 60) for m in listing]
+    recent = [m if m.path != manifest_name(3) else meta(manifest_name(3), 30) for m in recent]
+    assert 1 in gcm.needed_versions(recent, (3, v3.with_changes(checkpoints=())), NOW, min_age,
+                                    window=120.0)
+
+
+def test_a_destroyed_store_goes_after_its_grace_period():
+    m = Manifest.new().with_changes(levels=((sst("ledger/A.sst"),),), destroyed_at=NOW - 100)
+    listing = [meta(manifest_name(0), DAY), meta(manifest_name(1), DAY),
+               meta("ledger/A.sst", DAY), meta(journal_slot_name(0), 1)]
+    early = gcm.plan(listing, (1, m), {1: m}, NOW, 600, 600, grace=1000)
+    assert early.files == [] and early.manifests == [manifest_name(0)]  # an ordinary old one
+    plan = gcm.plan(listing, (1, m), {1: m}, NOW, 600, 600, grace=50)
+    assert sorted(plan.files) == ["journal/00000000000000000000.jnl", "ledger/A.sst"]
+    assert plan.manifests == [manifest_name(0), manifest_name(1)]  # the newest last
+    kept = m.with_changes(checkpoints=(Checkpoint("c", 1, None, 0.0),))
+    assert gcm.plan(listing, (1, kept), {1: kept}, NOW, 600, 600, grace=50).files == []
+
+
+def test_old_outputs_are_not_published():
+    options = lr.Options(gc_min_age_s=100)
+    gcm.check_publishable([sst_name()], options, time.time())
+    with pytest.raises(lr.ObjectStoreError):
+        gcm.check_publishable([sst_name()], options, time.time() + 51)
+
+
+@pytest.mark.ray
+def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, durable_backend):
+    url, options = durable_backend
+    options = options.replace(**SMALL, long_snapshot_timeout_s=3, gc_interval_s=0)
+    store = lr.open(url, options)
+    objects = ObjectStore.from_url(url, options)
+    try:
+        store.put_many([lr.Put("b", f"k{i:04d}", b"first") for i in range(300)])
+        wait_until(lambda: store.stats()["penciller"]["ledger_sqn"] > 0, timeout=30)
+        checkpoint = store.checkpoint()
+        snap = store.snapshot(timeout_s=3)
+        for r in range(4):
+            store.put_many([lr.Put("b", f"k{i:04d}", b"round %d" % r) for i in range(300)])
+        orphan = sst_name()  # what a writer that crashed mid-merge leaves behind
+        objects.put(orphan, b"never published")
+        time.sleep(2.1)
+        # A store is running: min_age must exceed the time from an upload to its commit.
+        plan = lr.gc(url, min_age=2, options=options)
+        assert orphan in plan.files and orphan not in stored(url, options)
+        keys = [("b", f"k{i:04d}") for i in range(300)]
+        assert lr.reader(url, checkpoint.id, options=options).get_many(keys) == [b"first"] * 300
+        assert snap.get_many(keys) == [b"first"] * 300
+        assert store.get_many(keys) == [b"round 3"] * 300
+        # Nothing needs the old versions any more: a later pass leaves only the newest files.
+        store.delete_checkpoint(checkpoint.id)
+        snap.release()
+        time.sleep(3.5)  # past the snapshot window
+
+        def only_current():
+            lr.gc(url, min_age=2, options=options)
+            return stored(url, options) <= current_files(url, options) | {
+                m.path for m in objects.list("journal/")}  # the tail stays
+
+        wait_until(only_current, timeout=60, interval=1.0)
+        ledger = {m.path for m in objects.list("ledger/")}
+        assert ledger <= current_files(url, options)
+        assert len([m for m in objects.list("manifest/")]) < 10
+        assert store.get_many(keys) == [b"round 3"] * 300
+    finally:
+        store.close()
+
+
+@pytest.mark.ray
+def test_destroy_soft_and_hard(ray_cluster, durable_backend):
+    url, options = durable_backend
+    store = lr.open(url, options)
+    store.put("b", "k", b"v")
+    checkpoint = store.checkpoint()
+    with pytest.raises(lr.InvalidArgumentError):
+        lr.destroy(url, soft=False, options=options)  # a live checkpoint
+    assert lr.destroy(url, options=options) == 0  # soft: marked, the writer fenced
+    with pytest.raises(lr.FencedError):  # its next journal write meets the fence
+        store.put("b", "k", b"after the destroy")
+    store.close()
+    with pytest.raises(lr.InvalidArgumentError):
+        lr.open(url, options)
+    objects = ObjectStore.from_url(url, options)
+    assert lr.gc(url, min_age=0, options=options).paths == []  # the checkpoint keeps it all
+    lr.admin(url, options).delete_checkpoint(checkpoint.id)
+    assert lr.gc(url, min_age=0, options=options).paths
+    assert everything(objects) == set()
+    # Hard: everything now.
+    other = url.rstrip("/") + "-hard"
+    store = lr.open(other, options)
+    store.put("b", "k", b"v")
+    store.close()
+    assert lr.destroy(other, soft=False, options=options) > 0
+    assert everything(ObjectStore.from_url(other, options)) == set()

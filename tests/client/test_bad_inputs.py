@@ -1,0 +1,120 @@
+"""Bad inputs get clear, typed errors, and the store is unchanged."""
+
+import pytest
+
+import leveled_ray as lr
+
+pytestmark = pytest.mark.ray
+
+BAD_CALLS = [
+    ("empty bucket", lambda s: s.put("", "k", b"v"), "bucket must not be empty"),
+    ("empty key", lambda s: s.put("b", b"", b"v"), "key must not be empty"),
+    ("int key", lambda s: s.put("b", 7, b"v"), "key must be str or bytes"),
+    ("str value", lambda s: s.put("b", "k", "text"), "value must be bytes"),
+    ("None value", lambda s: s.put("b", "k", None), "value must be bytes"),
+    ("value too big", lambda s: s.put("b", "k", b"x" * 2049), "max_value_bytes"),
+    ("bad index op", lambda s: s.put("b", "k", b"v", indexes=[("set", "a_bin", "x")]),
+     "'add' or 'remove'"),
+    ("bad index term", lambda s: s.put("b", "k", b"v", indexes=[("add", "n_int", "x")]),
+     "int terms"),
+    ("negative ttl", lambda s: s.put("b", "k", b"v", ttl=-1), "ttl must be positive"),
+    ("both conditions", lambda s: s.put("b", "k", b"v", if_sqn=1, if_absent=True), "not both"),
+    ("put_many item", lambda s: s.put_many([lr.Put("b", "k", b"v"), ("b", "k2", b"v")]),
+     "Put or Delete"),
+    ("put_many not a list", lambda s: s.put_many(lr.Put("b", "k", b"v")), "list of"),
+    ("put_many one bad", lambda s: s.put_many([lr.Put("b", "ok", b"v"), lr.Put("b", "", b"v")]),
+     "key must not be empty"),
+    ("put_many too big", lambda s: s.put_many([lr.Put("b", f"k{i}", b"x" * 2000)
+                                               for i in range(40)]), "max_journal_bytes"),
+    ("get bad key", lambda s: s.get("b", None), "key must be str or bytes"),
+    ("get_many pair", lambda s: s.get_many([("b", "k", "x")]), "pair"),
+    ("get_many str", lambda s: s.get_many("bk"), "pairs"),
+    ("metadata", lambda s: s.put("b", "k", b"v", metadata={"x": {1, 2}}), "JSON"),
+    ("surrogate bucket", lambda s: s.put("\ud800", "k", b"v"), "not valid unicode"),
+    ("surrogate key", lambda s: s.put("b", "k\udfff", b"v"), "not valid unicode"),
+    ("surrogate term", lambda s: s.put("b", "k", b"v", indexes=[("add", "a_bin", "\ud800")]),
+     "not valid unicode"),
+    ("surrogate field", lambda s: s.put("b", "k", b"v", indexes=[("add", "\ud800_bin", "x")]),
+     "not valid unicode"),
+    ("surrogate get", lambda s: s.get("b", "\ud800"), "not valid unicode"),
+    ("surrogate query", lambda s: s.index_query("b", "a_bin", "\ud800", "z"),
+     "not valid unicode"),
+]
+
+
+@pytest.fixture(scope="module")
+def small_store(ray_cluster, tmp_path_factory):
+    url = f"file://{tmp_path_factory.mktemp('bad')}/db"
+    store = lr.open(url, lr.Options(max_value_bytes=2048, max_journal_bytes=64 * 1024))
+    store.put("b", "k", b"original")
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize("name,call,message", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_input_is_rejected_and_changes_nothing(small_store, name, call, message):
+    before = small_store.stats()
+    with pytest.raises(lr.InvalidArgumentError, match=message):
+        call(small_store)
+    after = small_store.stats()
+    assert after["next_sqn"] == before["next_sqn"]
+    assert after["changes"] == before["changes"]
+    assert small_store.get("b", "k") == b"original"
+    assert small_store.get("b", "ok") is None and small_store.get("b", "k2") is None
+
+
+def test_bad_urls_and_options(ray_cluster):
+    for url in ("ftp://x/y", "file://relative/path", "s3:///no-bucket", "memory://", 5,
+                "s3://", "s3://bucket//prefix", "s3://bucket/a//b", "s3://Bad_Bucket/p",
+                "s3://bucket/p?x=1"):
+        with pytest.raises(lr.InvalidArgumentError):
+            lr.open(url)
+    with pytest.raises(lr.InvalidArgumentError, match="lr.Options"):
+        lr.open("memory://x", options={"compression": "lz4"})
+    with pytest.raises(lr.InvalidArgumentError, match="detached store needs a name"):
+        lr.open("memory://x", detached=True)
+
+
+def test_closed_store_raises_store_closed(ray_cluster, tmp_url):
+    store = lr.open(tmp_url)
+    store.close()
+    store.close()  # closing twice is harmless
+    with pytest.raises(lr.StoreClosedError):
+        store.put("b", "k", b"v")
+    with pytest.raises(lr.StoreClosedError):
+        store.get("b", "k")
+
+
+@pytest.mark.parametrize("field", ["journal_flush_ms", "push_ms", "request_timeout_s",
+                                   "gc_min_age_s", "write_resolve_s", "snapshot_timeout_s"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, "1", None, True])
+def test_every_number_option_refuses_non_finite_and_wrong_values(field, value):
+    with pytest.raises(lr.InvalidArgumentError, match=field):
+        lr.Options(**{field: value})
+    with pytest.raises(lr.InvalidArgumentError, match=field):
+        lr.Options().replace(**{field: value})
+
+
+def test_every_option_field_is_validated():
+    import dataclasses
+
+    for f in dataclasses.fields(lr.Options):
+        with pytest.raises(lr.InvalidArgumentError, match=f.name):
+            lr.Options(**{f.name: object()})
+
+
+@pytest.mark.parametrize("min_age", [-1, "x", float("nan"), float("inf")])
+def test_gc_refuses_a_bad_min_age_and_deletes_nothing(tmp_path, min_age):
+    from leveled_ray.bulk import write as bulk_write
+    from leveled_ray.files.store import ObjectStore
+
+    url = f"file://{tmp_path}/db"
+    bulk_write.begin(url)  # creates the store's first manifest, offline
+    (tmp_path / "db" / "ledger").mkdir()
+    (tmp_path / "db" / "ledger" / "orphan.sst").write_bytes(b"x")
+    store = ObjectStore.from_url(url)
+    before = {m.path for prefix in ("ledger/", "manifest/") for m in store.list(prefix)}
+    with pytest.raises(lr.InvalidArgumentError, match="min_age"):
+        lr.gc(url, min_age=min_age)
+    assert {m.path for prefix in ("ledger/", "manifest/") for m in store.list(prefix)} == before
+
