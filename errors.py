@@ -55,6 +55,10 @@ class FencedError(LeveledError):
     def _args(self) -> tuple:
         return (self.args[0],)
 
+    def again(self) -> FencedError:
+        """A fresh copy, for each later call that the same fencing refuses."""
+        return FencedError(self.args[0], epoch=self.epoch, current_epoch=self.current_epoch)
+
     def __reduce__(self):
         return (_rebuild_fenced, (self.args[0], self.epoch, self.current_epoch))
 

@@ -1,5 +1,6 @@
-"""Group commit's records and rules: the changes of one ``put_many`` call waiting for their
-journal file, and what becomes of queued groups when a journal write fails.
+"""Group commit: the changes of each ``put_many`` call wait as a :class:`Group`, and the
+:class:`GroupCommit` writer turns everything queued while the last journal write was in flight
+into the next journal file.
 
 A group is admitted with its conditions checked and its index changes resolved against every
 change before it, durable or still queued. When a journal write fails for sure, the groups
@@ -11,11 +12,29 @@ fails too, definitely, having never been sent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..codec import LedgerRows
-from .remote import ValueBatch
+from ..errors import FencedError, ObjectStoreError, StoreClosedError
+from ..files.outcomes import RetryPolicy
+from ..options import Options
+from .remote import ValueBatch, wait_set
+
+
+class JournalColumns(NamedTuple):
+    """A group's journal records as columns, without values (the Inker adds them)."""
+
+    first_sqn: int
+    last_modified: int
+    ops: tuple
+    keys: tuple
+    indexes: tuple
+    expiries: tuple
+    extras: tuple
 
 
 @dataclass
@@ -23,9 +42,7 @@ class Group:
     """One caller's changes, waiting for their journal file to be durable."""
 
     sqns: range
-    #: The group's journal records as columns, without values:
-    #: ``(first_sqn, last_modified, ops, keys, indexes, expiries, extras)``.
-    records: tuple
+    records: JournalColumns
     values: ValueBatch
     rows: LedgerRows
     nbytes: int
@@ -34,7 +51,7 @@ class Group:
 
     @property
     def keys(self) -> tuple[bytes, ...]:
-        return self.records[3]
+        return self.records.keys
 
 
 def split_queue(failed: Iterable[Group], queued: Iterable[Group]) -> tuple[list[Group],
@@ -52,3 +69,177 @@ def split_queue(failed: Iterable[Group], queued: Iterable[Group]) -> tuple[list[
             drop.append(group)
             touched.update(group.keys)
     return keep, drop
+
+
+class GroupCommit:
+    """The queue of admitted groups and the journal writer that drains it: one journal file
+    for everything queued while the last one was written, with what a failed write, or one of
+    unknown outcome, does to the queue. The Bookie gives it what it needs as functions:
+
+    - ``write(groups)`` writes one journal file and returns its info (the Inker's ``append``);
+    - ``settle()`` settles a write in doubt: its info if written, or raises a definite
+      :class:`ObjectStoreError` if sealed (the Inker's ``settle``);
+    - ``durable(groups, info)`` makes durable groups visible (before they are acknowledged);
+    - ``release(group)`` forgets a failed group's pending changes;
+    - ``stopped(exc)`` learns that nothing more can be written (fencing, close, a lost Inker);
+    - ``closing()`` says whether the store is closing.
+    """
+
+    def __init__(self, options: Options, *, write: Callable[[list[Group]], Awaitable],
+                 settle: Callable[[], Awaitable], durable: Callable[[list[Group], object], None],
+                 release: Callable[[Group], None], stopped: Callable[[BaseException], None],
+                 closing: Callable[[], bool]):
+        self.options = options
+        self._write, self._settle_call, self._durable = write, settle, durable
+        self._release, self._stopped, self._closing = release, stopped, closing
+        self.queue: deque[Group] = deque()
+        self.queued_bytes = 0
+        #: Groups whose journal write had an unknown outcome: settled (resent or sealed)
+        #: before anything else is written; until then new writes wait, boundedly.
+        self.in_doubt: list[Group] = []
+        self.settled = asyncio.Event()
+        self.settled.set()
+        self.idle = asyncio.Event()  # nothing queued or being written
+        self.idle.set()
+        self._wake = asyncio.Event()
+        self.counters = {"groups": 0, "in_doubt_groups": 0}
+
+    def add(self, group: Group) -> None:
+        self.queue.append(group)
+        self.queued_bytes += group.nbytes
+        self.idle.clear()
+        self._wake.set()
+
+    async def wait_settled(self) -> None:
+        """While an earlier write's outcome is being settled (the object store does not
+        answer), wait for it, at most ``write_resolve_s``; then fail, definitely: nothing was
+        sent."""
+        if self.in_doubt and not await wait_set(self.settled, self.options.write_resolve_s):
+            raise ObjectStoreError(
+                "not written: the object store has not answered for "
+                f"{self.options.write_resolve_s:g}s, and an earlier write is being settled",
+                definite=True)
+
+    def _take(self) -> list[Group]:
+        """The next journal file's groups: at least one, up to the file's size limits."""
+        taken, size = [], 0
+        while self.queue and (not taken or (
+            size + self.queue[0].nbytes <= self.options.max_journal_bytes
+            and size < self.options.journal_flush_bytes
+        )):
+            group = self.queue.popleft()
+            taken.append(group)
+            size += group.nbytes
+        self.queued_bytes -= size
+        return taken
+
+    async def run(self) -> None:
+        """The journal writer loop."""
+        while True:
+            if self.in_doubt:
+                await self._settle()
+                continue
+            if not self.queue:
+                self.idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            flush_s = self.options.journal_flush_ms / 1000.0
+            if flush_s and self.queued_bytes < self.options.journal_flush_bytes:
+                await asyncio.sleep(flush_s)
+            taken = self._take()
+            try:
+                info = await self._write(taken)
+            except ObjectStoreError as exc:
+                if exc.definite:
+                    self.fail_groups(taken, exc)
+                else:
+                    self._doubt(taken, exc)
+                continue
+            except (FencedError, StoreClosedError, asyncio.CancelledError) as exc:
+                self.stop(taken, exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            except Exception as exc:  # nothing was written: these groups fail, not the store
+                self.fail_groups(taken, exc)
+                continue
+            self._done(taken, info)
+
+    def _done(self, groups: list[Group], info) -> None:
+        self._durable(groups, info)
+        self.counters["groups"] += 1
+        for group in groups:
+            if not group.future.done():
+                group.future.set_result(list(group.sqns))
+
+    def fail_groups(self, failed: list[Group], exc: Exception) -> None:
+        """A journal write failed for sure: its groups fail with ``exc``, and so do the queued
+        groups that depend on them (see :func:`split_queue`); the rest stay."""
+        keep, dependent = split_queue(failed, self.queue)
+        self.queue = deque(keep)
+        self.queued_bytes = sum(g.nbytes for g in keep)
+        self._fail(failed, exc)
+        self._fail(dependent, ObjectStoreError(
+            f"not written: it changes a key of an earlier write that failed ({exc})",
+            definite=True))
+
+    def _doubt(self, groups: list[Group], exc: ObjectStoreError) -> None:
+        """A journal write's outcome is unknown: tell its callers so (``definite=False``), and
+        keep its changes pending until the write is settled."""
+        self.counters["in_doubt_groups"] += len(groups)
+        for group in groups:
+            if not group.future.done():
+                group.future.set_exception(exc)
+        self.in_doubt = groups
+        self.settled.clear()
+
+    async def _settle(self) -> None:
+        """Settle the write in doubt, retrying while the store does not answer. Written: its
+        changes become visible. Sealed: they never will, and the queued groups that depend on
+        them fail. At close, give up after ``write_resolve_s``: the next writer's fence then
+        seals the slot."""
+        delays = RetryPolicy(backoff_s=0.05, max_backoff_s=2.0).delays()
+        started = time.monotonic()
+        groups = self.in_doubt
+        while True:
+            try:
+                info = await self._settle_call()
+                break
+            except ObjectStoreError as exc:
+                if exc.definite:  # sealed: it was not written
+                    info = None
+                    break
+                if self._closing() and time.monotonic() - started > self.options.write_resolve_s:
+                    self.stop(groups, exc)
+                    return
+                await asyncio.sleep(next(delays))
+            except BaseException as exc:
+                self.stop(groups, exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                return
+        self.in_doubt = []
+        self.settled.set()
+        if info is not None:
+            self._done(groups, info)
+        else:
+            self.fail_groups(groups, ObjectStoreError(
+                "the write in doubt was sealed: it was not written", definite=True))
+
+    def _fail(self, groups: list[Group], exc: BaseException) -> None:
+        for group in groups:
+            self._release(group)
+            if not group.future.done():
+                group.future.set_exception(exc)
+
+    def stop(self, taken: list[Group], exc: BaseException) -> None:
+        """Fencing, close, or the loss of the Inker: nothing more can be written."""
+        failed = taken + self.in_doubt + list(self.queue)
+        self.queue.clear()
+        self.queued_bytes = 0
+        self.in_doubt = []
+        self.settled.set()
+        self._fail(failed, exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            self._stopped(exc)

@@ -56,12 +56,12 @@ class _Unsettled:
 class Inker(Owner):
     """Plain-object logic of the Inker; the Bookie starts it as a Ray actor."""
 
-    def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
-        super().__init__(store, options, epoch, manifest)
-        self.files: list[jfmt.JournalInfo] = list(manifest[1].journal)
+    def __init__(self, store: ObjectStore, options: Options, epoch: int, latest: Versioned):
+        super().__init__(store, options, epoch, latest)
+        self.files: list[jfmt.JournalInfo] = list(latest.manifest.journal)
         self.uncatalogued: list[jfmt.JournalInfo] = []
-        self.next_slot = manifest[1].journal_next_slot
-        self.head_only = manifest[1].setting(HEAD_ONLY) is not None
+        self.next_slot = latest.manifest.journal_next_slot
+        self.head_only = latest.manifest.setting(HEAD_ONLY) is not None
         self.fenced: FencedError | None = None
         self.unsettled: _Unsettled | None = None
         self.closed = False
@@ -74,7 +74,7 @@ class Inker(Owner):
         self._schedule: asyncio.Task | None = None
         self._journal_changed = asyncio.Event()
         self.removed: list[str] = []  # journal files removed by the latest compaction
-        self.journal_version = manifest[0]  # manifest version of the latest compaction
+        self.journal_version = latest.id  # manifest version of the latest compaction
         self.counters = {"groups": 0, "entries": 0, "bytes": 0, "fence_slot": -1,
                          "catalog_failures": 0, "compactions": 0, "compaction_failures": 0,
                          "sealed_slots": 0, "commit_retries": 0}
@@ -83,7 +83,8 @@ class Inker(Owner):
 
     async def open(self) -> dict:
         """Fence every older writer; returns the journal files and the highest SQN."""
-        fence, tail = await write_fence(self.store, self.epoch, self.manifest[1].journal_next_slot)
+        fence, tail = await write_fence(self.store, self.epoch,
+                                        self.latest.manifest.journal_next_slot)
         self.counters["fence_slot"] = fence.slot
         self.next_slot = fence.slot + 1
         await self._catalog(tail + [fence])
@@ -176,8 +177,7 @@ class Inker(Owner):
         if self.closed:
             raise StoreClosedError("the Inker is closed")
         if self.fenced is not None:
-            raise FencedError(str(self.fenced), epoch=self.fenced.epoch,
-                              current_epoch=self.fenced.current_epoch)
+            raise self.fenced.again()
 
     def _maybe_catalog(self) -> None:
         if self.uncatalogued and (
@@ -290,15 +290,15 @@ class Inker(Owner):
     def candidates(self, persisted_sqn: int) -> list[jfmt.JournalInfo]:
         """Journal files compaction may rewrite, oldest first: recorded in the manifest, wholly
         at or below the Ledger's persisted SQN, and not the newest data file."""
-        catalogued = {f.name for f in self.manifest[1].journal}
+        catalogued = {f.name for f in self.latest.manifest.journal}
         data = sorted(self.data_files(), key=lambda f: f.min_sqn)
         return [f for f in data[:-1] if f.name in catalogued and f.max_sqn <= persisted_sqn]
 
     async def _compact(self) -> dict:
         try:
             await self.catalog()
-            latest = await self.manifests.latest(self.manifest)
-            persisted = latest[1].ledger_sqn  # the Penciller moves it: read the newest
+            latest = await self.manifests.latest(self.latest)
+            persisted = latest.manifest.ledger_sqn  # the Penciller moves it: read the newest
             if self.head_only:  # trim_journal: the Ledger holds everything, values included
                 removed = [f.name for f in self.candidates(persisted)]
                 result = {"scores": [], "removed": removed, "added": []}
@@ -313,7 +313,7 @@ class Inker(Owner):
                 self.files = sorted([f for f in self.files if f.name not in gone]
                                     + list(result["added"]), key=lambda f: (f.min_sqn, f.slot))
                 self.removed = list(result["removed"])
-                self.journal_version = self.manifest[0]
+                self.journal_version = self.latest.id
                 self.counters["compactions"] += 1
                 self._journal_changed.set()
                 self._journal_changed = asyncio.Event()
@@ -341,7 +341,7 @@ class Inker(Owner):
             "journal_files": len(self.data_files()),
             "uncatalogued": len(self.uncatalogued),
             "next_slot": self.next_slot,
-            "manifest_id": self.manifest[0],
+            "manifest_id": self.latest.id,
             "compacting": self._compaction is not None and not self._compaction.done(),
             "snapshots": len(self.snapshots),
             "last_error": self.last_error or self.tasks.last_error,
@@ -362,6 +362,3 @@ class Inker(Owner):
             if self.fenced is None:
                 await self.catalog()
             self.closed = True
-
-    def manifest_version(self) -> Versioned:
-        return self.manifest

@@ -24,13 +24,13 @@ COMMIT_ATTEMPTS = 3
 
 
 class Owner:
-    def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
+    def __init__(self, store: ObjectStore, options: Options, epoch: int, latest: Versioned):
         self.store = store
         self.options = options
         self.codec = codec_id(options.compression)
         self.epoch = epoch
         self.manifests = ManifestStore(store)
-        self.manifest: Versioned = manifest
+        self.latest: Versioned = latest
         self._commit_lock = asyncio.Lock()
         self.snapshots = SnapshotRegistry()
         self._checkpoints_read = 0.0
@@ -46,9 +46,9 @@ class Owner:
         async with self._commit_lock:
             for attempt in range(COMMIT_ATTEMPTS):
                 try:
-                    self.manifest = await self.manifests.update(
-                        lambda m: transition(m, self.epoch, *args), self.manifest)
-                    return self.manifest
+                    self.latest = await self.manifests.update(
+                        lambda m: transition(m, self.epoch, *args), self.latest)
+                    return self.latest
                 except ObjectStoreError as exc:
                     if exc.definite or attempt == COMMIT_ATTEMPTS - 1:
                         raise
@@ -61,8 +61,8 @@ class Owner:
                           manifest_id: int | None = None) -> int:
         """Register a snapshot of this owner's files as of ``manifest_id`` (default: this
         owner's newest version, which a reader cannot be behind of); returns that version."""
-        version = self.manifest[0] if manifest_id is None else min(manifest_id,
-                                                                    self.manifest[0])
+        version = self.latest.id if manifest_id is None else min(manifest_id,
+                                                                    self.latest.id)
         self.snapshots.register(snapshot_id, version, timeout_s)
         return version
 
@@ -80,10 +80,10 @@ class Owner:
         """
         if not self.snapshots.ready_to_delete(removed_in):
             return False
-        if not checkpoints.blocks_delete(self.manifest[1], removed_in, time.time()):
+        if not checkpoints.blocks_delete(self.latest.manifest, removed_in, time.time()):
             return True
         if time.monotonic() - self._checkpoints_read > 5.0:
             self._checkpoints_read = time.monotonic()
             async with self._commit_lock:  # so the manifest held only moves forward
-                self.manifest = await self.manifests.latest(self.manifest)
-        return not checkpoints.blocks_delete(self.manifest[1], removed_in, time.time())
+                self.latest = await self.manifests.latest(self.latest)
+        return not checkpoints.blocks_delete(self.latest.manifest, removed_in, time.time())

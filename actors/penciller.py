@@ -37,11 +37,11 @@ _INGESTING = MergeJob(0, (), (), False)
 class Penciller(Owner):
     """Plain-object logic of the Penciller; the Bookie starts it as a Ray actor."""
 
-    def __init__(self, store: ObjectStore, options: Options, epoch: int, manifest: Versioned):
-        super().__init__(store, options, epoch, manifest)
+    def __init__(self, store: ObjectStore, options: Options, epoch: int, latest: Versioned):
+        super().__init__(store, options, epoch, latest)
         self.l0_memory: list[pa.RecordBatch] = []
         self.l0_keys = 0
-        self.pushed_sqn = manifest[1].ledger_sqn
+        self.pushed_sqn = latest.manifest.ledger_sqn
         self._l0_since: float | None = None  # when L0 memory last went from empty to not
         self._flush_task: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
@@ -58,7 +58,7 @@ class Penciller(Owner):
                          "age_flushes": 0}
 
     def files(self) -> LedgerFiles:
-        mid, m = self.manifest
+        mid, m = self.latest
         return LedgerFiles(mid, m.levels, m.ledger_sqn)
 
     async def push(self, batch: pa.RecordBatch, max_sqn: int) -> int:
@@ -107,7 +107,8 @@ class Penciller(Owner):
         succeeds. Fencing is final."""
         delay = 0.05
         while self.l0_keys >= self.options.l0_max_keys or (force and self.l0_keys):
-            if len(self.manifest[1].levels[0]) >= self.options.max_l0_files and not self.closing:
+            l0_files = len(self.latest.manifest.levels[0])
+            if l0_files >= self.options.max_l0_files and not self.closing:
                 # Merges are behind: keep the changes in memory; the Bookie sees the backlog
                 # grow and slows writers down. (At close, no merge will come: flush anyway.)
                 await self._merged.wait()
@@ -132,12 +133,12 @@ class Penciller(Owner):
         """Write all of L0 memory to one L0 SST and commit it to the manifest."""
         async with self._flush_lock:
             batches, upto = list(self.l0_memory), self.pushed_sqn
-            if upto > self.manifest[1].ledger_sqn and self.inker is not None:
+            if upto > self.latest.manifest.ledger_sqn and self.inker is not None:
                 # Every manifest version must record the journal files that hold the values of
                 # the Ledger it describes (checkpoints and clones read exactly one version).
                 await call(self.inker.catalog)
             if not batches:
-                if upto > self.manifest[1].ledger_sqn:
+                if upto > self.latest.manifest.ledger_sqn:
                     await self.commit(persist_ledger_sqn, upto)
                     self._notify()
                 return
@@ -164,9 +165,9 @@ class Penciller(Owner):
     async def wait_view(self, known_version: int, timeout: float = 30.0) -> LedgerFiles | None:
         """The Ledger's files once their version differs from ``known_version`` (a long poll);
         ``None`` if nothing changed within ``timeout`` seconds."""
-        if self.manifest[0] == known_version and not await wait_set(self._changed, timeout):
+        if self.latest.id == known_version and not await wait_set(self._changed, timeout):
             return None
-        return self.files() if self.manifest[0] != known_version else None
+        return self.files() if self.latest.id != known_version else None
 
     # -- merges (done by the Penciller's clerk) --
 
@@ -176,7 +177,7 @@ class Penciller(Owner):
             raise self.error
         if self.merging is not None:
             return None
-        self.merging = choose_work(self.manifest[1].levels, self.rng)
+        self.merging = choose_work(self.latest.manifest.levels, self.rng)
         return self.merging
 
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
@@ -219,7 +220,7 @@ class Penciller(Owner):
             await self.flush()
             check_publishable([f.name for f in journal + ssts], self.options, time.time())
             await self.commit(ingest, journal, ssts)
-            self.pushed_sqn = max(self.pushed_sqn, self.manifest[1].ledger_sqn)
+            self.pushed_sqn = max(self.pushed_sqn, self.latest.manifest.ledger_sqn)
         finally:
             self.merging = None
             self._merged.set()
@@ -229,16 +230,16 @@ class Penciller(Owner):
         return self.files()
 
     def stats(self) -> dict:
-        levels = self.manifest[1].levels
+        levels = self.latest.manifest.levels
         return {
             **self.counters,
             "l0_memory_keys": self.l0_keys,
             "l0_files": len(levels[0]),
             "level_files": [len(level) for level in levels],
-            "ledger_sqn": self.manifest[1].ledger_sqn,
+            "ledger_sqn": self.latest.manifest.ledger_sqn,
             "merging": self.merging is not None,
             "snapshots": len(self.snapshots),
-            "manifest_id": self.manifest[0],
+            "manifest_id": self.latest.id,
             "last_error": self.last_error or self.tasks.last_error,
             "background_errors": self.tasks.errors,
             "io": self.store.stats.as_dict(),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -36,3 +38,19 @@ class Tasks:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def watch(wait: Callable[[], Awaitable], adopt: Callable[[Any], None],
+                failed: Callable[[BaseException], None]) -> None:
+    """Adopt each new value that ``wait()`` returns (``None``: nothing new) until it fails;
+    ``failed`` learns why (the owner it long-polls is gone)."""
+    while True:
+        try:
+            value = await wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failed(exc)
+            return
+        if value is not None:
+            adopt(value)

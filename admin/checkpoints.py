@@ -28,7 +28,7 @@ async def record_tail(manifests: ManifestStore, current: Versioned | None = None
         raise InvalidArgumentError(f"no store at {manifests.store.url}")
     store = manifests.store
     tail = [await slot_info(store, s) for s in await tail_slots(store,
-                                                                 latest[1].journal_next_slot)]
+                                                                 latest.manifest.journal_next_slot)]
     if not tail:
         return latest
     next_slot = tail[-1].slot + 1
@@ -70,4 +70,4 @@ async def release_checkpoint(manifests: ManifestStore, checkpoint_id: str) -> No
 
 async def list_checkpoints(manifests: ManifestStore) -> list[Checkpoint]:
     latest = await manifests.latest()
-    return [] if latest is None else list(cp.live(latest[1], time.time()))
+    return [] if latest is None else list(cp.live(latest.manifest, time.time()))

@@ -71,7 +71,7 @@ async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
         raise InvalidArgumentError(f"no store at {parent_url}")
     if existing is None:
         label = f"clone:{url}"
-        pin = next((c for c in cp.live(latest[1], time.time()) if c.name == label), None)
+        pin = next((c for c in cp.live(latest.manifest, time.time()) if c.name == label), None)
         if pin is None:  # 1. pin the parent's version
             pin = await create_checkpoint(parents, None, label, checkpoint, latest)
         source = await parents.read(pin.manifest_id)

@@ -155,12 +155,12 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
     for mid in needed_versions([m for m in metas if m.path.startswith(MANIFEST_PREFIX)],
                                latest, now, min_age, window):
         try:
-            versions[mid] = latest[1] if mid == latest[0] else await manifests.read(mid)
+            versions[mid] = latest.manifest if mid == latest.id else await manifests.read(mid)
         except Exception:  # a pinned version that is gone pins nothing
             continue
     out = plan(metas, latest, versions, now, min_age, window, grace=min_age)
-    if latest[1].parent is not None and not shares_files(versions.values()):
-        out.detached = dry_run or await detach(store, options, latest[1])
+    if latest.manifest.parent is not None and not shares_files(versions.values()):
+        out.detached = dry_run or await detach(store, options, latest.manifest)
     if not dry_run:
         for n, path in enumerate(out.paths):
             await store.delete_async(path)

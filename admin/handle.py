@@ -93,7 +93,7 @@ async def destroy_store(store: ObjectStore, options: Options, soft: bool = True)
     latest = await manifests.latest()
     if latest is None:
         raise InvalidArgumentError(f"no store at {store.url}")
-    if not soft and cp.live(latest[1], time.time()):
+    if not soft and cp.live(latest.manifest, time.time()):
         raise InvalidArgumentError("the store has live checkpoints (clones or readers may "
                                    "depend on them): delete them first, or destroy softly")
     _, m = await manifests.update(lambda m: mark_destroyed(m, time.time()))

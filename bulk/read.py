@@ -178,7 +178,7 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
     if checkpoint is None:
         pin = await create_checkpoint(manifests, lifetime, name="spark-read")
     else:
-        pin = cp.find(latest[1], checkpoint, time.time())
+        pin = cp.find(latest.manifest, checkpoint, time.time())
     manifest = await manifests.read(pin.manifest_id)
     lo, hi = query.key_range(options)
     ranges = [] if query.empty else plan_splits(manifest, lo, hi, splits)
@@ -237,7 +237,7 @@ async def _check_pinned(plan: ReadPlan) -> None:
             _RENEWED[plan.checkpoint_id] = time.monotonic()
         elif not plan.owns:
             latest = await manifests.latest()
-            cp.find(latest[1], plan.checkpoint_id, time.time())
+            cp.find(latest.manifest, plan.checkpoint_id, time.time())
     except CheckpointNotFoundError:
         raise CheckpointNotFoundError(
             f"checkpoint {plan.checkpoint_id} of this read is gone"
@@ -286,7 +286,7 @@ async def _index_rows(view, query: ReadQuery, split: ReadSplit, batch_size: int)
                     continue
                 rows = LedgerRows.from_entries((lk, e) for lk, e, _ in live).to_batch()
                 yield (pa.Table.from_batches([rows]),
-                       await fetch_values(view, [e[0] for _, e, _ in live]),
+                       await fetch_values(view, [e.sqn for _, e, _ in live]),
                        [t for _, _, t in live])
 
 

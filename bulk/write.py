@@ -45,7 +45,7 @@ from ..files.store import ObjectStore
 from ..files.sync import run_sync
 from ..manifest.ingest import IngestConflictError, ingest, partition_window, reserve_base, top_sqn
 from ..manifest.model import Manifest
-from ..manifest.store import ManifestStore
+from ..manifest.store import ManifestStore, Versioned
 from ..manifest.transitions import bump_epoch, record_journal, require_usable
 from ..options import Options
 from ..read.store_reader import StoreReader
@@ -133,8 +133,8 @@ async def begin_async(url: str, options: Options | None = None, *,
         latest = await manifests.create_initial(Manifest.new())
     if latest is None:
         raise InvalidArgumentError(f"no store at {url}")
-    require_usable(latest[1])
-    if latest[1].setting(head_only.SETTING) is not None:
+    require_usable(latest.manifest)
+    if latest.manifest.setting(head_only.SETTING) is not None:
         raise InvalidArgumentError("bulk writes to a head_only store are not supported: write "
                                    "through its Store (put_many)")
     if store_name is not None:
@@ -142,13 +142,13 @@ async def begin_async(url: str, options: Options | None = None, *,
         base, indexed = reserved["base"], reserved["indexed"]
     else:
         tail = [await slot_info(store, s)
-                for s in await tail_slots(store, latest[1].journal_next_slot)]
+                for s in await tail_slots(store, latest.manifest.journal_next_slot)]
         if any(f.entries for f in tail):
             raise IngestConflictError(
                 f"the store at {url} has journal files its manifest does not list yet: a "
                 f"process has it open (give its store name), or it was not closed cleanly "
                 f"(open it once)")
-        base, indexed = reserve_base(top_sqn(latest[1])), _indexed(latest[1])
+        base, indexed = reserve_base(top_sqn(latest.manifest)), _indexed(latest.manifest)
     checkpoint = manifest_id = None
     if indexed:  # rows are resolved against this view (see write_partition)
         pin = await create_checkpoint(manifests, options.gc_min_age_s / 2, name="bulk-write")
@@ -345,7 +345,7 @@ async def _install_offline(plan: BulkWrite, journal, ssts) -> None:
     found = tuple(tail) + (fence,)
     await manifests.update(
         lambda m: ingest(record_journal(m, found, fence.slot + 1), epoch, journal, ssts),
-        (mid, m))
+        Versioned(mid, m))
 
 
 def commit(plan: BulkWrite, parts) -> int:

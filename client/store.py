@@ -18,6 +18,7 @@ from ..codec import (
     Delete,
     Head,
     Put,
+    check_put_size,
     checked_key,
     checked_keys,
     delete_change,
@@ -197,7 +198,7 @@ class Store(Queries):
             limit = self.options.max_head_only_value_bytes
             pairs = [(head_only_mode.ledger_change(c, v, limit), v) for c, v in pairs]
         changes: list[Change] = [c for c, _ in pairs]
-        nbytes = bookie_mod.check_put_size(changes, self.options)
+        nbytes = check_put_size(changes, self.options)
         return self._actor.put_many.remote(pack(changes),
                                            ValueBatch.pack([v for _, v in pairs], nbytes))
 
@@ -294,16 +295,16 @@ class Store(Queries):
 
     def list_checkpoints(self) -> list[Checkpoint]:
         """The live (unexpired) checkpoints."""
-        return _get(self._actor.checkpoint_admin.remote("list"))
+        return _get(self._actor.list_checkpoints.remote())
 
     def refresh_checkpoint(self, checkpoint_id: str,
                            lifetime: float | None = None) -> Checkpoint:
         """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
-        return _get(self._actor.checkpoint_admin.remote("refresh", checkpoint_id, lifetime))
+        return _get(self._actor.refresh_checkpoint.remote(checkpoint_id, lifetime))
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         """Delete a checkpoint (``CheckpointNotFoundError`` if there is no such live one)."""
-        _get(self._actor.checkpoint_admin.remote("delete", checkpoint_id))
+        _get(self._actor.delete_checkpoint.remote(checkpoint_id))
 
     def backup(self, target_url: str, *, target_options: Options | None = None,
                progress: bool = True) -> dict:
@@ -446,14 +447,14 @@ class Store(Queries):
         return await _await(self._actor.checkpoint.remote(lifetime, name, source))
 
     async def list_checkpoints_async(self) -> list[Checkpoint]:
-        return await _await(self._actor.checkpoint_admin.remote("list"))
+        return await _await(self._actor.list_checkpoints.remote())
 
     async def refresh_checkpoint_async(self, checkpoint_id, lifetime=None) -> Checkpoint:
-        return await _await(self._actor.checkpoint_admin.remote("refresh", checkpoint_id,
+        return await _await(self._actor.refresh_checkpoint.remote(checkpoint_id,
                                                                 lifetime))
 
     async def delete_checkpoint_async(self, checkpoint_id) -> None:
-        await _await(self._actor.checkpoint_admin.remote("delete", checkpoint_id))
+        await _await(self._actor.delete_checkpoint.remote(checkpoint_id))
 
     async def stats_async(self) -> dict:
         """Awaitable :meth:`stats`."""

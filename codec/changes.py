@@ -131,3 +131,14 @@ def delete_change(bucket, key, limits, *, indexes=(), if_sqn=None) -> tuple[Chan
 
 def value_hash(value: bytes) -> int:
     return xxhash.xxh3_64_intdigest(value)
+
+
+def check_put_size(changes: list[Change], options) -> int:
+    """The group's size in bytes; one group must fit in one journal file."""
+    total = sum(c.size + len(c.lkey) for c in changes)
+    if total > options.max_journal_bytes:
+        raise InvalidArgumentError(
+            f"put_many of {total} bytes is over max_journal_bytes={options.max_journal_bytes}: "
+            "one group is one journal file; split it or raise the option"
+        )
+    return total

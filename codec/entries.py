@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import msgpack
 import pyarrow as pa
@@ -38,6 +39,20 @@ LEDGER_SCHEMA = pa.schema(
         pa.field("extra", pa.binary(), nullable=False),  # user metadata (JSON), may be empty
     ]
 )
+
+
+class LedgerEntry(NamedTuple):
+    """One key's Ledger entry, without its key: the form the Bookie's cache, the SST blocks
+    and the views share. ``expiry`` is unix seconds (0: never); ``hash`` the value's xxh3;
+    ``extra`` the packed metadata, index terms and (head_only) value."""
+
+    sqn: int
+    status: int
+    expiry: int
+    hash: int
+    size: int
+    last_modified: int
+    extra: bytes
 
 
 @dataclass(frozen=True)
@@ -128,10 +143,10 @@ class LedgerRows:
                         rec.expiry, rec.extra, rec.last_modified)
 
     def entries(self):
-        """``(key, entry)`` pairs, where an entry is ``(sqn, status, expiry, hash, size,
-        last_modified, extra)``: the form the Bookie's cache and the SST blocks share."""
-        return zip(self.key, zip(self.sqn, self.status, self.expiry, self.hash, self.size,
-                                 self.last_modified, self.extra))
+        """``(key, LedgerEntry)`` pairs."""
+        return zip(self.key, map(LedgerEntry._make, zip(
+            self.sqn, self.status, self.expiry, self.hash, self.size, self.last_modified,
+            self.extra)))
 
     @classmethod
     def from_entries(cls, pairs) -> LedgerRows:
@@ -186,12 +201,11 @@ def entry_to_head(sqn, status, expiry, vhash, size, last_modified_ms, extra,
     )
 
 
-def is_live(entry: tuple | None, now_s: float) -> bool:
+def is_live(entry: LedgerEntry | None, now_s: float) -> bool:
     """Whether a Ledger entry is a current object (not a tombstone, not expired)."""
-    if entry is None or entry[1] != ACTIVE:
+    if entry is None or entry.status != ACTIVE:
         return False
-    expiry = entry[2]
-    return not expiry or expiry > now_s
+    return not entry.expiry or entry.expiry > now_s
 
 
 def now_ms() -> int:

@@ -11,7 +11,8 @@ fixed when the store is created: opening it in another mode is refused.
 from __future__ import annotations
 
 from ..errors import InvalidArgumentError
-from . import OP_PUT, Change, pack_extra
+from .changes import OP_PUT, Change
+from .entries import pack_extra
 
 WITH_LOOKUP = "with_lookup"
 NO_LOOKUP = "no_lookup"

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from . import ACTIVE, OP_DELETE, OP_PUT, TOMBSTONE, Change, is_live, pack_extra, unpack_extra
+from .changes import OP_DELETE, OP_PUT, Change
+from .entries import ACTIVE, TOMBSTONE, LedgerEntry, is_live, pack_extra, unpack_extra
 
 _ADD, _REMOVE = 0, 1
 
 
-def held_terms(entry: tuple | None, now_s: float) -> set[tuple]:
+def held_terms(entry: LedgerEntry | None, now_s: float) -> set[tuple]:
     """The ``(field, term)`` pairs a Ledger entry's object holds (none once deleted/expired)."""
-    if not is_live(entry, now_s) or not entry[6]:
+    if not is_live(entry, now_s) or not entry.extra:
         return set()
-    return set(unpack_extra(entry[6])[1])
+    return set(unpack_extra(entry.extra)[1])
 
 
 def resolve(change: Change, current: tuple | None, now_s: float) -> Change:
@@ -50,13 +51,12 @@ def resolve(change: Change, current: tuple | None, now_s: float) -> Change:
     return change._replace(indexes=tuple(rows), extra=pack_extra(metadata, sorted(terms), value))
 
 
-def change_entry(change: Change, sqn: int, last_modified_ms: int) -> tuple:
-    """The Ledger entry a change gives its object: ``(sqn, status, expiry, hash, size,
-    last_modified, extra)``."""
+def change_entry(change: Change, sqn: int, last_modified_ms: int) -> LedgerEntry:
+    """The Ledger entry a change gives its object."""
     if change.op == OP_PUT:
-        return (sqn, ACTIVE, change.expiry, change.vhash, change.size, last_modified_ms,
-                change.extra)
-    return (sqn, TOMBSTONE, 0, 0, 0, last_modified_ms, b"")
+        return LedgerEntry(sqn, ACTIVE, change.expiry, change.vhash, change.size,
+                           last_modified_ms, change.extra)
+    return LedgerEntry(sqn, TOMBSTONE, 0, 0, 0, last_modified_ms, b"")
 
 
 def resolve_all(changes: Sequence[Change], current_of: Callable[[bytes], tuple | None],

@@ -7,6 +7,7 @@ leveled's ``leveled_codec``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import InvalidArgumentError
@@ -42,6 +43,12 @@ def encode_key(tag: bytes, *parts: Any) -> bytes:
     True
     """
     return tag + b"".join(_encode_part(p) for p in parts)
+
+
+def holds_index_entries(min_keys: Iterable[bytes]) -> bool:
+    """Whether files with these smallest keys may hold index entries: index keys (tag ``i``)
+    sort before every object key (tag ``o``)."""
+    return any(k < TAG_OBJECT for k in min_keys)
 
 
 def object_key(bucket: str | bytes, key: str | bytes) -> bytes:

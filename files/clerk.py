@@ -1,9 +1,10 @@
 """File clerks: one small state machine per file, hosted inside a Ray actor (leveled's file clerks).
 
-A clerk moves ``writing -> reading -> delete_pending -> deleted`` and every read of its file goes
-through it. Clerks cache their file's footer (index and bloom) and blocks in their host's cache,
-one LRU with a byte budget shared by every clerk in the host, so memory stays bounded however
-many files there are. Clerks know nothing of levels: the manifest says which file is where.
+A clerk moves ``reading -> delete_pending -> deleted`` (a file is written whole, by one put, so
+its clerk starts once it exists) and every read of its file goes through it. Clerks cache their
+file's footer (index and bloom) and blocks in their host's cache, one LRU with a byte budget
+shared by every clerk in the host, so memory stays bounded however many files there are.
+Clerks know nothing of levels: the manifest says which file is where.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from .store import ObjectStore
 
 
 class FileState(str, enum.Enum):
-    WRITING = "writing"
     READING = "reading"
     DELETE_PENDING = "delete_pending"
     DELETED = "deleted"
@@ -38,7 +38,6 @@ class FileState(str, enum.Enum):
 
 #: The only moves a clerk can make.
 TRANSITIONS: dict[FileState, frozenset[FileState]] = {
-    FileState.WRITING: frozenset({FileState.READING, FileState.DELETED}),
     FileState.READING: frozenset({FileState.DELETE_PENDING}),
     FileState.DELETE_PENDING: frozenset({FileState.DELETED}),
     FileState.DELETED: frozenset(),
@@ -240,9 +239,6 @@ class JournalClerk(FileClerk):
             return jfmt.parse_footer(self.size, tail, self.name)
 
         return await self._cached("footer", load, lambda f: f.nbytes)
-
-    async def fetch(self, sqn: int) -> JournalRecord | None:
-        return (await self.fetch_many([sqn])).get(sqn)
 
     async def fetch_many(self, sqns: list[int],
                          values_only: bool = False) -> dict[int, JournalRecord]:

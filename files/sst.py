@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..codec import LEDGER_SCHEMA, TOMBSTONE
+from ..codec import LEDGER_SCHEMA, TOMBSTONE, LedgerEntry
 from ..errors import CorruptObjectError
 from . import framing
 from .bloom import Bloom
@@ -217,12 +217,12 @@ class Block:
         self.cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(1, 7)]
         self.nbytes = batch.nbytes + 8 * len(self.keys)
 
-    def entry(self, i: int) -> tuple:
-        """``(sqn, status, expiry, hash, size, last_modified, extra)`` of row ``i``."""
+    def entry(self, i: int) -> LedgerEntry:
+        """The Ledger entry of row ``i``."""
         sqn, status, expiry, vhash, size, lm = (int(c[i]) for c in self.cols)
-        return sqn, status, expiry, vhash, size, lm, self.batch.column(7)[i].as_py()
+        return LedgerEntry(sqn, status, expiry, vhash, size, lm, self.batch.column(7)[i].as_py())
 
-    def get(self, key: bytes) -> tuple | None:
+    def get(self, key: bytes) -> LedgerEntry | None:
         i = self.keys.find(key)
         return None if i is None else self.entry(i)
 

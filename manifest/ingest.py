@@ -12,6 +12,8 @@ after a conflict.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..errors import LeveledError
 from ..files.journal import JournalInfo
 from ..files.sst import SstInfo
@@ -55,6 +57,16 @@ def reserve_base(top_sqn: int, reserved_upto: int = 0) -> int:
     if base + WINDOW_SQNS > MAX_SQN:
         raise IngestConflictError("the store's SQNs are used up for bulk writes")
     return base
+
+
+def check_install_order(journal: Iterable[JournalInfo], next_sqn: int) -> None:
+    """A bulk write's files go after every SQN the store gave out (``next_sqn`` is the next);
+    else another bulk write landed first."""
+    low = min(j.min_sqn for j in journal)
+    if low < next_sqn:
+        raise IngestConflictError(
+            f"the store gave out SQN {next_sqn - 1} before the bulk write (from SQN {low}) "
+            "was installed: another bulk write landed first")
 
 
 def top_sqn(manifest: Manifest) -> int:

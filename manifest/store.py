@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from ..errors import InvalidArgumentError, ObjectStoreError
 from ..files.names import MANIFEST_PREFIX, manifest_id_of, manifest_name
@@ -22,7 +23,12 @@ from ..files.outcomes import Created
 from ..files.store import ObjectStore
 from .model import IDENTITY_BYTES, Manifest, check_invariants, decode, encode
 
-Versioned = tuple[int, Manifest]
+
+class Versioned(NamedTuple):
+    """A manifest and its version number (the ``id`` in its object name)."""
+
+    id: int
+    manifest: Manifest
 
 #: Conflicts tolerated by one update before it gives up (each conflict means progress elsewhere).
 MAX_CONFLICTS = 1000
@@ -67,7 +73,7 @@ async def cas_update(
         created = await try_create(mid + 1, updated, manifest)
         if created is Created.MINE:
             if attempt or superseded is None or not await superseded(mid + 1):
-                return mid + 1, updated
+                return Versioned(mid + 1, updated)
             current = await read_latest(None)  # a re-created old id: go on from the newest
             continue
         if created is Created.SEALED:  # nothing changed in that version: apply it again
@@ -98,10 +104,10 @@ class ManifestStore:
 
     async def latest(self, known: Versioned | None = None) -> Versioned | None:
         """The newest version (``known`` is returned when nothing newer exists)."""
-        ids = await self._list_ids(known[0] if known else None)
+        ids = await self._list_ids(known.id if known else None)
         if not ids:
             return known
-        return ids[-1], await self.read(ids[-1])
+        return Versioned(ids[-1], await self.read(ids[-1]))
 
     async def try_create(self, manifest_id: int, manifest: Manifest) -> bool:
         """Create version ``manifest_id``: ``True`` when this call's version holds the id."""
@@ -119,7 +125,7 @@ class ManifestStore:
     async def create_initial(self, manifest: Manifest) -> Versioned:
         """Create manifest 0 for a new store; if another process won, return the latest."""
         if await self.try_create(0, manifest):
-            return 0, manifest
+            return Versioned(0, manifest)
         latest = await self.latest()
         assert latest is not None
         return latest

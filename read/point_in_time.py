@@ -13,13 +13,11 @@ snapshot registers with the store's owners, a reader pins a checkpoint.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
 from ..codec import LEDGER_SCHEMA, Head, LedgerRows, checked_key, checked_keys, entry_to_head
-from ..errors import ObjectStoreError
 from ..files.clerk import ClerkHost
 from ..files.journal import JournalInfo
 from ..files.routed import store_for
@@ -27,9 +25,7 @@ from ..files.sst import sort_and_dedupe
 from ..files.store import ObjectStore
 from ..files.sync import run_sync
 from ..options import Options
-from .views import JournalIndex, LedgerFiles, journal_fetch_many, ledger_get
-
-_GATHER = 256  # concurrent lookups per chunk
+from .views import JournalIndex, LedgerFiles, ledger_entries, values_by_sqn
 
 
 class PointInTime:
@@ -114,30 +110,17 @@ class PointInTime:
 
     # -- reads by Ledger key --
 
-    async def entry(self, lkey: bytes) -> tuple | None:
-        entry = self.overlay.get(lkey)
-        if entry is not None:
-            return entry
-        return await ledger_get(self.host, self.files, lkey)
-
     async def entries(self, lkeys: list[bytes]) -> list[tuple | None]:
-        out: list[tuple | None] = []
-        for i in range(0, len(lkeys), _GATHER):
-            out.extend(await asyncio.gather(*(self.entry(k) for k in lkeys[i:i + _GATHER])))
-        return out
+        return await ledger_entries(self.host, self.files, lkeys, self.overlay)
 
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
         return [None if e is None else entry_to_head(*e) for e in await self.entries(lkeys)]
 
     async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
         heads = await self.head_many(lkeys)
-        sqns = [h.sqn for h in heads if h is not None]
-        records = await journal_fetch_many(self.host, self.journal, sqns) if sqns else {}
-        lost = [s for s in sqns if s not in records]
-        if lost:
-            raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}",
-                                   definite=True)
-        return [None if h is None else records[h.sqn].value for h in heads]
+        values, _ = await values_by_sqn(self.host, self.journal,
+                                     [h.sqn for h in heads if h is not None])
+        return [None if h is None else values[h.sqn] for h in heads]
 
     async def head(self, lkey: bytes) -> Head | None:
         return (await self.head_many([lkey]))[0]

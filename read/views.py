@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,7 @@ import pyarrow as pa
 
 from ..errors import ObjectStoreError
 from ..files.bloom import key_hash
-from ..files.clerk import ClerkHost
+from ..files.clerk import ClerkHost, LruCache
 from ..files.journal import KIND_DATA, JournalInfo, JournalRecord
 from ..files.sst import SstInfo
 
@@ -53,6 +54,32 @@ async def ledger_get(host: ClerkHost, files: LedgerFiles, lkey: bytes) -> tuple 
         if entry is not None:
             return entry
     return None
+
+
+#: Concurrent lookups per chunk of a many-key read.
+GATHER = 256
+
+
+async def ledger_entries(host: ClerkHost, files: LedgerFiles | Callable[[], LedgerFiles],
+                         lkeys: list[bytes], overlay: Mapping[bytes, tuple]
+                         ) -> list[tuple | None]:
+    """The newest Ledger entry of each key: the overlay of changes not yet in the files (the
+    Bookie's cache, or a view's batches), then the files. The one read path of the Bookie's
+    lookups, snapshots and readers.
+
+    ``files`` may be a function giving the current files: it is called in the same step as the
+    overlay is read, so an entry that has just left the overlay is found in the files that
+    took it."""
+    current = files if callable(files) else lambda: files
+
+    async def entry(lkey: bytes) -> tuple | None:
+        found = overlay.get(lkey)
+        return found if found is not None else await ledger_get(host, current(), lkey)
+
+    out: list[tuple | None] = []
+    for i in range(0, len(lkeys), GATHER):
+        out.extend(await asyncio.gather(*(entry(k) for k in lkeys[i:i + GATHER])))
+    return out
 
 
 class JournalIndex:
@@ -109,6 +136,25 @@ async def journal_fetch_many(host: ClerkHost, index: JournalIndex, sqns: list[in
                                        for info, wanted in by_file.values())):
         found.update(part)
     return found
+
+
+async def values_by_sqn(host: ClerkHost, index: JournalIndex, sqns: Iterable[int],
+                       cache: LruCache | None = None) -> tuple[dict[int, bytes], int]:
+    """``(value of each SQN, how many came from the Journal)``: from ``cache`` when it has
+    them, else from the Journal (and then cached). Raises :class:`ObjectStoreError` if the
+    Journal has no entry for one."""
+    values = {s: cache.get(("v", s)) if cache is not None else None for s in sqns}
+    missing = [s for s, v in values.items() if v is None]
+    if missing:
+        for sqn, record in (await journal_fetch_many(host, index, missing)).items():
+            values[sqn] = record.value
+            if cache is not None:
+                cache.put(("v", sqn), record.value, len(record.value) + 64)
+        lost = [s for s in missing if values.get(s) is None]
+        if lost:
+            raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}",
+                                   definite=True)
+    return values, len(missing)
 
 
 async def journal_values(host: ClerkHost, index: JournalIndex, sqns) -> pa.Array:

@@ -32,8 +32,8 @@ async def settle(bookie, timeout=20.0):
     while time.monotonic() < deadline:
         p = bookie.penciller.local
         flushing = p._flush_task is not None and not p._flush_task.done()
-        pushing = bookie._push_lock.locked()
-        if (len(bookie.unpushed) or bookie.queue or pushing or flushing
+        pushing = bookie.cache._push_lock.locked()
+        if (len(bookie.cache.unpushed) or bookie.writes.writer.queue or pushing or flushing
                 or p.l0_keys >= p.options.l0_max_keys):
             await asyncio.sleep(0.02)
             continue
@@ -41,15 +41,15 @@ async def settle(bookie, timeout=20.0):
         if work is not None:
             p.merge_failed(work, "peek")
             p.counters["merge_failures"] -= 1
-        if (work is None and not p.merging and not bookie.host.pending_deletes()
-                and bookie.files.version == p.manifest[0]):
+        if (work is None and not p.merging and not bookie.view.host.pending_deletes()
+                and bookie.view.files.version == p.latest.id):
             return
         await asyncio.sleep(0.02)
     p = bookie.penciller.local
     raise AssertionError(
         f"merges did not settle: merging={p.merging} due={p.merge_work() is not None} "
-        f"pending={bookie.host.pending_deletes()} view={bookie.files.version} "
-        f"manifest={p.manifest[0]} error={p.last_error} snapshots={p.snapshots.snapshots}")
+        f"pending={bookie.view.host.pending_deletes()} view={bookie.view.files.version} "
+        f"manifest={p.latest.id} error={p.last_error} snapshots={p.snapshots.snapshots}")
 
 
 def ledger_files_on_disk(root):
@@ -122,7 +122,7 @@ def check_against_a_dict(ops) -> dict:
         keys = sorted(model) + ["never-written"]
         got = await bookie.get_many([object_key("b", k) for k in keys])
         assert dict(zip(keys, got)) == {**model, "never-written": None}
-        levels = bookie.penciller.local.manifest[1].levels
+        levels = bookie.penciller.local.latest.manifest.levels
         for n, level in enumerate(levels):
             check_level(level, n)  # levels 1 and below never overlap
         names = {f.name.split("/")[1] for level in levels for f in level}
@@ -156,16 +156,16 @@ def test_files_wait_for_the_snapshot_that_reads_them(tmp_path):
         for r in range(4):  # rewrite everything: every held file is replaced
             await write(bookie, [lr.Put("b", f"k{i}", b"again %d" % r) for i in range(40)])
         for _ in range(400):  # the merges that replace the held files land
-            if bookie.host.pending_deletes():
+            if bookie.view.host.pending_deletes():
                 break
             await asyncio.sleep(0.05)
-        assert bookie.host.pending_deletes()
+        assert bookie.view.host.pending_deletes()
         await asyncio.sleep(0.3)
         assert held <= ledger_files_on_disk(root)  # still there: the snapshot may read them
         penciller.release_snapshot("reader")
         await settle(bookie)
         assert not held & ledger_files_on_disk(root)
-        assert bookie.counters["files_deleted"] >= len(held)
+        assert bookie.reaper.counters["files_deleted"] >= len(held)
         assert await bookie.get(object_key("b", "k3")) == b"again 3"
         await bookie.close()
 
@@ -232,7 +232,7 @@ def test_basement_merges_reap_tombstones_and_expired_entries(tmp_path):
         await write(bookie, [lr.Put("b", f"z{i}", b"v") for i in range(60)]
                     + [lr.Put("t", f"f{i}", b"v") for i in range(10)])
         await settle(bookie)
-        levels = bookie.penciller.local.manifest[1].levels
+        levels = bookie.penciller.local.latest.manifest.levels
         entries = sum(f.entries for level in levels for f in level)
         tombstones = sum(f.tombstones for level in levels for f in level)
         assert tombstones == 0 and entries == 15 + 60 + 10

@@ -64,9 +64,9 @@ def test_l0_memory_is_persisted_once_old(tmp_path):
         await write(bookie, [lr.Put("b", f"k{i}", b"v") for i in range(10)], OPTIONS)
         penciller = bookie.penciller.local
         deadline = time.monotonic() + 10
-        while penciller.manifest[1].ledger_sqn < 10 and time.monotonic() < deadline:
+        while penciller.latest.manifest.ledger_sqn < 10 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert penciller.manifest[1].ledger_sqn >= 10  # far below l0_max_keys, yet persisted
+        assert penciller.latest.manifest.ledger_sqn >= 10  # far below l0_max_keys, yet persisted
         assert penciller.counters["age_flushes"] >= 1
         await bookie.close()
 

@@ -126,7 +126,7 @@ def test_queued_writes_of_other_keys_survive_a_failed_group(tmp_url):
         first = asyncio.ensure_future(write(bookie, [lr.Put("b", "x", b"1")], OPTIONS))
         for _ in range(1000):  # until the writer has taken it: the others queue behind it
             await asyncio.sleep(0)
-            if not bookie.queue and not bookie._idle.is_set():
+            if not bookie.writes.writer.queue and not bookie.writes.writer.idle.is_set():
                 break
         results = await asyncio.gather(
             first,

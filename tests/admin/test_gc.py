@@ -6,7 +6,7 @@ import time
 import pytest
 
 import leveled_ray as lr
-from leveled_ray.admin.handle import gc as gcm
+from leveled_ray.admin import gc as gcm
 from leveled_ray.files.journal import JournalInfo
 from leveled_ray.files.names import journal_slot_name, manifest_name, sst_name
 from leveled_ray.files.sst import SstInfo

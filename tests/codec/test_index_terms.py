@@ -6,6 +6,7 @@ from leveled_ray.codec import (
     OP_PUT,
     TOMBSTONE,
     Change,
+    LedgerEntry,
     entry_to_head,
     pack_extra,
     unpack_extra,
@@ -21,7 +22,7 @@ def put(*indexes, expiry=0, extra=b""):
 
 
 def entry(terms=(), expiry=0, status=ACTIVE, metadata=b""):
-    return (5, status, expiry, 7, 1, 0, pack_extra(metadata, sorted(terms)))
+    return LedgerEntry(5, status, expiry, 7, 1, 0, pack_extra(metadata, sorted(terms)))
 
 
 def test_extra_round_trips_and_plain_metadata_stays_json():

@@ -1,0 +1,52 @@
+"""The figures ``store.stats()`` returns: the Bookie's own, and those of the actors it runs."""
+
+from __future__ import annotations
+
+from .remote import process_stats
+
+
+def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction: dict) -> dict:
+    """One dict of a running store's figures (``bookie`` is a
+    :class:`~leveled_ray.actors.bookie.Bookie`; the others are its actors' ``stats()``)."""
+    view, cache, options = bookie.view, bookie.cache, bookie.options
+    writes, writer = bookie.writes, bookie.writes.writer
+    return {
+        "url": bookie.url,
+        "name": bookie.name,
+        "head_only": bookie.head_only,
+        "epoch": bookie.epoch,
+        "next_sqn": writes.next_sqn,
+        "durable_sqn": writes.durable_sqn,
+        "cache_keys": len(cache.entries),
+        "backlog": {"unpersisted": cache.backlog,
+                    "limit": options.max_unpersisted_keys,
+                    "l0_memory_keys": penciller.get("l0_memory_keys", 0),
+                    "l0_files": penciller.get("l0_files", 0),
+                    "throttled_writes": writes.counters["throttled_writes"],
+                    "throttle_ms": writes.counters["throttle_ms"]},
+        "pending_keys": len(cache.pending),
+        "queued_groups": len(writer.queue),
+        "unpushed_keys": len(cache.unpushed),
+        "ledger_files": view.files.file_count,
+        "journal_files": len(view.journal),
+        "file_cache": {"bytes": view.host.cache.used, "items": len(view.host.cache),
+                       "hits": view.host.cache.hits, "misses": view.host.cache.misses},
+        "value_cache": {"bytes": view.values.used, "items": len(view.values),
+                        "hits": view.values.hits, "misses": view.values.misses},
+        "clerks": view.host.states(),
+        **bookie.counters,
+        **writes.counters,
+        **writer.counters,
+        **view.counters,
+        **bookie.reaper.counters,
+        "io": bookie.store.stats.as_dict(),
+        "process": process_stats(),
+        "background_errors": bookie.tasks.errors,
+        "last_error": bookie.tasks.last_error,
+        "in_doubt": bool(writer.in_doubt),
+        "inker": inker,
+        "penciller": penciller,
+        "merges": merges,
+        "compaction": compaction,
+        "state": "closed" if bookie.closed else ("broken" if bookie.broken else "open"),
+    }
