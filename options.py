@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import InvalidArgumentError
@@ -35,6 +36,24 @@ def check_number(name: str, value, *, minimum: float, inclusive: bool = True) ->
         raise InvalidArgumentError(f"{name} must be a number {bound} {minimum:g} (finite), "
                                    f"not {value!r}")
     return value
+
+
+def value_from_text(name: str, kind: str, text):
+    """``text`` as a value of type ``kind`` (``"bool"``, ``"int"``, ``"float"``, ``"str"``, or
+    a field's annotation, as a string); ``name`` is for the error message."""
+    text = str(text).strip()
+    if "bool" in kind:
+        if text.lower() not in ("true", "false"):
+            raise InvalidArgumentError(f"option {name} must be true or false, not {text!r}")
+        return text.lower() == "true"
+    if kind.startswith(("int", "float")):
+        try:
+            return int(text) if kind.startswith("int") else float(text)
+        except ValueError:
+            raise InvalidArgumentError(f"option {name} must be a number, not {text!r}") from None
+    if "None" in kind and text.lower() in ("", "none", "null"):
+        return None
+    return text
 
 
 @dataclass(frozen=True)
@@ -203,6 +222,26 @@ class Options:
             raise InvalidArgumentError("max_value_bytes must be smaller than max_journal_bytes")
         if self.retry_backoff_s > self.retry_max_backoff_s:
             raise InvalidArgumentError("retry_backoff_s must not exceed retry_max_backoff_s")
+
+    @classmethod
+    def from_text(cls, values: Mapping[str, object], base: Options | None = None, *,
+                  ignore_unknown: bool = False) -> Options:
+        """Options given as text (``--option name=value`` on the command line, Spark options):
+        each value converted to its field's type, on top of ``base`` (by default the
+        defaults). Names that are not fields are refused, or skipped with
+        ``ignore_unknown``."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        changes = {}
+        for name, text in values.items():
+            field = fields.get(name)
+            if field is None:
+                if ignore_unknown:
+                    continue
+                raise InvalidArgumentError(f"unknown option {name!r}: the names are the fields "
+                                           "of lr.Options")
+            if text is not None:
+                changes[name] = value_from_text(name, str(field.type), text)
+        return (base or cls()).replace(**changes)
 
     def replace(self, **changes) -> Options:
         """A copy with some fields changed (validated like a new one)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -320,12 +319,3 @@ async def release_async(plan: ReadPlan) -> None:
 def release(plan: ReadPlan) -> None:
     """Synchronous :func:`release_async`."""
     run_sync(release_async(plan))
-
-
-def term_value(field_name: str, text):
-    """A term given as text (a Spark option) in the type ``field_name`` takes."""
-    if text is None or not field_name.endswith("_int") or isinstance(text, int):
-        return text
-    if not re.fullmatch(r"-?\d+", str(text).strip()):
-        raise InvalidArgumentError(f"field {field_name!r} takes int terms, not {text!r}")
-    return int(text)

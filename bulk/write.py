@@ -32,7 +32,7 @@ from ..actors.remote import NAMESPACE, pack
 from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..admin.gc import check_publishable
 from ..client.ray_connection import ensure_ray
-from ..codec import TAG_OBJECT, head_only, now_ms, put_change
+from ..codec import head_only, holds_index_entries, now_ms, put_change
 from ..codec.index_terms import held_terms, resolve
 from ..errors import InvalidArgumentError
 from ..files import journal as jfmt
@@ -113,11 +113,6 @@ def check_columns(names) -> None:
 # --- beginning ------------------------------------------------------------------------------
 
 
-def _indexed(manifest: Manifest) -> bool:
-    # Index keys (tag "i") sort before object keys.
-    return any(f.min_key < TAG_OBJECT for f in manifest.sst_files())
-
-
 async def begin_async(url: str, options: Options | None = None, *,
                       store_name: str | None = None,
                       ray_address: str | None = None) -> BulkWrite:
@@ -148,7 +143,8 @@ async def begin_async(url: str, options: Options | None = None, *,
                 f"the store at {url} has journal files its manifest does not list yet: a "
                 f"process has it open (give its store name), or it was not closed cleanly "
                 f"(open it once)")
-        base, indexed = reserve_base(top_sqn(latest.manifest)), _indexed(latest.manifest)
+        base = reserve_base(top_sqn(latest.manifest))
+        indexed = holds_index_entries(f.min_key for f in latest.manifest.sst_files())
     checkpoint = manifest_id = None
     if indexed:  # rows are resolved against this view (see write_partition)
         pin = await create_checkpoint(manifests, options.gc_min_age_s / 2, name="bulk-write")

@@ -25,12 +25,13 @@ from ..bulk.read import ReadQuery
 from ..client import store as api
 from ..client.progress import progress_bar
 from ..codec import object_key
-from ..errors import LeveledError
+from ..errors import InvalidArgumentError, LeveledError
 from ..files import journal as jfmt
 from ..files import sst as sfmt
 from ..files.store import ObjectStore
 from ..files.sync import run_sync
 from ..options import Options
+from ..read.key_ranges import term_from_text
 from ..read.store_reader import StoreReader
 from .demo import run_demo
 
@@ -40,18 +41,17 @@ def default_url() -> str:
 
 
 def parse_options(pairs: list[str]) -> Options:
-    """``--option name=value`` pairs into :class:`Options` (values parsed as JSON if they can)."""
-    fields = {f.name: f for f in dataclasses.fields(Options)}
-    changes = {}
+    """``--option name=value`` pairs into :class:`Options`."""
+    values = {}
     for pair in pairs or []:
         name, sep, raw = pair.partition("=")
-        if not sep or name not in fields:
+        if not sep:
             raise SystemExit(f"--option takes name=value with a name from lr.Options: {pair!r}")
-        try:
-            changes[name] = json.loads(raw)
-        except json.JSONDecodeError:
-            changes[name] = raw
-    return Options(**changes)
+        values[name] = raw
+    try:
+        return Options.from_text(values)
+    except InvalidArgumentError as exc:
+        raise SystemExit(f"--option: {exc}") from None
 
 
 def _name(text: str) -> str | bytes:
@@ -110,18 +110,9 @@ def cmd_buckets(args) -> int:
     return 0
 
 
-def _term(field: str, text: str):
-    if field.endswith("_int"):
-        try:
-            return int(text)
-        except ValueError:
-            raise LeveledError(f"field {field!r} takes int terms, not {text!r}") from None
-    return text
-
-
 def cmd_index(args) -> int:
-    start = _term(args.field, args.start)
-    end = start if args.end is None else _term(args.field, args.end)
+    start = term_from_text(args.field, args.start)
+    end = start if args.end is None else term_from_text(args.field, args.end)
     with _reader(args).index_query(_name(args.bucket), args.field, start, end,
                                    return_terms=args.terms, term_regex=args.regex,
                                    max_results=args.limit) as found:

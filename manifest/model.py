@@ -24,6 +24,7 @@ import msgpack
 from ..errors import CorruptObjectError
 from ..files.framing import CODEC_LZ4, Reader, checksum, compress, decompress
 from ..files.journal import JournalInfo
+from ..files.names import manifest_name
 from ..files.sst import SstInfo
 
 MAGIC = b"LRMAN\x00\x00\x01"
@@ -106,7 +107,7 @@ def check_invariants(manifest: Manifest, manifest_id: int) -> None:
     manifest still lists."""
     twice = listed_twice(manifest)
     if twice:
-        raise CorruptObjectError(f"manifest/{manifest_id:020d}", 0,
+        raise CorruptObjectError(manifest_name(manifest_id), 0,
                                  f"lists files more than once: {twice[:3]}")
 
 

@@ -8,6 +8,8 @@ part (part type codes are 0 to 3).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -135,3 +137,13 @@ def _as_written(values: pa.Array, is_str: np.ndarray) -> list:
     if not is_str.any():
         return raw
     return [v.decode() if s else v for v, s in zip(raw, is_str.tolist())]
+
+
+def term_from_text(field_name: str, text):
+    """A term given as text (a Spark option, a command-line argument) in the type
+    ``field_name`` takes: ``*_int`` fields take integers."""
+    if text is None or not field_name.endswith("_int") or isinstance(text, int):
+        return text
+    if not re.fullmatch(r"-?\d+", str(text).strip()):
+        raise InvalidArgumentError(f"field {field_name!r} takes int terms, not {text!r}")
+    return int(text)

@@ -52,7 +52,8 @@ from ..bulk import write as bulk_write
 from ..client.ray_connection import ensure_ray
 from ..client.store import connect
 from ..errors import InvalidArgumentError
-from ..options import Options
+from ..options import Options, value_from_text
+from ..read.key_ranges import term_from_text
 from .ray_on_spark import with_bin_dir
 
 FORMAT = "leveled"
@@ -66,7 +67,7 @@ _READ_OPTIONS = ("checkpoint", "bucket", "start_key", "end_key", "index", "index
 _WRITE_OPTIONS = ("store_name", "ray_address")
 
 
-_OPTION_FIELDS = {f.name: f for f in dataclasses.fields(Options)}
+_OPTION_FIELDS = {f.name for f in dataclasses.fields(Options)}
 
 
 def register(spark, ray_address: str | None = None) -> None:
@@ -108,38 +109,10 @@ def session(master: str = "local[2]", app_name: str = "leveled-ray", **conf):
     return spark
 
 
-def _flag(name: str, text) -> bool:
-    value = str(text).strip().lower()
-    if value not in ("true", "false"):
-        raise InvalidArgumentError(f"option {name} must be true or false, not {text!r}")
-    return value == "true"
-
-
-def _number(name: str, text, kind):
-    try:
-        return kind(text)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"option {name} must be a number, not {text!r}") from None
-
-
 def store_options(options: dict, base: Options | None = None) -> Options:
     """The :class:`Options` fields among a source's options, converted from text (on top of
     ``base``, by default the defaults)."""
-    changes = {}
-    for name, text in options.items():
-        f = _OPTION_FIELDS.get(name)
-        if f is None or text is None:
-            continue
-        kind = str(f.type)
-        if "bool" in kind:
-            changes[name] = _flag(name, text)
-        elif kind.startswith("int"):
-            changes[name] = _number(name, text, int)
-        elif kind.startswith("float"):
-            changes[name] = _number(name, text, float)
-        else:
-            changes[name] = str(text)
-    return (base or Options()).replace(**changes)
+    return Options.from_text(options, base, ignore_unknown=True)
 
 
 def _check_names(options: dict, allowed) -> None:
@@ -172,10 +145,13 @@ def read_query(options: dict) -> bulk_read.ReadQuery:
     return bulk_read.check_query(bulk_read.ReadQuery(
         bucket=options.get("bucket"), start=options.get("start_key"),
         end=options.get("end_key"), index=index,
-        term_start=bulk_read.term_value(index or "", options.get("index_start")),
-        term_end=bulk_read.term_value(index or "", options.get("index_end")),
-        with_indexes=_flag("with_indexes", options.get("with_indexes", "false")),
-        binary_names=_flag("binary_names", options.get("binary_names", "false"))))
+        term_start=term_from_text(index or "", options.get("index_start")),
+        term_end=term_from_text(index or "", options.get("index_end")),
+        with_indexes=_flag(options, "with_indexes"), binary_names=_flag(options, "binary_names")))
+
+
+def _flag(options: dict, name: str) -> bool:
+    return value_from_text(name, "bool", options.get(name, "false"))
 
 
 class LeveledDataSource(DataSource):
@@ -251,9 +227,10 @@ class LeveledReader(DataSourceReader):
         o = self.options
         plan = bulk_read.begin_read(
             self.url, self.query, self.store_options, checkpoint=o.get("checkpoint"),
-            lifetime=_number("lifetime", o.get("lifetime", 600), float),
-            splits=_number("splits", o.get("splits", 8), int),
-            batch_size=_number("batch_size", o.get("batch_size", bulk_read.BATCH_SIZE), int))
+            lifetime=value_from_text("lifetime", "float", o.get("lifetime", 600)),
+            splits=value_from_text("splits", "int", o.get("splits", 8)),
+            batch_size=value_from_text("batch_size", "int",
+                                       o.get("batch_size", bulk_read.BATCH_SIZE)))
         if not plan.splits:  # nothing to read: one empty task, which releases the pin
             return [SplitPartition(plan, None)]
         return [SplitPartition(plan, s) for s in plan.splits]
