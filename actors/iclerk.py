@@ -11,6 +11,7 @@ files then go to ``delete_pending``.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 
 from ..codec import OP_KEY_DELTA
 from ..files import journal as jfmt
@@ -21,6 +22,16 @@ from ..files.store import ObjectStore
 from ..manifest.journal_compaction import best_run, file_score, keep_record
 from ..options import Options
 from .remote import call, process_stats
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """One journal compaction: the candidates' scores, the files it replaced (names) and the
+    files it wrote in their place."""
+
+    scores: list[float]
+    removed: list[str] = field(default_factory=list)
+    added: list[jfmt.JournalInfo] = field(default_factory=list)
 
 
 class InkerClerk:
@@ -50,16 +61,16 @@ class InkerClerk:
         live = sum(1 for r in records if r.op != OP_KEY_DELTA and current[r.lkey] == r.sqn)
         return file_score(live, len(records))
 
-    async def compact(self, candidates: list, persisted_sqn: int, epoch: int) -> dict:
+    async def compact(self, candidates: list, persisted_sqn: int,
+                      epoch: int) -> CompactionResult:
         """Score the candidates (consecutive journal files, oldest first) and rewrite the best
-        run. Returns ``{"scores", "removed", "added"}`` (nothing removed when no run qualifies).
-        """
+        run (nothing removed when no run qualifies)."""
         scores = [await self.score(f) for f in candidates]
         o = self.options
         run = best_run(scores, o.max_run_length, o.singlefile_compactionpercentage,
                        o.maxrunlength_compactionpercentage)
         if run is None:
-            return {"scores": scores, "removed": [], "added": []}
+            return CompactionResult(scores)
         chosen = candidates[run.start : run.start + run.length]
         added = await self._rewrite(chosen, persisted_sqn, epoch)
         for f in chosen:
@@ -67,7 +78,7 @@ class InkerClerk:
         self.counters["runs"] += 1
         self.counters["files_in"] += len(chosen)
         self.counters["files_out"] += len(added)
-        return {"scores": scores, "removed": [f.name for f in chosen], "added": added}
+        return CompactionResult(scores, [f.name for f in chosen], added)
 
     async def _rewrite(self, chosen, persisted_sqn: int, epoch: int) -> list:
         records = []

@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..admin.gc import check_publishable
 from ..codec import LedgerRows
@@ -31,6 +32,7 @@ from ..files.store import ObjectStore
 from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
+from .iclerk import CompactionResult
 from .owner import Owner
 from .remote import call, process_stats, unpack, wait_set
 
@@ -51,6 +53,15 @@ class _Unsettled:
             self.fence = jfmt.build_journal(self.info.name, self.epoch, self.slot, [],
                                             kind=jfmt.KIND_FENCE)
         return self.fence[0]
+
+
+class JournalView(NamedTuple):
+    """The journal files as of a compaction: its manifest version, the data files, and the
+    names of the files it replaced."""
+
+    version: int
+    files: list[jfmt.JournalInfo]
+    removed: list[str]
 
 
 class Inker(Owner):
@@ -281,7 +292,7 @@ class Inker(Owner):
         self._compaction = self.tasks.start(self._compact(), "journal compaction")
         return "started"
 
-    async def wait_compaction(self) -> dict | None:
+    async def wait_compaction(self) -> CompactionResult | None:
         """Wait for the running compaction (if any); returns its result."""
         if self._compaction is None:
             return None
@@ -294,25 +305,24 @@ class Inker(Owner):
         data = sorted(self.data_files(), key=lambda f: f.min_sqn)
         return [f for f in data[:-1] if f.name in catalogued and f.max_sqn <= persisted_sqn]
 
-    async def _compact(self) -> dict:
+    async def _compact(self) -> CompactionResult:
         try:
             await self.catalog()
             latest = await self.manifests.latest(self.latest)
             persisted = latest.manifest.ledger_sqn  # the Penciller moves it: read the newest
             if self.head_only:  # trim_journal: the Ledger holds everything, values included
                 removed = [f.name for f in self.candidates(persisted)]
-                result = {"scores": [], "removed": removed, "added": []}
+                result = CompactionResult([], removed)
             else:
                 result = await call(self.clerk.compact, self.candidates(persisted), persisted,
                                     self.epoch)
-            if result["removed"]:
-                check_publishable([f.name for f in result["added"]], self.options, time.time())
-                await self.commit(replace_journal, tuple(result["removed"]),
-                                  tuple(result["added"]))
-                gone = set(result["removed"])
+            if result.removed:
+                check_publishable([f.name for f in result.added], self.options, time.time())
+                await self.commit(replace_journal, tuple(result.removed), tuple(result.added))
+                gone = set(result.removed)
                 self.files = sorted([f for f in self.files if f.name not in gone]
-                                    + list(result["added"]), key=lambda f: (f.min_sqn, f.slot))
-                self.removed = list(result["removed"])
+                                    + list(result.added), key=lambda f: (f.min_sqn, f.slot))
+                self.removed = list(result.removed)
                 self.journal_version = self.latest.id
                 self.counters["compactions"] += 1
                 self._journal_changed.set()
@@ -325,14 +335,14 @@ class Inker(Owner):
                 self.fenced = exc
             raise
 
-    async def wait_journal(self, known_version: int, timeout: float = 30.0) -> dict | None:
-        """``{"version", "files", "removed"}`` once a compaction newer than ``known_version``
-        has been committed (a long poll); ``None`` on timeout."""
+    async def wait_journal(self, known_version: int,
+                           timeout: float = 30.0) -> JournalView | None:
+        """The journal files once a compaction newer than ``known_version`` has been
+        committed (a long poll); ``None`` on timeout."""
         if self.journal_version <= known_version and not await wait_set(
                 self._journal_changed, timeout):
             return None
-        return {"version": self.journal_version, "files": self.data_files(),
-                "removed": self.removed}
+        return JournalView(self.journal_version, self.data_files(), self.removed)
 
     def stats(self) -> dict:
         return {

@@ -23,6 +23,7 @@ from ..read.key_ranges import index_range
 from ..read.point_in_time import PointInTime
 from ..read.queries import index_entries
 from ..read.views import JournalIndex, LedgerFiles, ledger_entries, values_by_sqn
+from .inker import JournalView
 from .ledger_cache import LedgerCache
 
 
@@ -67,19 +68,19 @@ class LiveView:
         if removed:
             self.retired()
 
-    def adopt_journal(self, view: dict) -> None:
+    def adopt_journal(self, view: JournalView) -> None:
         """A journal compaction's files: keep the files appended since the Inker made the
         view, retire the ones it replaced."""
-        if view["version"] <= self.journal_version:
+        if view.version <= self.journal_version:
             return
-        removed = set(view["removed"])
-        listed = {f.name for f in view["files"]}
+        removed = set(view.removed)
+        listed = {f.name for f in view.files}
         newer = [f for f in self.journal.files if f.name not in removed and f.name not in listed]
         retired = [f for f in self.journal.files if f.name in removed]
-        self.journal = JournalIndex(list(view["files"]) + newer)
-        self.journal_version = view["version"]
+        self.journal = JournalIndex(list(view.files) + newer)
+        self.journal_version = view.version
         for info in retired:
-            self.host.journal(info).retire(view["version"])
+            self.host.journal(info).retire(view.version)
         if retired:
             self.retired()
 

@@ -71,7 +71,7 @@ def test_compaction_rewrites_dead_runs_and_keeps_every_value(tmp_path):
         before = _journal_names(root)
         assert await bookie.compact_journal() == "started"
         result = await bookie.inker.local.wait_compaction()
-        assert len(result["removed"]) == OPTIONS.max_run_length and len(result["added"]) == 1
+        assert len(result.removed) == OPTIONS.max_run_length and len(result.added) == 1
         await settle(bookie)
         await asyncio.sleep(0.2)
         after = _journal_names(root)
@@ -95,7 +95,7 @@ def test_ledger_rebuilt_from_the_journal(tmp_path, strategy):
         await within("start", bookie.start())
         await within("load", _load_rounds(bookie))
         await within("compact", bookie.compact_journal())
-        assert (await within("compaction", bookie.inker.local.wait_compaction()))["removed"]
+        assert (await within("compaction", bookie.inker.local.wait_compaction())).removed
         await within("close", bookie.close())
 
         store = ObjectStore.from_url(f"file://{root}")
@@ -135,7 +135,7 @@ def test_replaced_journal_files_wait_for_the_inkers_snapshots(tmp_path):
         await bookie.compact_journal()
         result = await inker.wait_compaction()
         await asyncio.sleep(0.5)
-        removed = {os.path.join(root, n) for n in result["removed"]}
+        removed = {os.path.join(root, n) for n in result.removed}
         assert removed <= before and removed <= _journal_names(root)  # still held
         inker.release_snapshot("journal-reader")
         for _ in range(100):
