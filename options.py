@@ -95,6 +95,9 @@ class Options:
     #: its Ledger too: journal compaction can then reclaim what was replaced or deleted, and a
     #: restart replays little.
     l0_max_age_s: float = 60.0
+    #: A running store publishes its figures as Ray metrics (``leveled_*``, on each node's
+    #: Prometheus endpoint) every this many seconds; 0 publishes none.
+    metrics_interval_s: float = 5.0
     #: Most L0 files waiting for a merge; beyond it the Penciller keeps changes in L0 memory.
     max_l0_files: int = 4
     #: Backpressure: changes acknowledged but not yet in an SST (the Bookie holds them). Past
@@ -197,7 +200,7 @@ class Options:
         for name in ("journal_flush_ms", "push_ms", "catalog_s", "max_write_delay_ms",
                      "journal_compaction_interval_s", "gc_interval_s",
                      "singlefile_compactionpercentage", "maxrunlength_compactionpercentage",
-                     "retry_backoff_s"):
+                     "retry_backoff_s", "metrics_interval_s"):
             check_number(name, getattr(self, name), minimum=0.0)
         for name in ("snapshot_timeout_s", "long_snapshot_timeout_s", "gc_min_age_s",
                      "request_timeout_s", "connect_timeout_s", "retry_timeout_s",

@@ -34,10 +34,11 @@ from .iclerk import InkerClerk
 from .inker import Inker
 from .ledger_cache import LedgerCache
 from .live_view import LiveView
+from .metrics import Observations, export_every, timed
 from .pclerk import PencillerClerk
 from .penciller import Penciller
 from .reaper import Reaper, gc_loop
-from .remote import NAMESPACE, LocalHandle, ValueBatch, as_actor, call, pack, unpack
+from .remote import ValueBatch, as_actor, call, pack, self_handle, spawn, unpack
 from .tasks import Tasks, watch
 from .write_path import WritePath
 
@@ -53,12 +54,13 @@ class Bookie:
         self.local = local
         self.store = store if store is not None else ObjectStore.from_url(url, options)
         self.cache = LedgerCache(options.push_keys)
+        self.observed = Observations()  # latencies and group sizes, for the metrics
         self.view = LiveView(url, options, self.store, self.cache, lambda: self.reaper.wake.set())
         self.writes = WritePath(
             options, self.cache, self.view, head_only=head_only, check_usable=self._check_usable,
             stopping=lambda: self.closing or self.broken is not None, write=self._write_journal,
             settle=lambda: call(self.inker.settle), stopped=self._stopped,
-            closing=lambda: self.closing)
+            closing=lambda: self.closing, observations=self.observed)
         self.reaper = Reaper(self.view.host, self._may_delete)
         self.epoch = 0
         self.inker = self.penciller = self.pclerk = self.iclerk = self._clerk_run = None
@@ -87,14 +89,13 @@ class Bookie:
             self.store = store_for(self.store, m.stores, self.options)
             self.view.use_store(self.store)
             self.reaper.host = self.view.host
-        self.inker = self._spawn(Inker, "inker", (self.store, self.options, self.epoch, latest))
-        self.penciller = self._spawn(Penciller, "penciller",
-                                     (self.store, self.options, self.epoch, latest))
-        self.pclerk = self._spawn(PencillerClerk, "pclerk",
-                                  (self.store, self.options, self.penciller))
+        # The actors this one owns (they live and die together), or plain objects here.
+        owned = (self.local, self.name, self.store, self.options)
+        self.inker = spawn(Inker, "inker", *owned, self.epoch, latest)
+        self.penciller = spawn(Penciller, "penciller", *owned, self.epoch, latest)
+        self.pclerk = spawn(PencillerClerk, "pclerk", *owned, self.penciller)
         self._clerk_run = self.pclerk.run.remote()  # polls the Penciller until stopped
-        self.iclerk = self._spawn(InkerClerk, "iclerk",
-                                  (self.store, self.options, self._self_handle()))
+        self.iclerk = spawn(InkerClerk, "iclerk", *owned, self_handle(self, self.local))
         opened = await call(self.inker.open)
         await call(self.penciller.attach_inker, self.inker)
         await call(self.inker.attach_clerk, self.iclerk)
@@ -109,6 +110,10 @@ class Bookie:
                    self.view.adopt_journal, self._stopped), "journal watcher"),
             (self.reaper.run(), "reaper"),
             (gc_loop(self.store, self.options, self.counters), "gc"))]
+        if self.options.metrics_interval_s and not self.local:
+            self._loops.append(self.tasks.start(export_every(
+                self.options.metrics_interval_s, self.name or self.url, self.stats,
+                self.observed), "metrics"))
         started = time.monotonic()
         cursor: int | None = 0
         while cursor is not None:
@@ -124,22 +129,6 @@ class Bookie:
                 "replayed": self.counters["replayed"],
                 "replay_s": round(time.monotonic() - started, 3),
                 "next_sqn": self.writes.next_sqn}
-
-    def _spawn(self, cls, role: str, args: tuple):
-        """Start the Inker, the Penciller or a clerk: a Ray actor owned by this one (they live
-        and die together), or a plain object here when running without Ray."""
-        if self.local:
-            return LocalHandle(cls(*args))
-        name = f"{self.name}.{role}" if self.name else None
-        return as_actor(cls, max_concurrency=64).options(namespace=NAMESPACE,
-                                                          name=name).remote(*args)
-
-    def _self_handle(self):
-        if self.local:
-            return LocalHandle(self)
-        import ray
-
-        return ray.get_runtime_context().current_actor
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -161,6 +150,7 @@ class Bookie:
     def _stopped(self, exc: BaseException) -> None:
         self.broken = self.broken or exc
 
+    @timed("leveled_put_latency_seconds")
     async def put_many(self, packed_changes: bytes, values: ValueBatch) -> list[int]:
         """Write changes (a :func:`~.remote.pack`-ed list of :class:`Change`) as one atomic,
         durable group; returns their SQNs in order."""
@@ -225,10 +215,12 @@ class Bookie:
     async def head(self, lkey: bytes) -> Head | None:
         return (await self.head_many([lkey]))[0]
 
+    @timed("leveled_get_latency_seconds")
     async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
         self._check_readable()
         return await self.view.get_many(lkeys)
 
+    @timed("leveled_get_latency_seconds")
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
         self._check_readable()
         return await self.view.head_many(lkeys)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .metrics import write_amplification
 from .remote import process_stats
 
 
@@ -10,7 +11,7 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
     :class:`~leveled_ray.actors.bookie.Bookie`; the others are its actors' ``stats()``)."""
     view, cache, options = bookie.view, bookie.cache, bookie.options
     writes, writer = bookie.writes, bookie.writes.writer
-    return {
+    stats = {
         "url": bookie.url,
         "name": bookie.name,
         "head_only": bookie.head_only,
@@ -34,6 +35,10 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
         "value_cache": {"bytes": view.values.used, "items": len(view.values),
                         "hits": view.values.hits, "misses": view.values.misses},
         "clerks": view.host.states(),
+        "latency_ms": {op: {p: round(v * 1000, 3) for p, v in
+                            bookie.observed.percentiles(f"leveled_{op}_latency_seconds").items()}
+                       for op in ("put", "get")},
+        "write_amplification": 0.0,
         **bookie.counters,
         **writes.counters,
         **writer.counters,
@@ -50,3 +55,5 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
         "compaction": compaction,
         "state": "closed" if bookie.closed else ("broken" if bookie.broken else "open"),
     }
+    stats["write_amplification"] = round(write_amplification(stats), 3)
+    return stats

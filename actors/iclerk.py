@@ -11,6 +11,7 @@ files then go to ``delete_pending``.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 
 from ..codec import OP_KEY_DELTA
@@ -45,7 +46,8 @@ class InkerClerk:
         self.host = ClerkHost(store, 8 << 20)
         self.rng = random.Random()
         self.counters = {"runs": 0, "files_in": 0, "files_out": 0, "entries_in": 0,
-                         "entries_out": 0, "key_deltas": 0, "bytes_written": 0}
+                         "entries_out": 0, "key_deltas": 0, "bytes_read": 0,
+                         "bytes_written": 0, "seconds": 0.0}
 
     async def _current(self, lkeys: list[bytes]) -> dict[bytes, int | None]:
         keys = sorted(set(lkeys))
@@ -65,6 +67,7 @@ class InkerClerk:
                       epoch: int) -> CompactionResult:
         """Score the candidates (consecutive journal files, oldest first) and rewrite the best
         run (nothing removed when no run qualifies)."""
+        started = time.monotonic()
         scores = [await self.score(f) for f in candidates]
         o = self.options
         run = best_run(scores, o.max_run_length, o.singlefile_compactionpercentage,
@@ -78,6 +81,8 @@ class InkerClerk:
         self.counters["runs"] += 1
         self.counters["files_in"] += len(chosen)
         self.counters["files_out"] += len(added)
+        self.counters["bytes_read"] += sum(f.size for f in chosen)
+        self.counters["seconds"] += time.monotonic() - started
         return CompactionResult(scores, [f.name for f in chosen], added)
 
     async def _rewrite(self, chosen, persisted_sqn: int, epoch: int) -> list:

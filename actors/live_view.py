@@ -42,7 +42,7 @@ class LiveView:
         self.journal = JournalIndex()
         self.journal_version = -1
         self.use_store(store)
-        self.counters = {"gets": 0, "heads": 0, "journal_reads": 0}
+        self.counters = {"gets": 0, "get_bytes": 0, "heads": 0, "journal_reads": 0}
 
     def use_store(self, store: ObjectStore) -> None:
         """Read through ``store`` (a clone's routes its ancestors' files to their stores)."""
@@ -123,7 +123,9 @@ class LiveView:
             values, fetched = await values_by_sqn(
                 self.host, self.journal, [s for s in sqns if s is not None], self.values)
         self.counters["journal_reads"] += fetched
-        return [None if s is None else values[s] for s in sqns]
+        found = [None if s is None else values[s] for s in sqns]
+        self.counters["get_bytes"] += sum(len(v) for v in found if v is not None)
+        return found
 
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
         self.counters["heads"] += len(lkeys)

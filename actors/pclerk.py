@@ -59,7 +59,8 @@ class PencillerClerk:
         self.host = ClerkHost(store, 8 << 20)  # merges read whole files: keep little cached
         self.stopped = False
         self.counters = {"merges": 0, "moves": 0, "files_written": 0, "bytes_written": 0,
-                         "rows_in": 0, "rows_out": 0, "failures": 0}
+                         "bytes_read": 0, "rows_in": 0, "rows_out": 0, "failures": 0,
+                         "seconds": 0.0}
         self.last_error: str | None = None
 
     async def run(self, poll_s: float = 0.05) -> None:
@@ -98,6 +99,7 @@ class PencillerClerk:
         if job.move_only:
             self.counters["moves"] += 1
             return job.sources
+        started = time.monotonic()
         tables = [await self.host.sst(f).read_table() for f in job.inputs]
         merged = await asyncio.to_thread(merge_tables, tables, job.basement, time.time())
         outputs = []
@@ -111,6 +113,8 @@ class PencillerClerk:
         self.counters["merges"] += 1
         self.counters["rows_in"] += sum(t.num_rows for t in tables)
         self.counters["rows_out"] += merged.num_rows
+        self.counters["bytes_read"] += sum(f.size for f in job.inputs)
+        self.counters["seconds"] += time.monotonic() - started
         return tuple(outputs)
 
     def stats(self) -> dict:

@@ -21,6 +21,7 @@ from ..errors import ObjectStoreError
 from ..files import sst as sfmt
 from ..files.clerk import write_sst
 from ..files.store import ObjectStore
+from ..manifest import checkpoints
 from ..manifest.ingest import ingest
 from ..manifest.levels import MergeJob, apply_merge, choose_work
 from ..manifest.store import Versioned
@@ -236,6 +237,8 @@ class Penciller(Owner):
             "l0_memory_keys": self.l0_keys,
             "l0_files": len(levels[0]),
             "level_files": [len(level) for level in levels],
+            "level_bytes": [sum(f.size for f in level) for level in levels],
+            "checkpoints": len(checkpoints.live(self.latest.manifest, time.time())),
             "ledger_sqn": self.latest.manifest.ledger_sqn,
             "merging": self.merging is not None,
             "snapshots": len(self.snapshots),

@@ -158,3 +158,23 @@ class LocalHandle:
     @property
     def local(self):
         return self._obj
+
+
+def spawn(cls, role: str, local: bool, owner_name: str | None, *args):
+    """``cls(*args)`` as a Ray actor created by the calling actor (named
+    ``<owner_name>.<role>`` when the owner has a name), or as a plain object in a
+    :class:`LocalHandle` when running without Ray."""
+    if local:
+        return LocalHandle(cls(*args))
+    name = f"{owner_name}.{role}" if owner_name else None
+    return as_actor(cls, max_concurrency=64).options(namespace=NAMESPACE,
+                                                      name=name).remote(*args)
+
+
+def self_handle(obj, local: bool):
+    """A handle on the calling actor (``obj`` itself, without Ray)."""
+    if local:
+        return LocalHandle(obj)
+    import ray
+
+    return ray.get_runtime_context().current_actor

@@ -34,6 +34,7 @@ from ..read.views import LedgerFiles
 from .group_commit import Group, GroupCommit, JournalColumns
 from .ledger_cache import LedgerCache
 from .live_view import LiveView
+from .metrics import Observations
 from .remote import ValueBatch
 
 
@@ -44,7 +45,8 @@ class WritePath:
 
     def __init__(self, options: Options, cache: LedgerCache, view: LiveView, *,
                  head_only: str | None, check_usable: Callable[[], None],
-                 stopping: Callable[[], bool], write, settle, stopped, closing):
+                 stopping: Callable[[], bool], write, settle, stopped, closing,
+                 observations: Observations):
         self.options, self.cache, self.view, self.head_only = options, cache, view, head_only
         self.check_usable, self.stopping = check_usable, stopping
         self.writer = GroupCommit(
@@ -61,7 +63,8 @@ class WritePath:
         self.writes_open.set()
         self._install_lock = asyncio.Lock()
         self.reserved_upto = 0  # end of the SQN windows reserved for bulk writes
-        self.counters = {"changes": 0, "throttled_writes": 0, "throttle_ms": 0}
+        self.observations = observations
+        self.counters = {"changes": 0, "put_bytes": 0, "throttled_writes": 0, "throttle_ms": 0}
 
     async def put_many(self, changes: list[Change], values: ValueBatch) -> list[int]:
         """Write changes as one atomic, durable group; returns their SQNs in order."""
@@ -120,6 +123,8 @@ class WritePath:
     def _durable(self, groups: list[Group], info: JournalInfo) -> None:
         """Groups are durable: make them visible and queue their Ledger changes."""
         self.view.journal.extend([info])
+        self.observations.add("leveled_group_commit_changes",
+                              sum(len(g.sqns) for g in groups))
         for group in groups:
             self.cache.add_durable(group.rows)
             if group.values.inline is not None:
@@ -127,6 +132,7 @@ class WritePath:
             self.cache.release_pending(group.keys, group.sqns)
             self.durable_sqn = max(self.durable_sqn, group.sqns[-1])
             self.counters["changes"] += len(group.sqns)
+            self.counters["put_bytes"] += group.nbytes
 
     # -- bulk writes (see leveled_ray.bulk.write) ---
 

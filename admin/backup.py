@@ -1,63 +1,135 @@
-"""Hot backup: a running store's Journal, copied to another store URL.
+"""Incremental hot backup (leveled's): a store's Journal, kept up to date at another store URL.
 
-``store.backup(target_url)`` takes a checkpoint (so every write acknowledged before the call is
-in it, and no file it needs is deleted while the copy runs), copies that version's journal files
-to the target, writes the target's first manifest (the journal files, and an empty Ledger), and
-deletes the checkpoint. Opening the target restores the store: the Ledger is rebuilt from the
-Journal, as leveled rebuilds a lost Ledger.
+``store.backup(target_url)`` (or ``lr.admin(url).backup(target_url)``, without Ray) pins a
+checkpoint, so every write acknowledged before the call is in it and no file it needs is
+deleted while the copy runs. Then, as leveled does for a backup that already exists:
 
-The journal files keep their names and content, so a copy can be checked byte for byte (a
-clone's files shared with an ancestor are copied too, under names of the backup's own); the
-Ledger is not copied because it can always be rebuilt, and the Journal alone is smaller.
+1. it copies only the journal files that the target lacks (a nightly backup costs the day's
+   changes, not the whole store);
+2. it writes the backup's manifest last, as the next version at the target: an interrupted
+   backup leaves the previous one whole, and the next backup reuses what it had copied;
+3. then it deletes what the new manifest no longer lists: the files that journal compaction
+   dropped, and the older manifest versions.
+
+Opening the target restores the store: the Ledger is rebuilt from the Journal, as leveled
+rebuilds a lost Ledger (the Ledger is never copied: it can always be rebuilt, and the Journal
+alone is smaller). Each journal file is copied byte for byte under a name derived from its own
+(the same at every backup), outside the journal slots: files copied by an interrupted backup
+are invisible to a restore, which reads only what the manifest lists. A target that was opened
+(restored) is a store of its own, and is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..errors import InvalidArgumentError
 from ..files import journal as jfmt
-from ..files.names import compacted_journal_name
-from ..files.routed import is_foreign
+from ..files.names import JOURNAL_PREFIX, MANIFEST_PREFIX, manifest_name, stable_journal_name
+from ..files.routed import store_for
 from ..files.store import ObjectStore
 from ..manifest.model import Manifest
-from ..manifest.store import ManifestStore
+from ..manifest.store import ManifestStore, Versioned
+from ..options import Options
 
 _COPIES = 8  # objects copied at once
 
+#: The manifest setting that marks a backup, with the id of the store it backs up.
+BACKUP_OF = "backup_of"
 
-async def copy_journal(source: ObjectStore, target: ObjectStore, manifest: Manifest,
-                       progress: Callable[[int, int], None] | None = None) -> dict:
-    """Copy ``manifest``'s journal data files from ``source`` to a new store at ``target``,
-    and write the target's manifest. Refuses a target that already holds a store."""
+
+@dataclass(frozen=True)
+class BackupResult:
+    """One backup: the journal files it holds, those this run copied and their bytes, the
+    objects it deleted, and the highest SQN it holds."""
+
+    files: int
+    copied: int
+    bytes: int
+    removed: int
+    max_sqn: int
+    version: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def check_target(previous: Versioned | None, source: Manifest, url: str) -> None:
+    """A backup goes to an empty location, or over an earlier backup of the same store that
+    nobody has opened since (an opened backup is a restored store, with writes of its own)."""
+    if previous is None:
+        return
+    m = previous.manifest
+    if m.setting(BACKUP_OF) != source.store_id:
+        raise InvalidArgumentError(f"{url} holds a store that is not a backup of this one: "
+                                   "back up to an empty location or to this store's backup")
+    if m.writer_epoch != 0:
+        raise InvalidArgumentError(f"the backup at {url} was opened (restored) since: it is a "
+                                   "store of its own now; back up to another location")
+
+
+def backup_name(info: jfmt.JournalInfo) -> jfmt.JournalInfo:
+    """The file as the backup lists it: under a name derived from its own (a clone's files
+    shared with an ancestor included), outside the journal slots, so that recovery, which
+    reads the slots past the manifest's, never finds a file the manifest does not list."""
+    return replace(info, name=stable_journal_name(info.name), slot=jfmt.NO_SLOT)
+
+
+def backup_manifest(source: Manifest, previous: Versioned | None,
+                    files: list[jfmt.JournalInfo]) -> Manifest:
+    """The backup's next manifest: the journal files, and an empty Ledger."""
+    base = previous.manifest if previous is not None else Manifest.new(
+        **dict(source.settings), **{BACKUP_OF: source.store_id})
+    return base.with_changes(journal=tuple(files), journal_next_slot=source.journal_next_slot)
+
+
+async def backup_journal(source: ObjectStore, target: ObjectStore, manifest: Manifest,
+                         progress: Callable[[int, int], None] | None = None) -> BackupResult:
+    """Bring the backup at ``target`` up to ``manifest`` (a pinned version of the store at
+    ``source``): see the module docstring. ``progress(done, total)`` follows the copies."""
     manifests = ManifestStore(target)
-    if await manifests.latest() is not None:
-        raise InvalidArgumentError(f"{target.url} already holds a store: back up to an empty "
-                                   "location")
-    files = [j for j in manifest.journal if j.kind == jfmt.KIND_DATA and j.entries]
+    previous = await manifests.latest()
+    check_target(previous, manifest, target.url)
+    data = [j for j in manifest.journal if j.kind == jfmt.KIND_DATA and j.entries]
+    files = [backup_name(j) for j in data]
+    sources = {b.name: j.name for b, j in zip(files, data)}
+    present = {m.path for m in await target.list_async(JOURNAL_PREFIX)}
+    missing = [f for f in files if f.name not in present]  # a copy is whole or absent
     sem = asyncio.Semaphore(_COPIES)
     done = copied = 0
 
-    async def copy(info: jfmt.JournalInfo) -> jfmt.JournalInfo:
+    async def copy(info: jfmt.JournalInfo) -> None:
         nonlocal done, copied
-        # A clone's shared files (``@<ancestor>/...``) become the backup's own.
-        own = info if not is_foreign(info.name) else replace(
-            info, name=compacted_journal_name(), slot=jfmt.NO_SLOT)
         async with sem:
-            data = await source.get_async(info.name)
-            await target.put_async(own.name, data)
+            data = await source.get_async(sources[info.name])
+            await target.put_async(info.name, data)
         done += 1
         copied += len(data)
         if progress is not None:
-            progress(done, len(files))
-        return own
+            progress(done, len(missing))
 
-    files = await asyncio.gather(*(copy(f) for f in files))
-    slots = [f.slot + 1 for f in files if f.slot != jfmt.NO_SLOT]
-    restored = Manifest.new(**dict(manifest.settings)).with_changes(
-        journal=tuple(files), journal_next_slot=max([manifest.journal_next_slot] + slots))
-    if not await manifests.try_create(0, restored):
-        raise InvalidArgumentError(f"another store appeared at {target.url} during the backup")
-    return {"files": len(files), "bytes": copied, "max_sqn": restored.max_journal_sqn}
+    await asyncio.gather(*(copy(f) for f in missing))
+    version = 0 if previous is None else previous.id + 1
+    backup = backup_manifest(manifest, previous, files)
+    if not await manifests.try_create(version, backup):
+        raise InvalidArgumentError(f"another backup or store wrote {target.url} meanwhile")
+    # The new version is in place: what only the older versions listed can go.
+    listed = {f.name for f in files}
+    stale = sorted(present - listed) + [
+        m.path for m in await target.list_async(MANIFEST_PREFIX)
+        if m.path != manifest_name(version)]
+    await asyncio.gather(*(target.delete_async(path) for path in stale))
+    return BackupResult(files=len(files), copied=len(missing), bytes=copied,
+                        removed=len(stale), max_sqn=backup.max_journal_sqn, version=version)
+
+
+async def backup_version(source: ObjectStore, options: Options, manifest_id: int,
+                         target: ObjectStore,
+                         progress: Callable[[int, int], None] | None = None) -> BackupResult:
+    """Back up version ``manifest_id`` of the store at ``source`` (pinned by the caller) to
+    ``target``, reading a clone's shared files from its ancestors."""
+    manifest = await ManifestStore(source).read(manifest_id)
+    routed = store_for(source, manifest.stores, options)
+    return await backup_journal(routed, target, manifest, progress)

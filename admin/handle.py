@@ -15,7 +15,14 @@ from ..manifest.store import ManifestStore
 from ..manifest.transitions import mark_destroyed
 from ..options import Options
 from . import gc as garbage_collection
-from .checkpoints import create_checkpoint, delete_checkpoint, list_checkpoints, refresh_checkpoint
+from .backup import BackupResult, backup_version
+from .checkpoints import (
+    create_checkpoint,
+    delete_checkpoint,
+    list_checkpoints,
+    refresh_checkpoint,
+    release_checkpoint,
+)
 
 
 class Admin:
@@ -58,6 +65,25 @@ class Admin:
         """One garbage-collection pass (see :mod:`leveled_ray.admin.gc`); returns
         the :class:`~leveled_ray.admin.gc.Plan` it carried out."""
         return run_sync(self.gc_async(min_age, dry_run, progress))
+
+    async def backup_async(self, target_url: str, target_options: Options | None = None,
+                           progress=None) -> BackupResult:
+        target = ObjectStore.from_url(target_url, target_options or self.options)
+        pin = await create_checkpoint(await self._existing(), self.options.long_snapshot_timeout_s,
+                                      name="backup")
+        try:
+            return await backup_version(self.store, self.options, pin.manifest_id, target,
+                                        progress)
+        finally:
+            await release_checkpoint(self.manifests, pin.id)
+
+    def backup(self, target_url: str, target_options: Options | None = None,
+               progress=None) -> dict:
+        """Incremental hot backup to ``target_url`` (see :mod:`leveled_ray.admin.backup`),
+        running or not, without Ray: a checkpoint made here pins what is copied, and holds
+        every write acknowledged before the call. ``progress(done, total)`` follows the
+        copies. Returns ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``."""
+        return run_sync(self.backup_async(target_url, target_options, progress)).as_dict()
 
     async def destroy_async(self, soft: bool = True) -> int:
         return await destroy_store(self.store, self.options, soft)

@@ -33,6 +33,7 @@ from ..files.sync import run_sync
 from ..options import Options
 from ..read.key_ranges import term_from_text
 from ..read.store_reader import StoreReader
+from . import stats as stats_view
 from .demo import run_demo
 
 
@@ -313,14 +314,31 @@ def cmd_clone(args) -> int:
 
 
 def cmd_backup(args) -> int:
-    store, owned = _writer(args)
-    try:
-        done = store.backup(args.target)
-    finally:
-        if owned:
-            store.close()
-    print(f"backed up {done['files']} journal file(s), {_human(done['bytes'])}, up to SQN "
-          f"{done['max_sqn']}, to {args.target}; open it to restore")
+    if args.name:  # through the running store's Bookie
+        done = api.connect(args.name).backup(args.target)
+    else:  # on the URL, running or not: no Ray, and no writer is fenced
+        done = Admin(args.url, parse_options(args.option)).backup(
+            args.target, progress=progress_bar("backup"))
+    print(f"backed up {done['files']} journal file(s) ({done['copied']} copied, "
+          f"{_human(done['bytes'])}; {done['removed']} dropped), up to SQN {done['max_sqn']}, "
+          f"to {args.target}; open it to restore")
+    return 0
+
+
+def cmd_stats(args) -> int:
+    if (args.watch is not None and args.watch <= 0) or (args.count is not None
+                                                         and args.count < 1):
+        raise SystemExit("--watch takes seconds above 0, --count a number of refreshes >= 1")
+    if args.name:  # the running store's own figures, through Ray
+        gather, summarize = api.connect(args.name).stats, stats_view.summarize
+    else:  # what the manifest says
+        def gather():
+            return describe(_reader(args))
+
+        def summarize(now, _before, _seconds):
+            return stats_view.summarize_manifest(now)
+    stats_view.show(gather, summarize, watch=args.watch, count=args.count, as_json=args.json,
+                    human=_human)
     return 0
 
 
@@ -421,10 +439,17 @@ def build_parser() -> argparse.ArgumentParser:
             "finishes an interrupted one)")
     p.add_argument("target", help="the clone's store URL")
     p.add_argument("--checkpoint", help="clone as of this checkpoint (default: now)")
-    p = add("backup", cmd_backup, "copy the Journal, as of now, to an empty store location "
-            "(opening that location restores the store)")
+    p = add("backup", cmd_backup, "bring a backup of the Journal up to now: copy what the "
+            "target lacks, drop what compaction dropped (opening the target restores the store)")
     p.add_argument("target", help="the backup's store URL")
     p.add_argument("--name", help="back up the running store of this name")
+    p = add("stats", cmd_stats, "a store's figures (rates, latency, backlog, levels, caches, "
+            "object-store requests, snapshots, checkpoints), refreshed with --watch")
+    p.add_argument("--name", help="the running store of this name (else: what the manifest "
+                                  "says)")
+    p.add_argument("--watch", type=float, metavar="S", help="refresh every S seconds")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N refreshes")
+    p.add_argument("--json", action="store_true", help="one JSON object per refresh")
     p = add("export", cmd_export, "write the objects of a checkpoint (default: a new one, "
             "released when done) as a directory of Parquet files (read-only)")
     p.add_argument("--to", required=True, help="an empty or new directory (or s3://... URI)")

@@ -24,3 +24,11 @@ def progress_bar(label: str, stream=None):
         print(f"\r  {label}: {done}/{total} ({rate:,.0f}/s)", end=end, file=out, flush=True)
 
     return progress
+
+
+def progress_of(progress, label: str):
+    """The ``progress(done, total)`` callback an operation's ``progress`` argument asks for:
+    ``True`` a :func:`progress_bar`, ``False``/``None`` none, or the caller's own function."""
+    if progress is True:
+        return progress_bar(label)
+    return progress or None

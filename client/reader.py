@@ -112,6 +112,21 @@ class Reader(KeyReads, Queries):
     def manifest_id(self) -> int | None:
         return None if self._view is None else self._view.manifest_id
 
+    def stats(self) -> dict:
+        """This reader's figures, in the form of ``store.stats()`` for what a reader does: the
+        version it reads, its object-store requests and its file cache."""
+        cache = None if self._view is None else self._view.host.cache
+        return {
+            "url": self.url,
+            "checkpoint": self.checkpoint_id,
+            "manifest_id": self.manifest_id,
+            "renew_failures": self.renew_failures,
+            "file_cache": {"bytes": cache.used, "items": len(cache), "hits": cache.hits,
+                           "misses": cache.misses} if cache is not None else {},
+            "io": self._admin.store.stats.as_dict(),
+            "state": "closed" if self.closed else "open",
+        }
+
 
 def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
            lifetime: float = 600.0) -> Reader:

@@ -8,11 +8,11 @@ asyncio applications.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ..actors import bookie as bookie_mod
 from ..actors.remote import NAMESPACE, ValueBatch, pack, unwrap
-from ..admin.backup import copy_journal
+from ..admin.backup import backup_version
 from ..codec import (
     Change,
     Delete,
@@ -27,14 +27,12 @@ from ..codec import (
 )
 from ..codec import head_only as head_only_mode
 from ..errors import InvalidArgumentError, StoreClosedError
-from ..files.routed import store_for
 from ..files.store import ObjectStore, parse_url
 from ..files.sync import run_sync
 from ..manifest.model import Checkpoint
-from ..manifest.store import ManifestStore
 from ..options import Options
 from ..read.queries import Queries, check_index_query
-from .progress import progress_bar
+from .progress import progress_of
 from .ray_connection import ensure_ray
 from .snapshot import Snapshot
 
@@ -307,24 +305,20 @@ class Store(Queries):
         _get(self._actor.delete_checkpoint.remote(checkpoint_id))
 
     def backup(self, target_url: str, *, target_options: Options | None = None,
-               progress: bool = True) -> dict:
-        """Hot backup: copy the Journal as of now (every write acknowledged before the call) to
-        an empty store location; opening ``target_url`` restores the store, rebuilding the
-        Ledger from the Journal. The copy runs in this process, with a progress line on stderr
-        unless ``progress=False``. Returns ``{"files", "bytes", "max_sqn"}``."""
+               progress: bool | Callable[[int, int], None] = True) -> dict:
+        """Incremental hot backup (see :mod:`leveled_ray.admin.backup`): bring the backup at
+        ``target_url`` (an empty location, or an earlier backup of this store) up to every
+        write acknowledged before the call, copying only the journal files it lacks; opening
+        ``target_url`` restores the store. The copy runs in this process, with a progress line
+        on stderr (or calls to ``progress(done, total)``; ``False``: none). Returns
+        ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``."""
         parse_url(target_url)
+        target = ObjectStore.from_url(target_url, target_options or self.options)
         pin = self.checkpoint(lifetime=self.options.long_snapshot_timeout_s, name="backup")
         try:
             source = ObjectStore.from_url(self.url, self.options)
-            target = ObjectStore.from_url(target_url, target_options or self.options)
-
-            async def run():
-                manifest = await ManifestStore(source).read(pin.manifest_id)
-                return await copy_journal(store_for(source, manifest.stores, self.options),
-                                          target, manifest,
-                                          progress_bar("backup") if progress else None)
-
-            return run_sync(run())
+            return run_sync(backup_version(source, self.options, pin.manifest_id, target,
+                                           progress_of(progress, "backup"))).as_dict()
         finally:
             self.delete_checkpoint(pin.id)
 

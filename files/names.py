@@ -7,6 +7,8 @@ import os
 import re
 import time
 
+import xxhash
+
 MANIFEST_PREFIX = "manifest/"
 JOURNAL_PREFIX = "journal/"
 LEDGER_PREFIX = "ledger/"
@@ -14,6 +16,18 @@ LEDGER_PREFIX = "ledger/"
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SLOT_RE = re.compile(r"^journal/(\d{20})\.jnl$")
 _MANIFEST_RE = re.compile(r"^manifest/(\d{20})$")
+
+
+def file_kind(path: str) -> str:
+    """What an object is, by its name: ``manifest``, ``journal``, ``sst`` or ``other``
+    (a clone's ``@<ancestor>/`` prefix is looked through)."""
+    if path.startswith("@"):
+        path = path.split("/", 1)[-1]
+    if path.startswith(MANIFEST_PREFIX):
+        return "manifest"
+    if path.startswith(JOURNAL_PREFIX):
+        return "journal"
+    return "sst" if path.startswith(LEDGER_PREFIX) else "other"
 
 
 def ulid() -> str:
@@ -53,6 +67,14 @@ def journal_slot_of(path: str) -> int | None:
 
 def compacted_journal_name() -> str:
     return f"{JOURNAL_PREFIX}c/{ulid()}.jnl"
+
+
+def stable_journal_name(source: str) -> str:
+    """A compacted-journal name derived from another file's name (the same one every time),
+    shaped like :func:`compacted_journal_name`."""
+    value = xxhash.xxh3_128_intdigest(source.encode()) >> 2  # 126 bits: 26 Crockford digits
+    return f"{JOURNAL_PREFIX}c/" + "".join(_CROCKFORD[(value >> shift) & 31]
+                                           for shift in range(125, -1, -5)) + ".jnl"
 
 
 def sst_name() -> str:

@@ -33,6 +33,7 @@ from obstore.store import LocalStore, MemoryStore, S3Store
 
 from ..errors import InvalidArgumentError, ObjectStoreError
 from ..options import Options
+from .names import file_kind
 from .outcomes import (
     AttemptError,
     Created,
@@ -157,9 +158,23 @@ class IoStats:
     errors: int = 0
     resolved: int = 0
     sealed: int = 0
+    #: Requests, retries and errors by operation and file kind: ``{(what, op, kind): count}``
+    #: (``what`` is ``requests``, ``retries`` or ``errors``; see :func:`file_kind`).
+    by_request: dict = field(default_factory=dict)
+
+    def note(self, what: str, op: str, path: str) -> None:
+        key = (what, op, file_kind(path))
+        self.by_request[key] = self.by_request.get(key, 0) + 1
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        """The totals, and ``requests_by``/``retries_by``/``errors_by`` as
+        ``{op: {kind: count}}``."""
+        out = {k: v for k, v in self.__dict__.items() if k != "by_request"}
+        for what in ("requests", "retries", "errors"):
+            out[f"{what}_by"] = {}
+        for (what, op, kind), n in self.by_request.items():
+            out[f"{what}_by"].setdefault(op, {})[kind] = n
+        return out
 
 
 class _Backend:
@@ -235,7 +250,8 @@ class _LocalBackend(_Backend):
 
 _local_memory: dict[str, MemoryStore] = {}
 _local_memory_lock = threading.Lock()
-MEMORY_ACTOR_PREFIX = "leveled-memory:"
+#: The one Ray actor (per cluster) that holds every ``memory://`` store's objects.
+MEMORY_ACTOR = "leveled-memory"
 
 
 def _local_memory_store(name: str) -> MemoryStore:
@@ -244,15 +260,23 @@ def _local_memory_store(name: str) -> MemoryStore:
 
 
 class _MemoryServer:
-    """Holds one obstore MemoryStore inside a Ray actor, so all processes share it."""
+    """Holds the ``memory://`` stores (an obstore MemoryStore each, by name) inside one Ray
+    actor, so all processes share them; one actor serves them all, so a new memory store
+    costs no new process."""
 
     def __init__(self):
-        self.backend = _LocalBackend(MemoryStore())
+        self.backends: dict[str, _LocalBackend] = {}
 
-    async def call(self, method: str, *args):
+    def drop(self, name: str) -> None:
+        self.backends.pop(name, None)
+
+    async def call(self, name: str, method: str, *args):
+        backend = self.backends.get(name)
+        if backend is None:
+            backend = self.backends[name] = _LocalBackend(MemoryStore())
         # obstore's exceptions do not pickle: send back what kind of failure it was.
         try:
-            return ("ok", await getattr(self.backend, method)(*args))
+            return ("ok", await getattr(backend, method)(*args))
         except Exception as exc:
             failure = classify(exc, atomic=True)
             if failure in (Failure.EXISTS, Failure.MISSING):
@@ -266,16 +290,11 @@ class _RayMemoryBackend:
     atomic = True
 
     def __init__(self, name: str):
-        import ray
-
-        actor_name = MEMORY_ACTOR_PREFIX + name
-        self.actor = ray.remote(_MemoryServer).options(
-            name=actor_name, namespace="leveled", lifetime="detached", get_if_exists=True,
-            num_cpus=0,
-        ).remote()
+        self.name = name
+        self.actor = _memory_actor()
 
     async def _call(self, method, *args):
-        status, value = await self.actor.call.remote(method, *args)
+        status, value = await self.actor.call.remote(self.name, method, *args)
         if status == "ok":
             return value
         if status == Failure.EXISTS.value:
@@ -288,17 +307,22 @@ class _RayMemoryBackend:
         return lambda *a: self._call(method, *a)
 
 
+def _memory_actor():
+    import ray
+
+    return ray.remote(_MemoryServer).options(
+        name=MEMORY_ACTOR, namespace="leveled", lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_concurrency=1000).remote()
+
+
 def drop_memory_store(name: str) -> None:
-    """Forget a ``memory://`` store (its Ray actor too, when Ray is running)."""
+    """Forget a ``memory://`` store (in the shared Ray actor too, when Ray is running)."""
     with _local_memory_lock:
         _local_memory.pop(name, None)
     import ray
 
     if ray.is_initialized():
-        try:
-            ray.kill(ray.get_actor(MEMORY_ACTOR_PREFIX + name, namespace="leveled"))
-        except ValueError:
-            pass
+        ray.get(_memory_actor().drop.remote(name))
 
 
 # --- the store ----------------------------------------------------------------------------------
@@ -458,19 +482,28 @@ class ObjectStore:
         except Exception as exc:
             raise AttemptError(classify(exc, atomic=self._backend.atomic), exc) from None
 
-    def _retried(self, _exc: AttemptError) -> None:
-        self.stats.retries += 1
+    def _on_retry(self, op: str, path: str):
+        """Counts each retry of a request (see :meth:`IoStats.note`)."""
+        stats = self.stats
+
+        def retried(_exc: AttemptError) -> None:
+            stats.retries += 1
+            stats.note("retries", op, path)
+
+        return retried
 
     async def _request(self, op: str, path: str, call, *, write: bool = False,
                        hedge: bool = True):
         # ``hedge`` only where a copy of the request is harmless and cheap (see HEDGE_MAX_BYTES)
         """One request, retried while it fails transiently (see :class:`RetryPolicy`)."""
+        self.stats.note("requests", op, path)
         try:
             return await retry(lambda: self._attempt(call, hedge=hedge), self.config.retry,
-                               on_retry=self._retried)
+                               on_retry=self._on_retry(op, path))
         except AttemptError as exc:
             if exc.failure is not Failure.MISSING:
                 self.stats.errors += 1
+                self.stats.note("errors", op, path)
             maybe = write and exc.failure is Failure.UNKNOWN
             raise _store_error(exc.failure, exc.cause, op, path, maybe_applied=maybe) from None
 
@@ -541,6 +574,7 @@ class ObjectStore:
         check_path(path)
         mine = data if ident is None else data[:ident]
         self._count_put(len(data))
+        self.stats.note("requests", "put_if_absent", path)
 
         small = len(data) <= HEDGE_MAX_BYTES
 
@@ -565,9 +599,11 @@ class ObjectStore:
 
         try:
             created, _ = await settle_create(send, read_back, mine, self.config.retry,
-                                             self.config.resolve_s, on_retry=self._retried)
+                                             self.config.resolve_s,
+                                             on_retry=self._on_retry("put_if_absent", path))
         except Unsettled as exc:
             self.stats.errors += 1
+            self.stats.note("errors", "put_if_absent", path)
             raise _store_error(Failure.UNKNOWN, exc.cause, "put_if_absent", path,
                                maybe_applied=exc.maybe_applied) from None
         return created is Created.MINE

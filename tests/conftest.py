@@ -77,7 +77,8 @@ def ray_cluster():
     tmp = tempfile.mkdtemp(prefix="lr-ray-")
     os.environ["RAY_TMPDIR"] = tmp
     ray.init(namespace="leveled", include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING", _temp_dir=tmp)
+             logging_level="WARNING", _temp_dir=tmp,
+             _system_config={"metrics_report_interval_ms": 1000})  # metrics tests wait less
     yield ray
     ray.shutdown()
 

@@ -28,6 +28,9 @@ def test_a_checkpoint_holds_every_acknowledged_write(ray_cluster, durable_backen
             assert r.get("b", "just-now") == b"acknowledged a moment ago"
             assert r.get_many([("b", f"k{i}") for i in range(20)]) == [b"v%d" % i
                                                                       for i in range(20)]
+            figures = r.stats()  # a reader's figures, without Ray
+            assert figures["checkpoint"] == checkpoint.id and figures["state"] == "open"
+            assert figures["io"]["gets"] > 0 and figures["io"]["requests_by"]["list"]
         assert checkpoint.name == "nightly" and checkpoint.expires_at is None
         assert [c.id for c in store.list_checkpoints()] == [checkpoint.id]
     finally:

@@ -1,6 +1,7 @@
 """The leveled-ray command line and the in-process reader."""
 
 import json
+import uuid
 
 import pytest
 
@@ -136,3 +137,29 @@ def test_keys_buckets_and_index_queries(ray_cluster, tmp_url, capsys):
     assert capsys.readouterr().out.split() == ["hex:0072617" + "7"]
     assert cli.main(["index", "--url", tmp_url, "b", "n_int", "x"]) == 2
     assert "takes int terms" in capsys.readouterr().err
+
+
+def test_stats_of_a_running_store_and_of_its_manifest(ray_cluster, tmp_url, capsys):
+    name = f"stats-{uuid.uuid4().hex[:8]}"
+    store = lr.open(tmp_url, lr.Options(l0_max_keys=100, push_keys=20, push_ms=5), name=name)
+    try:
+        store.put_many([lr.Put("b", f"k{i:03d}", b"v" * 50) for i in range(200)])
+        assert len(store.get_many([("b", f"k{i:03d}") for i in range(50)])) == 50
+        assert cli.main(["stats", "--name", name, "--json", "--watch", "0.3",
+                         "--count", "2"]) == 0
+        first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+        assert first["rates"]["puts/s"] is None and second["rates"]["puts/s"] == 0.0
+        assert second["durable_sqn"] == 200 and second["state"] == "open"
+        assert second["latency_ms"]["put"]["p50"] > 0 and second["latency_ms"]["get"]
+        assert second["object_store"]["requests"] > 0 and second["object_store"]["errors"] == 0
+        assert second["levels"] and second["live_snapshots"] == 0
+        assert cli.main(["stats", "--name", name, "--watch", "0.2", "--count", "2"]) == 0
+        shown = capsys.readouterr().out  # the terminal view (rich), as the terminal gets it
+        assert "leveled-ray stats" in shown and "puts/s" in shown and "L0" in shown
+    finally:
+        store.close()
+    assert cli.main(["stats", "--url", tmp_url, "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["source"].startswith("manifest") and figures["max_sqn"] == 200
+    with pytest.raises(SystemExit):
+        cli.main(["stats", "--url", tmp_url, "--watch", "0"])
