@@ -9,8 +9,8 @@ import leveled_ray as lr
 pytestmark = pytest.mark.ray
 
 
-def test_second_open_fences_the_first(ray_cluster, backend):
-    url, options = backend
+def test_second_open_fences_the_first(ray_cluster, durable_backend):
+    url, options = durable_backend
     first = lr.open(url, options)
     first.put("b", "before", b"1")
     second = lr.open(url, options)

@@ -144,8 +144,8 @@ def test_a_clone_detaches_once_it_shares_nothing(ray_cluster, tmp_path):
         reopened.close()
 
 
-def test_a_clone_made_while_gc_runs_on_its_parent(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_a_clone_made_while_gc_runs_on_its_parent(ray_cluster, tmp_url):
+    url, options = tmp_url, lr.Options()
     options = options.replace(**SMALL, gc_interval_s=0)
     parent = lr.open(url, options)
     try:

@@ -1,4 +1,5 @@
-"""The public API on memory://, file:// and s3:// (moto), through real Ray actors."""
+"""The public API on file:// and s3:// (moto), through real Ray actors; memory:// too for the
+basic round trip and a clean restart."""
 
 import asyncio
 
@@ -13,15 +14,25 @@ pytestmark = pytest.mark.ray
 SMALL = lr.Options(l0_max_keys=300, push_keys=50, push_ms=5)
 
 
-@pytest.fixture
-def store(ray_cluster, backend):
+def _open(backend):
     url, options = backend
     s = lr.open(url, options.replace(l0_max_keys=300, push_keys=50, push_ms=5))
     yield s
     s.close()
 
 
-def test_put_get_head_delete(store):
+@pytest.fixture
+def store(ray_cluster, durable_backend):
+    yield from _open(durable_backend)
+
+
+@pytest.fixture
+def any_store(ray_cluster, backend):
+    yield from _open(backend)
+
+
+def test_put_get_head_delete(any_store):
+    store = any_store
     sqn = store.put("users", "alice", b"v1", indexes=[("add", "city_bin", "paris")],
                     metadata={"owner": "ops"})
     assert store.get("users", "alice") == b"v1"

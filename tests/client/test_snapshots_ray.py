@@ -48,8 +48,8 @@ def test_a_snapshot_sees_its_moment_from_any_process(ray_cluster, durable_backen
         store.close()
 
 
-def test_bad_snapshot_calls_are_refused(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_bad_snapshot_calls_are_refused(ray_cluster, tmp_url):
+    url, options = tmp_url, lr.Options()
     store = lr.open(url, options)
     try:
         store.put("b", "k", b"v")

@@ -160,12 +160,12 @@ def _run(moto_endpoint, proxy, rate, seconds):
 @pytest.mark.parametrize("mode,rate", [("5xx", 0.15), ("lost", 0.15), ("delay", 0.06),
                                        ("reset", 0.15)])
 def test_one_fault_mode(ray_cluster, moto_endpoint, mode, rate):
-    report = _exercise(moto_endpoint, (mode,), rate, seconds=3)
+    report = _exercise(moto_endpoint, (mode,), rate, seconds=2)
     assert report["faults"] > 0 and report["acked"] > 0
 
 
 def test_all_modes_mixed_at_five_percent(ray_cluster, moto_endpoint):
-    report = _exercise(moto_endpoint, ("5xx", "lost", "delay", "reset"), 0.05, seconds=6)
+    report = _exercise(moto_endpoint, ("5xx", "lost", "delay", "reset"), 0.05, seconds=4)
     assert report["faults"] > 0 and report["acked"] > 0
 
 
