@@ -25,10 +25,11 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import ray  # noqa: E402
-from put_get import percentile, start_moto  # noqa: E402
 
 import leveled_ray as lr  # noqa: E402
 from leveled_ray.files.fault_proxy import FaultProxy  # noqa: E402
+
+from put_get import percentile, start_moto  # noqa: E402
 
 
 def options(endpoint, timeout, hedge):

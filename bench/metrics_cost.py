@@ -21,6 +21,8 @@ import ray
 
 import leveled_ray as lr
 
+import plots
+
 VALUE = b"v" * 1024
 
 
@@ -111,6 +113,12 @@ def main() -> None:
         print(f"{figure:<20} {on:>12.3f} {off:>12.3f} {on / off:>9.3f}")
     print(f"(metrics published every {args.interval:g} s; the store with them recorded "
           f"{published['changes']} puts)")
+    path = plots.save_ratios("metrics_cost", "metrics on / off, same run (1 = no cost)", [
+        (figure, statistics.median(results["on"][figure])
+         / statistics.median(results["off"][figure])) for figure in results["on"]],
+        xlabel="metrics on / metrics off")
+    if path:
+        print(f"plot: {path}")
     ray.shutdown()
 
 

@@ -21,7 +21,10 @@ import ray
 import leveled_ray as lr
 from leveled_ray.admin.clone import create_clone
 from leveled_ray.client.progress import progress_bar
+from leveled_ray.client.ray_connection import ensure_ray
 from leveled_ray.files.sync import run_sync
+
+import plots
 
 
 @ray.remote(num_cpus=0)
@@ -93,7 +96,7 @@ def main():
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="lr-pit-")
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="lr-ray-"))
-    lr.api.ensure_ray()
+    ensure_ray()
     try:
         echo = Echo.remote()
         rtt = median_ms(lambda: ray.get(echo.ping.remote()), 200)
@@ -111,6 +114,11 @@ def main():
               f"{large[op] / small[op]:>7.2f}  {target}")
     print(f"{'Ray round trip':<24} {rtt:>11.2f} ms\n{os.cpu_count()} cores; python "
           f"{sys.version.split()[0]}")
+    path = plots.save_groups("points_in_time", "creation time by store size (ms)", {
+        op: {f"{args.small:,} keys": small[op], f"{args.large:,} keys": large[op]}
+        for op in small}, ylabel="ms")
+    if path:
+        print(f"plot: {path}")
 
 
 if __name__ == "__main__":

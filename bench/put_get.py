@@ -24,6 +24,9 @@ import time
 import ray
 
 import leveled_ray as lr
+from leveled_ray.client.ray_connection import ensure_ray
+
+import plots
 
 MIB = 2**20
 
@@ -218,7 +221,7 @@ def main():
         args.objects, args.latency = 2000, 200
     root = tempfile.mkdtemp(prefix="lr-bench-")
     os.environ.setdefault("RAY_TMPDIR", root)
-    lr.api.ensure_ray()
+    ensure_ray()
     rows = []
     server = None
     try:
@@ -241,6 +244,11 @@ def main():
               f"{peer:<8} {target}")
     print(f"\n{len(rows)} rows; objects={args.objects} batch={args.batch}; "
           f"{os.cpu_count()} cores; python {sys.version.split()[0]}")
+    path = plots.save_ratios("put_get", "put/get: leveled-ray / peer (ms rows: lower is better)",
+                             [(f"{kind} {what} vs {peer}", ours / theirs)
+                              for kind, what, ours, theirs, peer, _ in rows if peer and theirs])
+    if path:
+        print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -25,10 +25,13 @@ import time
 
 import numpy as np
 import ray
-from put_get import SlateRun, bounded, ray_rtt  # bench/ is the script's directory
 
 import leveled_ray as lr
 from leveled_ray.client.progress import progress_bar
+from leveled_ray.client.ray_connection import ensure_ray
+
+import plots
+from put_get import SlateRun, bounded, ray_rtt  # bench/ is the script's directory
 
 PRESETS = {"full": (1_000_000, 1_000_000), "ci": (20_000, 20_000)}  # fold keys, index keys
 BATCH = 1000
@@ -175,7 +178,7 @@ def main() -> None:
     keys, index_keys = args.keys or keys, args.index_keys or index_keys
     options = lr.Options(journal_compaction_interval_s=0, gc_interval_s=0)
     root = tempfile.mkdtemp(prefix="lr-bench-queries-")
-    lr.api.ensure_ray()
+    ensure_ray()
     try:
         folds = [] if args.only == "index" else fold_bench(root, keys, args.size, options)
         index = [] if args.only == "folds" else index_bench(root, index_keys, options,
@@ -192,6 +195,13 @@ def main() -> None:
     for label, p50, p99, trip in index:
         print(f"| {label} | {p50 * 1e3:.2f} | {p99 * 1e3:.2f} | {trip * 1e3:.2f} | "
               f"{p50 / trip:.1f} |")
+    path = plots.save_ratios(
+        "queries", "folds vs SlateDB scans (rows/s; higher is better), index query p50 vs a "
+        "Ray round trip (lower is better)",
+        [(f"fold: {label}", ours / theirs) for label, ours, theirs in folds]
+        + [(f"index p50: {label}", p50 / trip) for label, p50, _, trip in index])
+    if path:
+        print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -29,13 +29,15 @@ import tempfile
 import time
 
 import pyarrow as pa
-from put_get import bounded  # bench/ is the script's directory
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 import leveled_ray as lr
 import leveled_ray.spark as lrs
 from leveled_ray.bulk.export import export
 from leveled_ray.bulk.read import BATCH_SIZE, ReadQuery
+
+import plots  # bench/ is the script's directory
+from put_get import bounded
 
 PRESETS = {"full": 1_000_000, "ci": 100_000}
 BATCH, IN_FLIGHT = 1000, 4
@@ -168,8 +170,11 @@ def main() -> None:
     print("| measure (rows/s) | leveled-ray | peer | ratio |")
     print("|---|---|---|---|")
 
+    ratios = []
+
     def row(what, ours, peer, theirs):
         print(f"| {what} | {ours:,.0f} | {peer} {theirs:,.0f} | {ours / theirs:.2f} |")
+        ratios.append((f"{what} vs {peer}", ours / theirs))
 
     for query in ("every_value", "every_column"):
         read = query.replace("_", " ")
@@ -186,6 +191,10 @@ def main() -> None:
         out["ingest put_many"])
     row("ingest: df.write.format('leveled')", out["ingest leveled"], "df.write.parquet",
         out["ingest parquet"])
+    path = plots.save_ratios("spark_pipeline", "Spark pipeline rows/s: leveled-ray / peer",
+                             ratios)
+    if path:
+        print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -31,10 +31,13 @@ import time
 
 import numpy as np
 import ray
-from put_get import bounded  # bench/ is the script's directory
 
 import leveled_ray as lr
 from leveled_ray.client.progress import progress_bar
+from leveled_ray.client.ray_connection import ensure_ray
+
+import plots
+from put_get import bounded  # bench/ is the script's directory
 
 MIB = 2**20
 PRESETS = {  # keys, memory_keys, durable writes
@@ -273,7 +276,7 @@ def main():
 
     root = tempfile.mkdtemp(prefix="lr-wamp-", dir=args.dir)
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="lr-ray-"))
-    lr.api.ensure_ray()
+    ensure_ray()
     rows = []
     try:
         ours = leveled_write_amp(f"file://{root}/leveled", args)
@@ -313,6 +316,10 @@ def main():
     print(f"\npreset={args.preset} keys={args.keys} size={args.size} overwrite={args.overwrite} "
           f"batch={args.batch} in_flight={args.in_flight}; peer is SlateDB unless noted; "
           f"{os.cpu_count()} cores")
+    path = plots.save_ratios("write_amp", "write amplification and ingest: leveled-ray / peer",
+                             [(what, a / b) for what, a, b, _ in rows if b])
+    if path:
+        print(f"plot: {path}")
 
 
 if __name__ == "__main__":

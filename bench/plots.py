@@ -1,0 +1,78 @@
+"""PNG plots beside the benchmarks' tables (matplotlib, from the ``bench`` extra).
+
+Each benchmark prints its table, then calls one of these to write ``bench/<name>.png``; without
+matplotlib they do nothing and return ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save_ratios(name: str, title: str, rows: list[tuple[str, float]], *,
+                xlabel: str = "leveled-ray / peer in the same run") -> str | None:
+    """Horizontal bars of ``(measure, ratio)``, each drawn from 1 (the peer) to its ratio; a
+    log scale when the ratios span more than 20x. Returns the PNG's path."""
+    plt = _pyplot()
+    rows = [(label, ratio) for label, ratio in rows if ratio and ratio > 0]
+    if plt is None or not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(rows) + 1.4))
+    labels = [label for label, _ in rows][::-1]
+    ratios = [ratio for _, ratio in rows][::-1]
+    ax.barh(labels, [r - 1 for r in ratios], left=1, color="#3a78b0")
+    ax.axvline(1.0, color="black", linewidth=1)
+    lo, hi = min(ratios + [1.0]), max(ratios + [1.0])
+    if hi / lo > 20:
+        ax.set_xscale("log")
+    from matplotlib.ticker import ScalarFormatter
+
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    for y, r in enumerate(ratios):
+        ax.annotate(f"{r:.2f}", (r, y), xytext=(3 if r >= 1 else -3, 0),
+                    textcoords="offset points", va="center", ha="left" if r >= 1 else "right",
+                    fontsize=8)
+    ax.margins(x=0.12)
+    return _save(fig, plt, name)
+
+
+def save_groups(name: str, title: str, groups: dict[str, dict[str, float]], *,
+                ylabel: str) -> str | None:
+    """Grouped bars: for each group (a measure), one bar per series (a store or setting)."""
+    plt = _pyplot()
+    if plt is None or not groups:
+        return None
+    series = list(next(iter(groups.values())))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 3.8))
+    width = 0.8 / len(series)
+    for i, s in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [values[s] for values in groups.values()], width, label=s)
+    ax.set_xticks(range(len(groups)), list(groups), fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _save(fig, plt, name)
+
+
+def _save(fig, plt, name: str) -> str:
+    path = os.path.join(HERE, f"{name}.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
