@@ -9,7 +9,10 @@ import sys
 import pytest
 
 import leveled_ray as lr
+from leveled_ray.admin.backup import backup_manifest, check_target
 from leveled_ray.cli import main as cli
+from leveled_ray.manifest.model import Manifest
+from leveled_ray.manifest.store import Versioned
 
 from conftest import REPO_ROOT, SMALL, wait_until
 
@@ -81,6 +84,9 @@ def test_a_clone_backs_up_with_its_shared_files(ray_cluster, tmp_path):
 KILLED_BACKUP = """
 import os, signal, sys
 import leveled_ray as lr
+from leveled_ray.admin.backup import backup_manifest, check_target
+from leveled_ray.manifest.model import Manifest
+from leveled_ray.manifest.store import Versioned
 
 def progress(done, total):
     if done == 2:  # mid-way: some of this round's files are copied, the manifest is not
@@ -141,3 +147,17 @@ def test_incremental_backups_restore_every_round_and_survive_a_kill(ray_cluster,
         assert restored(f"{tmp_path}/backup", f"{tmp_path}/last") == expected
     finally:
         store.close()
+
+
+def test_a_backup_goes_only_to_an_empty_place_or_over_this_stores_own_backup():
+    source = Manifest.new()
+    check_target(None, source, "file:///empty")  # an empty location
+    ours = Versioned(3, backup_manifest(source, None, []))
+    check_target(ours, source, "file:///ours")  # this store's own earlier backup
+    with pytest.raises(lr.InvalidArgumentError, match="not a backup of this one"):
+        check_target(ours, Manifest.new(), "file:///ours")  # another store's backup
+    with pytest.raises(lr.InvalidArgumentError, match="not a backup of this one"):
+        check_target(Versioned(0, Manifest.new()), source, "file:///store")  # a plain store
+    restored = Versioned(4, ours.manifest.with_changes(writer_epoch=1))
+    with pytest.raises(lr.InvalidArgumentError, match="opened"):
+        check_target(restored, source, "file:///restored")  # opened since: a store now
