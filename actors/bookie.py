@@ -6,6 +6,10 @@ joins the next journal file. All changes of a file are acknowledged once it is d
 Ledger entries then enter the Ledger cache (:mod:`.ledger_cache`) and are pushed to the
 Penciller in batches.
 
+The Inker is hosted in this process, a plain object beside the Bookie: a put's acknowledgement
+waits for one actor hop (client to Bookie) and one journal write, not for a second hop to
+another process. The Penciller and the clerks are actors of their own.
+
 GET/HEAD: the cache, then the Ledger's SSTs, then the value by SQN from the Journal, on the
 read path that snapshots and readers share (:mod:`leveled_ray.read.views`). The Bookie reads
 the files itself through its file clerks, so a lookup costs no extra actor hop. Files that a
@@ -38,7 +42,7 @@ from .metrics import Observations, export_every, timed
 from .pclerk import PencillerClerk
 from .penciller import Penciller
 from .reaper import Reaper, gc_loop
-from .remote import ValueBatch, as_actor, call, pack, self_handle, spawn, unpack
+from .remote import ValueBatch, as_actor, call, own_client, self_handle, spawn, unpack
 from .tasks import Tasks, watch
 from .write_path import WritePath
 
@@ -59,7 +63,7 @@ class Bookie:
         self.writes = WritePath(
             options, self.cache, self.view, head_only=head_only, check_usable=self._check_usable,
             stopping=lambda: self.closing or self.broken is not None, write=self._write_journal,
-            settle=lambda: call(self.inker.settle), stopped=self._stopped,
+            settle=lambda: self.inker.settle(), stopped=self._stopped,
             closing=lambda: self.closing, observations=self.observed)
         self.reaper = Reaper(self.view.host, self._may_delete)
         self.epoch = 0
@@ -91,14 +95,14 @@ class Bookie:
             self.reaper.host = self.view.host
         # The actors this one owns (they live and die together), or plain objects here.
         owned = (self.local, self.name, self.store, self.options)
-        self.inker = spawn(Inker, "inker", *owned, self.epoch, latest)
+        self.inker = Inker(own_client(self.store, self.local), self.options, self.epoch, latest)
         self.penciller = spawn(Penciller, "penciller", *owned, self.epoch, latest)
         self.pclerk = spawn(PencillerClerk, "pclerk", *owned, self.penciller)
         self._clerk_run = self.pclerk.run.remote()  # polls the Penciller until stopped
         self.iclerk = spawn(InkerClerk, "iclerk", *owned, self_handle(self, self.local))
-        opened = await call(self.inker.open)
-        await call(self.penciller.attach_inker, self.inker)
-        await call(self.inker.attach_clerk, self.iclerk)
+        opened = await self.inker.open()
+        await call(self.penciller.attach_journal, self_handle(self, self.local))
+        self.inker.attach_clerk(self.iclerk)
         self.view.reset(mid, m, opened["files"])
         self.writes.durable_sqn = m.ledger_sqn
         self._pusher_task = self.tasks.start(self._pusher(), "pusher")
@@ -106,7 +110,7 @@ class Bookie:
             (self.writes.writer.run(), "journal writer"),
             (watch(lambda: call(self.penciller.wait_view, self.view.files.version),
                    self._adopt, self._stopped), "ledger watcher"),
-            (watch(lambda: call(self.inker.wait_journal, self.view.journal_version),
+            (watch(lambda: self.inker.wait_journal(self.view.journal_version),
                    self.view.adopt_journal, self._stopped), "journal watcher"),
             (self.reaper.run(), "reaper"),
             (gc_loop(self.store, self.options, self.counters), "gc"))]
@@ -117,7 +121,7 @@ class Bookie:
         started = time.monotonic()
         cursor: int | None = 0
         while cursor is not None:
-            batch, top, cursor = await call(self.inker.replay, m.ledger_sqn, cursor)
+            batch, top, cursor = await self.inker.replay(m.ledger_sqn, cursor)
             self.cache.add_durable(LedgerRows.from_batch(batch))
             self.writes.durable_sqn = max(self.writes.durable_sqn, top)
             self.counters["replayed"] += batch.num_rows
@@ -158,8 +162,7 @@ class Bookie:
         return await self.writes.put_many(unpack(packed_changes), values)
 
     def _write_journal(self, groups: list[Group]):
-        return call(self.inker.append, pack([g.records for g in groups]),
-                    [g.values for g in groups])
+        return self.inker.append([g.records for g in groups], [g.values for g in groups])
 
     def reserve_bulk(self) -> dict:
         """Reserve a window of SQNs for a bulk write (see :mod:`leveled_ray.bulk.write`)."""
@@ -176,7 +179,7 @@ class Bookie:
         async def install() -> LedgerFiles:
             await self._push()
             files = await call(self.penciller.ingest, journal, ssts, self.writes.durable_sqn)
-            await call(self.inker.adopt, journal)
+            self.inker.adopt(journal)
             if files.version > self.view.files.version:
                 self._adopt(files)
             return files
@@ -201,11 +204,20 @@ class Bookie:
         advanced = files.persisted_sqn > self.view.files.persisted_sqn
         self.view.adopt(files)
         if self.head_only and advanced:  # the Inker deletes the journal files now in SSTs
-            self.tasks.start(call(self.inker.compact), "journal trim")
+            self.tasks.start(self._start_compaction(), "journal trim")
+
+    async def _start_compaction(self) -> str:
+        return self.inker.compact()
+
+    async def catalog_journal(self) -> None:
+        """Record every journal file written so far in the manifest (the Penciller asks before
+        it moves the persisted SQN)."""
+        await self.inker.catalog()
 
     def _may_delete(self, kind: str, version: int):
-        owner = self.penciller if kind == "sst" else self.inker
-        return call(owner.may_delete, version)
+        if kind == "sst":
+            return call(self.penciller.may_delete, version)
+        return self.inker.may_delete(version)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -251,8 +263,7 @@ class Bookie:
             await call(self.penciller.register_snapshot, snapshot_id, timeout_s, ledger_version)
             try:
                 if values:
-                    await call(self.inker.register_snapshot, snapshot_id, timeout_s,
-                               journal_version)
+                    self.inker.register_snapshot(snapshot_id, timeout_s, journal_version)
             except BaseException:
                 await call(self.penciller.release_snapshot, snapshot_id)
                 raise
@@ -264,7 +275,7 @@ class Bookie:
         if self.closed:
             return
         await call(self.penciller.release_snapshot, snapshot_id)
-        await call(self.inker.release_snapshot, snapshot_id)
+        self.inker.release_snapshot(snapshot_id)
         self.reaper.wake.set()
 
     async def checkpoint(self, lifetime: float | None, name: str | None,
@@ -273,7 +284,7 @@ class Bookie:
         first records every journal file written so far in the manifest."""
         self._check_usable()
         if source is None:
-            await call(self.inker.catalog)
+            await self.inker.catalog()
         return await checkpoints.create_checkpoint(self.manifests, lifetime, name, source)
 
     async def list_checkpoints(self) -> list[Checkpoint]:
@@ -293,7 +304,7 @@ class Bookie:
         if len(self.cache.unpushed):
             await self._push()
         await call(self.penciller.persist)
-        return await call(self.inker.compact)
+        return self.inker.compact()
 
     # -- admin ---------------------------------------------------------------------------------
 
@@ -305,8 +316,8 @@ class Bookie:
         return ManifestStore(self.store)
 
     async def stats(self) -> dict:
-        return bookie_stats(self, *[await call(a.stats) if a else {} for a in (
-            self.inker, self.penciller, self.pclerk, self.iclerk)])
+        return bookie_stats(self, self.inker.stats() if self.inker else {}, *[
+            await call(a.stats) if a else {} for a in (self.penciller, self.pclerk, self.iclerk)])
 
     async def close(self) -> None:
         """Finish queued writes, persist L0 memory and the journal catalog, stop the actors."""
@@ -325,18 +336,18 @@ class Bookie:
             if self.broken is None:
                 await self._push()
                 await call(self.penciller.close)
-                await call(self.inker.close)
+                await self.inker.close()
         finally:
             self.closed = True
             if not self.local:
                 import ray
 
-                for handle in (self.inker, self.penciller, self.pclerk, self.iclerk):
+                for handle in (self.penciller, self.pclerk, self.iclerk):
                     if handle is not None:
                         ray.kill(handle, no_restart=True)
 
     def actor_handles(self) -> list:
-        return [] if self.local else [self.inker, self.penciller]
+        return [] if self.local else [self.penciller]
 
 
 def make_actor():

@@ -34,7 +34,7 @@ from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
 from .iclerk import CompactionResult
 from .owner import Owner
-from .remote import call, process_stats, unpack, wait_set
+from .remote import call, process_stats, wait_set
 
 
 @dataclass
@@ -65,7 +65,7 @@ class JournalView(NamedTuple):
 
 
 class Inker(Owner):
-    """Plain-object logic of the Inker; the Bookie starts it as a Ray actor."""
+    """The Inker's logic, a plain object hosted in the Bookie's process."""
 
     def __init__(self, store: ObjectStore, options: Options, epoch: int, latest: Versioned):
         super().__init__(store, options, epoch, latest)
@@ -103,11 +103,11 @@ class Inker(Owner):
 
     # -- writing --
 
-    async def append(self, packed_records: bytes, values: list) -> jfmt.JournalInfo:
+    async def append(self, columns: list, values: list) -> jfmt.JournalInfo:
         """Write one group as the next journal file; returns once it is durable.
 
         Per caller in the group: its records as columns ``(first_sqn, last_modified, ops, keys,
-        indexes, expiries, extras)`` (all packed into one blob) and a ``ValueBatch`` of values.
+        indexes, expiries, extras)`` and a ``ValueBatch`` of values.
 
         The slot's create settles its own outcome (see ``ObjectStore.create_or_seal_async``).
         If it was sealed, nothing of the group was written: a definite ``ObjectStoreError``.
@@ -117,9 +117,7 @@ class Inker(Owner):
         """
         self._check_writable()
         records: list = []
-        for (first, lm, ops, lkeys, indexes, expiries, extras), batch in zip(
-            unpack(packed_records), values
-        ):
+        for (first, lm, ops, lkeys, indexes, expiries, extras), batch in zip(columns, values):
             records += zip(range(first, first + len(ops)), ops, lkeys, await batch.resolve(),
                            indexes, expiries, extras, itertools.repeat(lm))
         async with self._write_lock:

@@ -52,7 +52,9 @@ class Penciller(Owner):
         self.error: BaseException | None = None
         self.last_error: str | None = None
         self.merging: MergeJob | None = None
-        self.inker = None  # asked to record the journal before each persisted SQN moves
+        #: The Bookie (which hosts the Inker), asked to record the journal in the manifest
+        #: before each persisted SQN moves.
+        self.journal = None
         self.rng = random.Random()
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
                          "merges": 0, "merge_failures": 0, "ingests": 0, "commit_retries": 0,
@@ -127,17 +129,17 @@ class Penciller(Owner):
                 self.error = exc
                 return
 
-    def attach_inker(self, inker) -> None:
-        self.inker = inker
+    def attach_journal(self, bookie) -> None:
+        self.journal = bookie
 
     async def flush(self) -> None:
         """Write all of L0 memory to one L0 SST and commit it to the manifest."""
         async with self._flush_lock:
             batches, upto = list(self.l0_memory), self.pushed_sqn
-            if upto > self.latest.manifest.ledger_sqn and self.inker is not None:
+            if upto > self.latest.manifest.ledger_sqn and self.journal is not None:
                 # Every manifest version must record the journal files that hold the values of
                 # the Ledger it describes (checkpoints and clones read exactly one version).
-                await call(self.inker.catalog)
+                await call(self.journal.catalog_journal)
             if not batches:
                 if upto > self.latest.manifest.ledger_sqn:
                     await self.commit(persist_ledger_sqn, upto)

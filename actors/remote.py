@@ -171,6 +171,13 @@ def spawn(cls, role: str, local: bool, owner_name: str | None, *args):
                                                       name=name).remote(*args)
 
 
+def own_client(store, local: bool):
+    """``store`` as an actor of its own would get it, for a part hosted in the calling actor:
+    a copy with its own client and request counters (the same object without Ray, as
+    :func:`spawn` gives)."""
+    return store if local else pickle.loads(pickle.dumps(store))
+
+
 def self_handle(obj, local: bool):
     """A handle on the calling actor (``obj`` itself, without Ray)."""
     if local:

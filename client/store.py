@@ -63,7 +63,7 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
     """Open (or create) the store at ``url`` for writing, with its actors on Ray.
 
     ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes the
-    actors named (``name``, ``name.inker``, ``name.penciller``) in namespace ``leveled`` so other
+    actors named (``name``, ``name.penciller``, ...) in namespace ``leveled`` so other
     drivers can :func:`connect`; ``detached=True`` keeps them alive after this driver exits.
     Opening fences any other writer of the same store (its later writes fail with
     ``FencedError``). ``store`` overrides the object store client built from ``url`` (for
@@ -471,5 +471,6 @@ class Store(Queries):
     # -- for operators and tests --
 
     def actors(self) -> list:
-        """Ray handles of the Bookie, Inker and Penciller (to inspect them, or kill them)."""
+        """Ray handles of the Bookie and the Penciller (to inspect them, or kill them); the Inker
+        lives in the Bookie's process."""
         return [self._actor, *_get(self._actor.actor_handles.remote())]

@@ -70,7 +70,7 @@ def test_compaction_rewrites_dead_runs_and_keeps_every_value(tmp_path):
         await _load_rounds(bookie)
         before = _journal_names(root)
         assert await bookie.compact_journal() == "started"
-        result = await bookie.inker.local.wait_compaction()
+        result = await bookie.inker.wait_compaction()
         assert len(result.removed) == OPTIONS.max_run_length and len(result.added) == 1
         await settle(bookie)
         await asyncio.sleep(0.2)
@@ -95,7 +95,7 @@ def test_ledger_rebuilt_from_the_journal(tmp_path, strategy):
         await within("start", bookie.start())
         await within("load", _load_rounds(bookie))
         await within("compact", bookie.compact_journal())
-        assert (await within("compaction", bookie.inker.local.wait_compaction())).removed
+        assert (await within("compaction", bookie.inker.wait_compaction())).removed
         await within("close", bookie.close())
 
         store = ObjectStore.from_url(f"file://{root}")
@@ -129,7 +129,7 @@ def test_replaced_journal_files_wait_for_the_inkers_snapshots(tmp_path):
         bookie = Bookie(f"file://{root}", OPTIONS, local=True)
         await bookie.start()
         await _load_rounds(bookie)
-        inker = bookie.inker.local
+        inker = bookie.inker
         inker.register_snapshot("journal-reader", timeout_s=60)
         before = _journal_names(root)
         await bookie.compact_journal()

@@ -116,9 +116,9 @@ def check_against_a_dict(ops) -> dict:
                 group = []
         if group:
             await write(bookie, group)
-        await bookie.inker.local.wait_compaction()
+        await bookie.inker.wait_compaction()
         await settle(bookie)
-        counters = dict(bookie.inker.local.counters)
+        counters = dict(bookie.inker.counters)
         keys = sorted(model) + ["never-written"]
         got = await bookie.get_many([object_key("b", k) for k in keys])
         assert dict(zip(keys, got)) == {**model, "never-written": None}

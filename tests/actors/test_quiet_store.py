@@ -41,7 +41,7 @@ def test_a_quiet_store_reclaims_replaced_and_deleted_values(tmp_path):
         deadline = time.monotonic() + 60
         while _bytes_under(root, "journal") > 3 * live and time.monotonic() < deadline:
             await bookie.compact_journal()  # as a quiet store's schedule would
-            await bookie.inker.local.wait_compaction()
+            await bookie.inker.wait_compaction()
             await asyncio.sleep(0.2)
         reclaimed = _bytes_under(root, "journal")
         penciller = bookie.penciller.local

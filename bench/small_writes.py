@@ -1,0 +1,222 @@
+"""Small writes: single and concurrent durable puts, against SlateDB, a bare Ray round trip and a
+raw object-store create, all measured in the same run.
+
+For each object store (file://, and S3 on a local moto server), with 1 KiB values:
+* single ``put`` p50 against 2 x a bare Ray round trip + one raw create of a journal file's size;
+* concurrent single puts from one process, threads and asyncio, 1/8/32/128 in flight, against
+  SlateDB ``put`` + ``await_durable`` at the same concurrency (asyncio);
+* sequential puts from 4 Ray tasks at once against one task alone;
+* ``put_many`` of 1 KiB values against SlateDB ``WriteBatch``, awaited until durable;
+* single ``get`` p50 against a bare Ray round trip.
+
+Run: ``python bench/small_writes.py`` (``--quick`` for a smaller run). Prints ratios and
+writes ``bench/small_writes.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import obstore
+import ray
+from obstore.store import LocalStore, S3Store
+
+import leveled_ray as lr
+from leveled_ray.client.ray_connection import ensure_ray
+
+import plots
+from put_get import SlateRun, bounded, leveled_load, percentile, ray_rtt, start_moto, values
+
+SIZE = 1024
+LEVELS = (1, 8, 32, 128)
+
+
+def raw_creates(kind, root, endpoint, n):
+    """Create-if-absent of ``n`` objects the size of a one-put journal file, straight through
+    obstore: the object store's own cost of one durable put."""
+    if kind == "file":
+        os.makedirs(f"{root}/raw", exist_ok=True)
+        store = LocalStore(f"{root}/raw")
+    else:
+        store = S3Store("bench", endpoint=endpoint, region="us-east-1", access_key_id="bench",
+                        secret_access_key="bench", client_options={"allow_http": True})
+    data = values(1, SIZE + 200, 3)[0]
+    times = []
+    for i in range(n):
+        t = time.perf_counter()
+        obstore.put(store, f"raw/{os.getpid()}-{i:06d}", data, mode="create")
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def single_puts(store, n, prefix):
+    val = values(1, SIZE, 1)[0]
+    times = []
+    for i in range(n):
+        t = time.perf_counter()
+        store.put("bench", f"{prefix}-{i:06d}", val)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def thread_puts(store, in_flight, total, prefix):
+    val = values(1, SIZE, 2)[0]
+    per = max(1, total // in_flight)
+    barrier = threading.Barrier(in_flight)
+
+    def worker(w):
+        barrier.wait()
+        for i in range(per):
+            store.put("bench", f"{prefix}-{w:03d}-{i:06d}", val)
+
+    with ThreadPoolExecutor(in_flight) as pool:
+        t = time.perf_counter()
+        list(pool.map(worker, range(in_flight)))
+        return per * in_flight / (time.perf_counter() - t)
+
+
+def async_puts(store, in_flight, total, prefix):
+    val = values(1, SIZE, 2)[0]
+
+    async def one(i):
+        await store.put_async("bench", f"{prefix}-{i:06d}", val)
+
+    t = time.perf_counter()
+    asyncio.run(bounded(one, range(total), in_flight))
+    return total / (time.perf_counter() - t)
+
+
+def slate_puts(slate, in_flight, total, prefix):
+    val = values(1, SIZE, 2)[0]
+
+    async def run():
+        async def one(i):
+            await (await slate.db.put(f"{prefix}-{i:06d}".encode(), val)).await_durable()
+
+        t = time.perf_counter()
+        await bounded(one, range(total), in_flight)
+        return total / (time.perf_counter() - t)
+
+    return asyncio.run(run())
+
+
+@ray.remote(num_cpus=0)
+def task_puts(store, n, prefix):
+    """Sequential puts from one Ray task: ``(start, end)`` wall-clock times."""
+    val = values(1, SIZE, 4)[0]
+    start = time.time()
+    for i in range(n):
+        store.put("bench", f"{prefix}-{i:06d}", val)
+    return start, time.time()
+
+
+def tasks_rate(store, tasks, n, prefix):
+    spans = ray.get([task_puts.remote(store, n, f"{prefix}-{t}") for t in range(tasks)])
+    return tasks * n / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+
+def bench_backend(kind, args, endpoint, root):
+    rows = []
+    if kind == "file":
+        url, options = f"file://{root}/leveled", lr.Options()
+    else:
+        url = "s3://bench/leveled"
+        options = lr.Options(s3_endpoint=endpoint, s3_region="us-east-1",
+                             s3_access_key_id="bench", s3_secret_access_key="bench")
+    scale = 1 if kind == "file" else 4
+    slate = SlateRun(kind, root, endpoint)
+    asyncio.run(slate.open())
+    store = lr.open(url, options)
+    try:
+        single_puts(store, 20, "warm")
+        rtt = percentile(ray_rtt(args.samples), 0.5)
+        create = percentile(raw_creates(kind, root, endpoint, args.samples // scale), 0.5)
+        put = percentile(single_puts(store, args.samples // scale, "single"), 0.5)
+        rows.append((kind, "put p50 (ms)", put * 1e3, (2 * rtt + create) * 1e3,
+                     "2 RTT + create", "<= 1"))
+        for in_flight in LEVELS:
+            total = max(200, 40 * in_flight) // scale
+            theirs = slate_puts(slate, in_flight, total, f"slate{in_flight}")
+            target = ">= 3" if in_flight >= 8 else ""
+            ours = async_puts(store, in_flight, total, f"async{in_flight}")
+            rows.append((kind, f"put_async x{in_flight} (puts/s)", ours, theirs, "slatedb",
+                         target))
+            ours = thread_puts(store, in_flight, total, f"thread{in_flight}")
+            rows.append((kind, f"put {in_flight} threads (puts/s)", ours, theirs, "slatedb",
+                         target))
+        n = args.task_puts // scale
+        tasks_rate(store, 4, 5, "warm")  # start the tasks' workers
+        one = tasks_rate(store, 1, n, "task1")
+        four = tasks_rate(store, 4, n, "task4")
+        rows.append((kind, "put from 4 Ray tasks (puts/s)", four, one, "1 task", ">= 2"))
+        n = args.objects // scale
+        keys = [f"many-{i:08d}" for i in range(n)]
+        vals = values(n, SIZE, 5)
+        ours = n / leveled_load(store, keys, vals, args.batch, 1)
+        theirs = n / asyncio.run(slate.load([k.encode() for k in keys], vals, args.batch, 1))
+        rows.append((kind, f"put_many x{args.batch} (puts/s)", ours, theirs, "slatedb", ">= 10"))
+        times = []
+        for k in keys[:args.samples // scale]:
+            t = time.perf_counter()
+            store.get("bench", k)
+            times.append(time.perf_counter() - t)
+        rows.append((kind, "get p50 (ms)", percentile(times, 0.5) * 1e3, rtt * 1e3, "Ray RTT",
+                     "<= 1.5"))
+    finally:
+        store.close()
+        asyncio.run(slate.close())
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=1000, help="single put/get samples")
+    parser.add_argument("--objects", type=int, default=20_000, help="put_many objects")
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--task-puts", type=int, default=1000, help="puts per Ray task")
+    parser.add_argument("--backends", default="file,s3")
+    parser.add_argument("--quick", action="store_true", help="a small run (CI smoke)")
+    args = parser.parse_args()
+    if args.quick:
+        args.samples, args.objects, args.task_puts = 200, 4000, 200
+    root = tempfile.mkdtemp(prefix="lr-bench-")
+    os.environ.setdefault("RAY_TMPDIR", root)
+    ensure_ray()
+    rows, server = [], None
+    try:
+        for kind in args.backends.split(","):
+            endpoint = None
+            if kind == "s3":
+                server, endpoint = start_moto()
+            rows += bench_backend(kind, args, endpoint, root)
+    finally:
+        if server:
+            server.stop()
+        ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    print()
+    print(f"{'store':<6} {'measure':<30} {'leveled-ray':>12} {'peer':>12} {'ratio':>7}  "
+          f"{'peer':<15} target")
+    for kind, what, ours, theirs, peer, target in rows:
+        print(f"{kind:<6} {what:<30} {ours:>12.2f} {theirs:>12.2f} {ours / theirs:>7.2f}  "
+              f"{peer:<15} {target}")
+    print(f"\n{len(rows)} rows; {SIZE} B values; {os.cpu_count()} cores; "
+          f"python {sys.version.split()[0]}")
+    path = plots.save_ratios("small_writes", "small writes: leveled-ray / peer "
+                             "(ms rows: lower is better)",
+                             [(f"{kind} {what} vs {peer}", ours / theirs)
+                              for kind, what, ours, theirs, peer, _ in rows])
+    if path:
+        print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main()
