@@ -161,6 +161,16 @@ class Bookie:
         self._check_usable()
         return await self.writes.put_many(unpack(packed_changes), values)
 
+    @timed("leveled_put_latency_seconds")
+    async def put_parts(self, packed: bytes, values: list) -> list:
+        """Write several callers' changes at once (a client's coalesced puts and deletes):
+        ``packed`` is the :func:`~.remote.pack`-ed ``(changes, counts)``, ``values`` their
+        values in order. Each part's conditions hold or fail on its own; returns each part's
+        first SQN, or its error (see :meth:`.write_path.WritePath.put_parts`)."""
+        self._check_usable()
+        changes, counts = unpack(packed)
+        return await self.writes.put_parts(changes, counts, ValueBatch(inline=values))
+
     def _write_journal(self, groups: list[Group]):
         return self.inker.append([g.records for g in groups], [g.values for g in groups])
 

@@ -134,7 +134,8 @@ GAUGES = [
 ]
 
 HISTOGRAMS = [
-    Metric("leveled_put_latency_seconds", "put_many calls, from arrival to acknowledgement",
+    Metric("leveled_put_latency_seconds",
+           "write calls (put_many, or a client's coalesced puts), arrival to acknowledgement",
            (), LATENCY_BOUNDS_S),
     Metric("leveled_get_latency_seconds", "get and head calls, from arrival to answer", (),
            LATENCY_BOUNDS_S),

@@ -23,7 +23,7 @@ from ..codec import (
     holds_index_entries,
     now_ms,
 )
-from ..codec.conditions import check_conditions
+from ..codec.conditions import check_parts
 from ..codec.index_terms import change_entry, resolve_all
 from ..errors import InvalidArgumentError
 from ..files.journal import JournalInfo
@@ -36,6 +36,16 @@ from .ledger_cache import LedgerCache
 from .live_view import LiveView
 from .metrics import Observations
 from .remote import ValueBatch
+
+
+def passed(changes: list[Change], counts: list[int], failures: list,
+           values: ValueBatch) -> tuple[list[Change], ValueBatch]:
+    """The changes and values of the parts that did not fail (values sent inline)."""
+    if values.inline is None:
+        raise InvalidArgumentError("the values of a write of several parts travel inline")
+    keep = [not failure for count, failure in zip(counts, failures) for _ in range(count)]
+    return ([c for c, k in zip(changes, keep) if k],
+            ValueBatch(inline=[v for v, k in zip(values.inline, keep) if k]))
 
 
 class WritePath:
@@ -70,6 +80,16 @@ class WritePath:
         """Write changes as one atomic, durable group; returns their SQNs in order."""
         if not changes:
             return []
+        (first,) = await self.put_parts(changes, [len(changes)], values)
+        if isinstance(first, Exception):
+            raise first
+        return list(range(first, first + len(changes)))
+
+    async def put_parts(self, changes: list[Change], counts: list[int],
+                        values: ValueBatch) -> list[int | Exception]:
+        """Write several callers' parts (``counts`` changes each, in order) in one step. Each
+        part's conditions are checked on its own; the parts that pass are written as one
+        durable group. Returns each part's first SQN, or the error of that part alone."""
         if self.head_only and any(c.op == OP_PUT and c.extra[:1] != PACKED_EXTRA
                                   for c in changes):
             raise InvalidArgumentError("this store is head_only: write to it through a "
@@ -90,12 +110,23 @@ class WritePath:
         # From here to the allocation nothing awaits, so no other change can slip in.
         now_s = time.time()
         known = lambda k: self.cache.known_entry(k, stored)  # noqa: E731
+        failures: list = [None] * len(counts)
         if conditional:
-            check_conditions(changes, known, self.next_sqn, now_s)
+            failures = check_parts(changes, counts, known, self.next_sqn, now_s)
+            if any(failures):
+                changes, values = passed(changes, counts, failures, values)
+        if not changes:
+            return failures
         if self.indexed or any(c.indexes for c in changes):
             changes = resolve_all(changes, known, now_s)
             self.indexed = True
-        return await self._allocate(changes, values).future
+        group = self._allocate(changes, values)
+        await group.future
+        results, sqn = [], group.sqns.start
+        for count, failure in zip(counts, failures):
+            results.append(failure or sqn)
+            sqn += 0 if failure else count
+        return results
 
     async def _backpressure(self) -> None:
         waited_ms = await self.cache.backpressure(self.options, self.stopping)

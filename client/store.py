@@ -7,8 +7,10 @@ asyncio applications.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 
 from ..actors import bookie as bookie_mod
 from ..actors.remote import NAMESPACE, ValueBatch, pack, unwrap
@@ -32,6 +34,7 @@ from ..files.sync import run_sync
 from ..manifest.model import Checkpoint
 from ..options import Options
 from ..read.queries import Queries, check_index_query
+from .coalesce import Part, WriteCoalescer
 from .progress import progress_of
 from .ray_connection import ensure_ray
 from .snapshot import Snapshot
@@ -39,6 +42,9 @@ from .snapshot import Snapshot
 #: Index queries with ``max_results`` up to this are answered by the Bookie in one round trip;
 #: larger or unbounded ones stream from a snapshot in the caller's process.
 BOOKIE_QUERY_MAX = 10_000
+#: Limits of one call of coalesced puts and deletes (see :mod:`.coalesce`).
+COALESCE_MAX_CHANGES = 1000
+COALESCE_MAX_BYTES = 8 << 20
 
 
 def _get(ref):
@@ -159,6 +165,9 @@ class Store(Queries):
         self.name = name
         self.open_info = info
         self.head_only: str | None = info.get("head_only")
+        self._writes = WriteCoalescer(
+            self._send_parts, max_changes=COALESCE_MAX_CHANGES,
+            max_bytes=min(COALESCE_MAX_BYTES, options.max_journal_bytes // 2))
 
     def __reduce__(self):
         return (Store, (self._actor, self.options, self.url, self.name, self.open_info))
@@ -174,18 +183,26 @@ class Store(Queries):
 
     # -- building requests (validation happens here, before anything is sent) --
 
-    def _put_ref(self, bucket, key, value, indexes, ttl, metadata, if_sqn, if_absent):
+    def _put_part(self, bucket, key, value, indexes, ttl, metadata, if_sqn, if_absent,
+                  loop=None) -> Future:
         change, value = put_change(bucket, key, value, self.options, time.time(),
                                    indexes=indexes, ttl=ttl, metadata=metadata, if_sqn=if_sqn,
                                    if_absent=if_absent)
         if self.head_only:
             change = head_only_mode.ledger_change(change, value,
                                                   self.options.max_head_only_value_bytes)
-        return self._actor.put_many.remote(pack([change]), ValueBatch.pack([value], change.size))
+        return self._writes.submit([change], [value], change.size, loop=loop)
 
-    def _delete_ref(self, bucket, key, indexes, if_sqn):
+    def _delete_part(self, bucket, key, indexes, if_sqn, loop=None) -> Future:
         change, _ = delete_change(bucket, key, self.options, indexes=indexes, if_sqn=if_sqn)
-        return self._actor.put_many.remote(pack([change]), ValueBatch.pack([None], 0))
+        return self._writes.submit([change], [None], 0, loop=loop)
+
+    def _send_parts(self, parts: list[Part]) -> Future:
+        """One Bookie call for the coalesced puts and deletes of this process."""
+        changes = [c for part in parts for c in part.changes]
+        values = [v for part in parts for v in part.values]
+        return self._actor.put_parts.remote(
+            pack((changes, [len(part.changes) for part in parts])), values).future()
 
     def _put_many_ref(self, items: Iterable[Put | Delete]):
         if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
@@ -219,14 +236,17 @@ class Store(Queries):
         terms, ``_int`` fields int terms). ``ttl`` expires the object after that many seconds.
         ``if_sqn`` / ``if_absent`` make the write conditional: ``ConditionFailedError`` and no
         change when the key's current SQN differs / the key exists. Cost: one round trip to the
-        Bookie plus one journal write, shared with concurrent writers (group commit).
+        Bookie plus one journal write, both shared with concurrent writers: the puts and
+        deletes of one process travel together while a call is in flight (see
+        :mod:`.coalesce`), and the Bookie writes everything that arrives meanwhile as one
+        journal file (group commit). A failed condition fails only its own put.
         """
-        return _get(self._put_ref(bucket, key, value, indexes, ttl, metadata, if_sqn,
-                                  if_absent))[0]
+        return self._put_part(bucket, key, value, indexes, ttl, metadata, if_sqn,
+                              if_absent).result()
 
     def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
         """Delete ``(bucket, key)`` (writes a tombstone); returns the change's SQN."""
-        return _get(self._delete_ref(bucket, key, indexes, if_sqn))[0]
+        return self._delete_part(bucket, key, indexes, if_sqn).result()
 
     def put_many(self, items: Iterable[Put | Delete]) -> list[int]:
         """Write many changes as one atomic, durable group (one journal file); returns SQNs.
@@ -403,12 +423,12 @@ class Store(Queries):
     async def put_async(self, bucket, key, value: bytes, *, indexes=(), ttl=None, metadata=None,
                         if_sqn=None, if_absent=False) -> int:
         """Awaitable :meth:`put`."""
-        return (await _await(self._put_ref(bucket, key, value, indexes, ttl, metadata, if_sqn,
-                                           if_absent)))[0]
+        return await self._put_part(bucket, key, value, indexes, ttl, metadata, if_sqn,
+                                    if_absent, asyncio.get_running_loop())
 
     async def delete_async(self, bucket, key, *, indexes=(), if_sqn=None) -> int:
         """Awaitable :meth:`delete`."""
-        return (await _await(self._delete_ref(bucket, key, indexes, if_sqn)))[0]
+        return await self._delete_part(bucket, key, indexes, if_sqn, asyncio.get_running_loop())
 
     async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
         """Awaitable :meth:`put_many`."""

@@ -33,3 +33,28 @@ def check_conditions(changes: Sequence[Change], known: Callable[[bytes], LedgerE
     if failures:
         raise ConditionFailedError(f"{len(failures)} condition(s) failed: {failures[:5]}",
                                    tuple(failures))
+
+
+def check_parts(changes: Sequence[Change], counts: Sequence[int],
+                known: Callable[[bytes], LedgerEntry | None], first_sqn: int,
+                now_s: float) -> list[ConditionFailedError | None]:
+    """Check the conditions of several callers' parts (``counts`` changes each, in order), each
+    on its own, as :func:`check_conditions` does for one. A part sees the parts before it that
+    passed, with the SQNs they will get; a part that fails is left out and its SQNs go to the
+    next. Returns each part's failure, or ``None``."""
+    shadow: dict[bytes, LedgerEntry] = {}
+    seen = lambda k: shadow.get(k) or known(k)  # noqa: E731
+    failures: list[ConditionFailedError | None] = []
+    start, sqn = 0, first_sqn
+    for count in counts:
+        part = changes[start:start + count]
+        start += count
+        try:
+            check_conditions(part, seen, sqn, now_s)
+        except ConditionFailedError as exc:
+            failures.append(exc)
+            continue
+        failures.append(None)
+        shadow.update((c.lkey, change_entry(c, s, 0)) for s, c in enumerate(part, sqn))
+        sqn += count
+    return failures

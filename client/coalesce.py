@@ -1,0 +1,147 @@
+"""Client-side group commit: the single writes of one process travel to the Bookie together.
+
+Each ``put`` or ``delete`` (from any thread or event loop of the process) becomes a *part*: its
+changes and values, and a future for its first SQN. One call is in flight per handle at a time.
+A part that arrives while it is in flight waits, and when the call returns, every waiting part
+goes in the next one, up to ``max_changes`` changes and ``max_bytes`` bytes. So a lone writer
+pays nothing extra, many concurrent writers share one Ray call and one journal write, and parts
+reach the Bookie in the order they were submitted, which keeps every caller's order.
+
+The Bookie checks each part's conditions on its own (see
+:func:`leveled_ray.codec.conditions.check_parts`): a failed part fails alone, and an error of
+the whole call (fencing, a failed journal write) reaches every part of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from typing import NamedTuple
+
+from ..actors.remote import unwrap
+
+
+class Part(NamedTuple):
+    """One caller's changes, with their values, waiting to be sent. A thread waits on a
+    :class:`concurrent.futures.Future`; a coroutine on an :class:`asyncio.Future` of its
+    ``loop``."""
+
+    changes: list
+    values: list
+    nbytes: int
+    future: Future | asyncio.Future
+    loop: asyncio.AbstractEventLoop | None
+
+    def take(self) -> bool:
+        """Mark the part sent, unless its caller gave up waiting (a cancelled asyncio wait):
+        then nothing of it is written."""
+        if self.loop is None:
+            return self.future.set_running_or_notify_cancel()
+        return not self.future.cancelled()
+
+
+class WriteCoalescer:
+    """Queues parts and sends them with ``send(parts)``, which starts one call and returns a
+    :class:`concurrent.futures.Future` of each part's result: its first SQN, or the exception
+    that part alone raised."""
+
+    def __init__(self, send: Callable[[list[Part]], Future], *, max_changes: int,
+                 max_bytes: int):
+        self._send_call = send
+        self.max_changes, self.max_bytes = max_changes, max_bytes
+        self._lock = threading.Lock()
+        self._queue: deque[Part] = deque()
+        self._busy = False  # a call is in flight
+        self.counters = {"calls": 0, "parts": 0}
+
+    def submit(self, changes: list, values: list, nbytes: int, *,
+               loop: asyncio.AbstractEventLoop | None = None) -> Future | asyncio.Future:
+        """Queue one caller's changes; the future gives their first SQN. With ``loop``, an
+        asyncio future of that loop (the caller's running loop), else a thread's future."""
+        future = Future() if loop is None else loop.create_future()
+        part = Part(changes, values, nbytes, future, loop)
+        with self._lock:
+            self._queue.append(part)
+            if self._busy:
+                return part.future
+            self._busy = True
+            batch = self._take()
+        self._send(batch)
+        return part.future
+
+    def _take(self) -> list[Part]:
+        """The next call's parts, oldest first (under the lock). A part whose caller gave up
+        (a cancelled asyncio wait) before it was sent is dropped: nothing of it is written."""
+        batch, changes, nbytes = [], 0, 0
+        while self._queue and (not batch or (
+                changes + len(self._queue[0].changes) <= self.max_changes
+                and nbytes + self._queue[0].nbytes <= self.max_bytes)):
+            part = self._queue.popleft()
+            if part.take():
+                batch.append(part)
+                changes += len(part.changes)
+                nbytes += part.nbytes
+        return batch
+
+    def _send(self, batch: list[Part]) -> None:
+        while batch:
+            self.counters["calls"] += 1
+            self.counters["parts"] += len(batch)
+            try:
+                call = self._send_call(batch)
+            except BaseException as exc:  # nothing was sent: these parts fail, the next go
+                self._deliver(batch, None, exc)
+                batch = self._next()
+                continue
+            call.add_done_callback(lambda done, sent=batch: self._complete(sent, done))
+            return
+        # Every part was cancelled: the queue is empty and nothing is in flight.
+
+    def _complete(self, batch: list[Part], done: Future) -> None:
+        try:
+            results, error = done.result(), None
+        except BaseException as exc:
+            results, error = None, unwrap(exc)
+        self._deliver(batch, results, error)
+        self._send(self._next())
+
+    def _next(self) -> list[Part]:
+        with self._lock:
+            batch = self._take()
+            self._busy = bool(batch)
+            return batch
+
+    @staticmethod
+    def _deliver(batch: list[Part], results: list | None, error: BaseException | None) -> None:
+        """Each part's outcome to its caller: threads one by one, and the coroutines of each
+        event loop in one step of that loop (one wake-up, not one per part)."""
+        by_loop: dict = {}
+        for i, part in enumerate(batch):
+            outcome = error if results is None else results[i]
+            if part.loop is None:
+                _settle(part.future, outcome)
+            else:
+                by_loop.setdefault(part.loop, []).append((part.future, outcome))
+        for loop, outcomes in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, outcomes)
+            except RuntimeError:  # the loop was closed: nobody waits any more
+                pass
+
+
+def _settle(future, outcome) -> None:
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except InvalidStateError:  # an asyncio caller cancelled its wait after the part was sent
+        pass
+
+
+def _settle_all(outcomes: list) -> None:
+    for future, outcome in outcomes:
+        _settle(future, outcome)
