@@ -2,6 +2,7 @@
 basic round trip and a clean restart."""
 
 import asyncio
+import threading
 
 import pytest
 
@@ -130,14 +131,45 @@ def test_async_api(store):
     asyncio.run(run())
 
 
-def test_concurrent_writers_share_journal_groups(store):
+def test_concurrent_writers_share_calls_and_journal_groups(store):
     async def run():
         await asyncio.gather(*(store.put_async("c", f"k{i}", b"x" * 100) for i in range(400)))
-    asyncio.run(run())
+        # A failed condition fails its own put only, in the same coalesced calls as the rest.
+        return await asyncio.gather(
+            *(store.put_async("c", f"k{i}", b"y", if_absent=True) for i in range(50)),
+            *(store.put_async("d", f"k{i}", b"y") for i in range(50)), return_exceptions=True)
+    results = asyncio.run(run())
+    assert all(isinstance(r, lr.ConditionFailedError) for r in results[:50])
+    assert all(isinstance(r, int) for r in results[50:])
     stats = store.stats()
-    assert stats["changes"] == 400
-    assert stats["groups"] < 400  # group commit: fewer journal files than writes
+    assert stats["changes"] == 450
+    assert stats["groups"] < 450  # group commit: fewer journal files than writes
     assert all(v == b"x" * 100 for v in store.get_many([("c", f"k{i}") for i in range(400)]))
+    calls = store._writes.counters
+    assert calls["parts"] == 500 and calls["calls"] < 500  # puts travel together
+
+
+def test_threads_keep_their_order_and_one_if_absent_wins(store):
+    sqns: dict[int, list[int]] = {}
+    wins, losses = [], []
+
+    def writer(t):
+        sqns[t] = [store.put("t", f"{t}-{i}", b"%d" % i) for i in range(15)]
+        try:
+            wins.append(store.put("t", "race", b"%d" % t, if_absent=True))
+        except lr.ConditionFailedError:
+            losses.append(t)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert all(s == sorted(s) and len(set(s)) == 15 for s in sqns.values())
+    assert len(sqns) == 16 and len(wins) == 1 and len(losses) == 15
+    winner = store.head("t", "race")
+    assert winner.sqn == wins[0]
+    assert store.get("t", "race") not in (b"%d" % t for t in losses)
 
 
 def test_store_handle_is_picklable(store, ray_cluster):

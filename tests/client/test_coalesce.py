@@ -1,0 +1,148 @@
+"""The client's write coalescer, without Ray: calls are sent by a fake whose results the test
+gives by hand."""
+
+import asyncio
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.client.coalesce import WriteCoalescer
+
+
+class FakeBookie:
+    """Records each call's parts; the test completes the calls."""
+
+    def __init__(self, fail_send=0):
+        self.calls: list[tuple[list, Future]] = []
+        self.fail_send = fail_send
+
+    def send(self, parts):
+        if self.fail_send:
+            self.fail_send -= 1
+            raise lr.StoreClosedError("not sent")
+        done = Future()
+        self.calls.append(([p.changes for p in parts], done))
+        return done
+
+    def answer(self, i, sqn=100):
+        """Each part of call ``i`` gets consecutive SQNs; a part ``["bad"]`` fails alone."""
+        parts, done = self.calls[i]
+        results = []
+        for changes in parts:
+            if changes == ["bad"]:
+                results.append(lr.ConditionFailedError("bad", ()))
+            else:
+                results.append(sqn)
+                sqn += len(changes)
+        done.set_result(results)
+
+
+def coalescer(bookie, max_changes=100, max_bytes=1 << 20):
+    return WriteCoalescer(bookie.send, max_changes=max_changes, max_bytes=max_bytes)
+
+
+def test_a_lone_write_goes_at_once_and_later_ones_wait_for_the_next_call_in_order():
+    bookie = FakeBookie()
+    c = coalescer(bookie)
+    first = c.submit(["a"], [b"1"], 1)
+    assert [p for p, _ in bookie.calls] == [[["a"]]]  # sent at once, alone
+    later = [c.submit([k], [b"v"], 1) for k in ("b", "bad", "c")]
+    assert len(bookie.calls) == 1  # they wait while the first call is in flight
+    bookie.answer(0, sqn=1)
+    assert first.result() == 1
+    assert bookie.calls[1][0] == [["b"], ["bad"], ["c"]]  # together, in submission order
+    bookie.answer(1, sqn=2)
+    assert later[0].result() == 2 and later[2].result() == 3
+    with pytest.raises(lr.ConditionFailedError):
+        later[1].result()  # its own failure only
+    assert c.counters == {"calls": 2, "parts": 4}
+    c.submit(["d"], [b"v"], 1)
+    assert len(bookie.calls) == 3  # idle again: sent at once
+
+
+def test_calls_keep_to_their_limits():
+    bookie = FakeBookie()
+    c = coalescer(bookie, max_changes=3, max_bytes=10)
+    c.submit(["a"], [b"v"], 1)
+    for k in "bcdef":
+        c.submit([k], [b"v"], 1)
+    c.submit(["g", "h"], [b"v", b"v"], 2)
+    c.submit(["big"], [b"v"], 50)  # over max_bytes alone: it still goes, on its own
+    bookie.answer(0)
+    bookie.answer(1)
+    bookie.answer(2)
+    bookie.answer(3)
+    assert [p for p, _ in bookie.calls] == [
+        [["a"]], [["b"], ["c"], ["d"]], [["e"], ["f"]], [["g", "h"]], [["big"]]]
+
+
+def test_an_error_of_the_whole_call_reaches_every_part_and_the_next_call_still_goes():
+    bookie = FakeBookie()
+    c = coalescer(bookie)
+    c.submit(["a"], [b"v"], 1)
+    waiting = [c.submit([k], [b"v"], 1) for k in "bc"]
+    bookie.calls[0][1].set_exception(lr.FencedError("fenced", epoch=1, current_epoch=2))
+    bookie.calls[1][1].set_exception(lr.ObjectStoreError("lost", definite=True))
+    for future in waiting:
+        with pytest.raises(lr.ObjectStoreError):
+            future.result()
+    after = c.submit(["d"], [b"v"], 1)
+    bookie.answer(2, sqn=9)
+    assert after.result() == 9
+
+
+def test_a_call_that_cannot_be_sent_fails_its_parts_only():
+    bookie = FakeBookie(fail_send=1)
+    c = coalescer(bookie)
+    with pytest.raises(lr.StoreClosedError):
+        c.submit(["a"], [b"v"], 1).result()
+    ok = c.submit(["b"], [b"v"], 1)
+    bookie.answer(0, sqn=5)
+    assert ok.result() == 5
+
+
+def test_asyncio_callers_in_order_and_a_cancelled_wait_is_never_sent():
+    bookie = FakeBookie()
+    c = coalescer(bookie)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        first = c.submit(["a"], [b"v"], 1, loop=loop)
+        gave_up = c.submit(["x"], [b"v"], 1, loop=loop)
+        kept = c.submit(["b"], [b"v"], 1, loop=loop)
+        gave_up.cancel()
+        # The answer comes from another thread, as Ray's callbacks do.
+        threading.Thread(target=bookie.answer, args=(0, 1)).start()
+        assert await first == 1
+        for _ in range(1000):  # the next call goes once the answering thread has delivered
+            if len(bookie.calls) == 2:
+                break
+            await asyncio.sleep(0.001)
+        assert bookie.calls[1][0] == [["b"]]  # the cancelled part was dropped
+        threading.Thread(target=bookie.answer, args=(1, 2)).start()
+        assert await kept == 2
+
+    asyncio.run(main())
+
+
+def test_many_threads_share_calls():
+    bookie = FakeBookie()
+    c = coalescer(bookie)
+    results = {}
+
+    def writer(i):
+        results[i] = c.submit([f"k{i}"], [b"v"], 1).result(timeout=10)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    answered = 0
+    while any(t.is_alive() for t in threads):
+        if answered < len(bookie.calls):
+            bookie.answer(answered, sqn=1 + sum(
+                len(p) for calls, _ in bookie.calls[:answered] for p in calls))
+            answered += 1
+    assert sorted(results.values()) == list(range(1, 33))
+    assert len(bookie.calls) < 32 and c.counters["parts"] == 32
