@@ -36,6 +36,10 @@ from .iclerk import CompactionResult
 from .owner import Owner
 from .remote import call, process_stats, wait_set
 
+#: Groups of up to this many records are encoded on the event loop (a few hundred
+#: microseconds), larger ones in a thread.
+INLINE_BUILD_RECORDS = 32
+
 
 @dataclass
 class _Unsettled:
@@ -127,9 +131,11 @@ class Inker(Owner):
                     "did not answer): nothing was written", definite=True)
             slot = self.next_slot
             name = journal_slot_name(slot)
-            data, info = await asyncio.to_thread(
-                jfmt.build_journal, name, self.epoch, slot, records, codec=self.codec
-            )
+            build = (jfmt.build_journal, name, self.epoch, slot, records)
+            if len(records) <= INLINE_BUILD_RECORDS:  # cheaper than a hop to a thread and back
+                data, info = build[0](*build[1:], codec=self.codec)
+            else:
+                data, info = await asyncio.to_thread(*build, codec=self.codec)
             await self._settle(_Unsettled(slot, data, info, self.epoch))
         self._maybe_catalog()
         return info

@@ -7,6 +7,11 @@ goes in the next one, up to ``max_changes`` changes and ``max_bytes`` bytes. So 
 pays nothing extra, many concurrent writers share one Ray call and one journal write, and parts
 reach the Bookie in the order they were submitted, which keeps every caller's order.
 
+When a call of ``n`` parts returns, its ``n`` callers wake one by one (each thread, or each
+coroutine, in turn), and the first to write again would otherwise go alone, leaving the rest to
+the call after it. So the next call *lingers*: a helper thread sends it once ``n`` parts wait,
+or after at most ``linger_s``. A lone writer (calls of one part) never lingers.
+
 The Bookie checks each part's conditions on its own (see
 :func:`leveled_ray.codec.conditions.check_parts`): a failed part fails alone, and an error of
 the whole call (fencing, a failed journal write) reaches every part of it.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
@@ -49,13 +55,16 @@ class WriteCoalescer:
     that part alone raised."""
 
     def __init__(self, send: Callable[[list[Part]], Future], *, max_changes: int,
-                 max_bytes: int):
+                 max_bytes: int, linger_s: float = 0.002):
         self._send_call = send
-        self.max_changes, self.max_bytes = max_changes, max_bytes
+        self.max_changes, self.max_bytes, self.linger_s = max_changes, max_bytes, linger_s
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._queue: deque[Part] = deque()
-        self._busy = False  # a call is in flight
-        self.counters = {"calls": 0, "parts": 0}
+        self._busy = False  # a call is in flight (or lingering)
+        self._linger_for = 0  # parts the lingering call waits for; 0: none lingers
+        self._lingerer: threading.Thread | None = None
+        self.counters = {"calls": 0, "parts": 0, "lingered": 0}
 
     def submit(self, changes: list, values: list, nbytes: int, *,
                loop: asyncio.AbstractEventLoop | None = None) -> Future | asyncio.Future:
@@ -66,6 +75,8 @@ class WriteCoalescer:
         with self._lock:
             self._queue.append(part)
             if self._busy:
+                if self._linger_for and len(self._queue) >= self._linger_for:
+                    self._changed.notify()
                 return part.future
             self._busy = True
             batch = self._take()
@@ -106,7 +117,33 @@ class WriteCoalescer:
         except BaseException as exc:
             results, error = None, unwrap(exc)
         self._deliver(batch, results, error)
+        if len(batch) > 1 and self.linger_s > 0:
+            with self._lock:
+                self._linger_for = len(batch)
+                if self._lingerer is None:
+                    self._lingerer = threading.Thread(target=self._linger, daemon=True,
+                                                      name="leveled-ray write coalescer")
+                    self._lingerer.start()
+                self._changed.notify()
+            return
         self._send(self._next())
+
+    def _linger(self) -> None:
+        """The helper thread: send each lingering call once its callers are back (or after
+        ``linger_s``)."""
+        while True:
+            with self._lock:
+                while not self._linger_for:
+                    self._changed.wait()
+                deadline = time.monotonic() + self.linger_s
+                while len(self._queue) < self._linger_for:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._changed.wait(left)
+                self._linger_for = 0
+                self.counters["lingered"] += 1
+            self._send(self._next())
 
     def _next(self) -> list[Part]:
         with self._lock:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import CorruptObjectError
 from . import framing
@@ -166,7 +165,7 @@ def build_journal(name: str, epoch: int, slot: int, records, *, codec: int = COD
     if n:
         size = np.full(n, _FIXED_ROW, dtype=np.int64)
         for column in ("lkey", "value", "indexes", "extra"):
-            size += pc.fill_null(pc.binary_length(batch.column(column)), 0).to_numpy()
+            size += framing.binary_lengths(batch.column(column))
         starts = framing.size_cuts(size, block_bytes)
     rows = starts + [n] if n else [0]
     parts = [encode_header(epoch, slot, kind)]

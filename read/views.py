@@ -91,21 +91,33 @@ class JournalIndex:
         self.extend(files)
 
     def extend(self, files) -> None:
-        new = [f for f in files if f.kind == KIND_DATA and f.entries]
+        new = sorted((f for f in files if f.kind == KIND_DATA and f.entries),
+                     key=lambda f: f.max_sqn)
         if not new:
             return
-        self._files = sorted(self._files + new, key=lambda f: f.max_sqn)
-        self._max = [f.max_sqn for f in self._files]
+        if self._max and new[0].max_sqn <= self._max[-1]:  # not past the end: sort again
+            new = sorted(self._files + new, key=lambda f: f.max_sqn)
+            self._files, self._max = [], []
+        # Group commit adds files past the end: appending keeps a write's cost independent
+        # of how many files the journal has.
+        self._files.extend(new)
+        self._max.extend(f.max_sqn for f in new)
 
     def group(self, sqns: np.ndarray) -> list[tuple[JournalInfo, int, int]]:
         """For increasing ``sqns``: ``(file, lo, hi)`` for each file holding some of them,
-        ``sqns[lo:hi]`` being the ones in its SQN range."""
-        out = []
-        for info in self._files:
-            lo = int(np.searchsorted(sqns, np.uint64(info.min_sqn), side="left"))
+        ``sqns[lo:hi]`` being the ones in its SQN range. Files hold disjoint SQN ranges; the
+        cost follows the files found, not the files there are."""
+        out, i, n = [], 0, len(sqns)
+        while i < n:
+            at = bisect.bisect_left(self._max, int(sqns[i]))
+            if at == len(self._files):
+                break
+            info = self._files[at]
             hi = int(np.searchsorted(sqns, np.uint64(info.max_sqn), side="right"))
+            lo = max(i, int(np.searchsorted(sqns, np.uint64(info.min_sqn), side="left")))
             if lo < hi:
                 out.append((info, lo, hi))
+            i = hi
         return out
 
     def find(self, sqn: int) -> JournalInfo | None:

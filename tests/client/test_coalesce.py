@@ -3,6 +3,7 @@ gives by hand."""
 
 import asyncio
 import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -39,8 +40,16 @@ class FakeBookie:
         done.set_result(results)
 
 
-def coalescer(bookie, max_changes=100, max_bytes=1 << 20):
-    return WriteCoalescer(bookie.send, max_changes=max_changes, max_bytes=max_bytes)
+def coalescer(bookie, max_changes=100, max_bytes=1 << 20, linger_s=0.0):
+    return WriteCoalescer(bookie.send, max_changes=max_changes, max_bytes=max_bytes,
+                          linger_s=linger_s)
+
+
+def wait_for(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
 
 
 def test_a_lone_write_goes_at_once_and_later_ones_wait_for_the_next_call_in_order():
@@ -57,7 +66,7 @@ def test_a_lone_write_goes_at_once_and_later_ones_wait_for_the_next_call_in_orde
     assert later[0].result() == 2 and later[2].result() == 3
     with pytest.raises(lr.ConditionFailedError):
         later[1].result()  # its own failure only
-    assert c.counters == {"calls": 2, "parts": 4}
+    assert c.counters == {"calls": 2, "parts": 4, "lingered": 0}
     c.submit(["d"], [b"v"], 1)
     assert len(bookie.calls) == 3  # idle again: sent at once
 
@@ -146,3 +155,30 @@ def test_many_threads_share_calls():
             answered += 1
     assert sorted(results.values()) == list(range(1, 33))
     assert len(bookie.calls) < 32 and c.counters["parts"] == 32
+
+
+def test_after_a_call_of_many_parts_the_next_waits_for_its_callers_to_come_back():
+    bookie = FakeBookie()
+    c = coalescer(bookie, linger_s=10.0)  # long: only the callers' return ends the wait
+    c.submit(["a"], [b"v"], 1)
+    c.submit(["b"], [b"v"], 1)
+    c.submit(["c"], [b"v"], 1)
+    bookie.answer(0)
+    assert bookie.calls[1][0] == [["b"], ["c"]]  # a call of one part does not linger
+    bookie.answer(1)
+    c.submit(["d"], [b"v"], 1)
+    time.sleep(0.05)
+    assert len(bookie.calls) == 2  # one of two callers is back: it lingers
+    c.submit(["e"], [b"v"], 1)
+    wait_for(lambda: len(bookie.calls) == 3)
+    assert bookie.calls[2][0] == [["d"], ["e"]] and c.counters["lingered"] == 1
+    short = coalescer(bookie, linger_s=0.01)
+    short.submit(["f"], [b"v"], 1)
+    short.submit(["g"], [b"v"], 1)
+    short.submit(["h"], [b"v"], 1)
+    bookie.answer(2)
+    bookie.answer(3)
+    bookie.answer(4)  # "g" and "h"
+    short.submit(["i"], [b"v"], 1)  # alone: sent once the linger times out
+    wait_for(lambda: len(bookie.calls) == 6)
+    assert bookie.calls[5][0] == [["i"]]
