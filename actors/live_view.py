@@ -84,8 +84,11 @@ class LiveView:
         if retired:
             self.retired()
 
-    def remember_values(self, sqns, values) -> None:
-        """Recent small writes stay readable from memory."""
+    def remember_values(self, sqns, values: list | None, nbytes: int) -> None:
+        """Recent writes stay readable from memory (``values`` of ``nbytes`` in all), unless
+        the group is large enough to push a quarter of the value cache out."""
+        if values is None or nbytes > self.values.budget // 4:
+            return
         for sqn, value in zip(sqns, values):
             if value is not None:
                 self.values.put(("v", sqn), value, len(value) + 64)

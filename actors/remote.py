@@ -105,15 +105,16 @@ class ValueBatch:
     """The values of one ``put_many`` on their way from the client to the Inker.
 
     Small batches travel inline. Large ones are put in Ray's object store as one Arrow array,
-    and only a reference crosses the Bookie: the Bookie never deserializes the values, and the
-    Inker reads them without a copy. ``None`` stands for a delete.
+    and only a reference crosses the actor boundary: the Inker (in the Bookie's process) reads
+    them from there once, when it writes them. ``None`` stands for a delete.
     """
 
-    __slots__ = ("inline", "ref")
+    __slots__ = ("inline", "ref", "resolved")
 
     def __init__(self, inline: list | None = None, ref: list | None = None):
         self.inline = inline
         self.ref = ref  # [ObjectRef]: a list, so Ray passes the reference on unresolved
+        self.resolved: list | None = inline  # the values, once read here
 
     def __reduce__(self):
         return (ValueBatch, (self.inline, self.ref))
@@ -128,9 +129,9 @@ class ValueBatch:
         return cls(ref=[ray.put(pa.array(values, type=pa.binary()))])
 
     async def resolve(self) -> list:
-        if self.inline is not None:
-            return self.inline
-        return (await self.ref[0]).to_pylist()
+        if self.resolved is None:
+            self.resolved = (await self.ref[0]).to_pylist()
+        return self.resolved
 
 
 class _LocalMethod:

@@ -158,8 +158,7 @@ class WritePath:
                               sum(len(g.sqns) for g in groups))
         for group in groups:
             self.cache.add_durable(group.rows)
-            if group.values.inline is not None:
-                self.view.remember_values(group.sqns, group.values.inline)
+            self.view.remember_values(group.sqns, group.values.resolved, group.nbytes)
             self.cache.release_pending(group.keys, group.sqns)
             self.durable_sqn = max(self.durable_sqn, group.sqns[-1])
             self.counters["changes"] += len(group.sqns)

@@ -48,6 +48,11 @@ class FileStateError(LeveledError):
     """A clerk was asked for a move its state machine does not allow (an internal bug)."""
 
 
+#: Picking up to this many rows out of decoded blocks is done on the event loop; more, in a
+#: thread.
+INLINE_ROWS = 64
+
+
 class LruCache:
     """Least-recently-used cache with a byte budget (the budget may be 0: cache nothing).
     Thread-safe: readers in one process may share it across threads."""
@@ -262,12 +267,15 @@ class JournalClerk(FileClerk):
         table, where = await self.blocks_holding(rows)
         if len(where) == table.num_rows:
             return table  # every row of the blocks read
+        if len(where) <= INLINE_ROWS:
+            return table.take(where)
         return await asyncio.to_thread(table.take, where)
 
     async def blocks_holding(self, rows: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """The blocks that hold rows ``rows`` (ascending, no repeats), decoded, and where each
         of those rows is in them: ``(table of the blocks, positions)``. Each block is read
-        once (the store coalesces nearby ranges into one request), decoded in a thread."""
+        once (the store coalesces nearby ranges into one request), decoded in a thread (one block,
+        on the event loop)."""
         footer = await self.footer()
         blocks = footer.blocks_of(rows)
         wanted = blocks[np.flatnonzero(np.diff(blocks, prepend=-1))]  # rows are ascending
@@ -282,6 +290,8 @@ class JournalClerk(FileClerk):
         sizes = footer.rows[wanted + 1] - footer.rows[wanted]
         firsts = np.cumsum(sizes) - sizes
         where = rows - footer.rows[blocks] + firsts[np.searchsorted(wanted, blocks)]
+        if len(wanted) == 1:  # one block (a lookup): cheaper here than a hop to a thread
+            return decode(), where
         return await asyncio.to_thread(decode), where
 
     async def row_spans(self, rows: np.ndarray, span_bytes: int):
