@@ -34,7 +34,7 @@ from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
 from .iclerk import CompactionResult
 from .owner import Owner
-from .remote import call, process_stats, wait_set
+from .remote import call, wait_set
 
 #: Groups of up to this many records are encoded on the event loop (a few hundred
 #: microseconds), larger ones in a thread.
@@ -131,11 +131,11 @@ class Inker(Owner):
                     "did not answer): nothing was written", definite=True)
             slot = self.next_slot
             name = journal_slot_name(slot)
-            build = (jfmt.build_journal, name, self.epoch, slot, records)
+            args = (name, self.epoch, slot, records)
             if len(records) <= INLINE_BUILD_RECORDS:  # cheaper than a hop to a thread and back
-                data, info = build[0](*build[1:], codec=self.codec)
+                data, info = jfmt.build_journal(*args, codec=self.codec)
             else:
-                data, info = await asyncio.to_thread(*build, codec=self.codec)
+                data, info = await asyncio.to_thread(jfmt.build_journal, *args, codec=self.codec)
             await self._settle(_Unsettled(slot, data, info, self.epoch))
         self._maybe_catalog()
         return info
@@ -361,7 +361,6 @@ class Inker(Owner):
             "last_error": self.last_error or self.tasks.last_error,
             "background_errors": self.tasks.errors,
             "io": self.store.stats.as_dict(),
-            "process": process_stats(),
         }
 
     async def close(self) -> None:
