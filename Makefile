@@ -28,6 +28,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/put_get.py
+	$(BIN)/python bench/small_writes.py
 
 lint: setup
 	$(BIN)/pip install --quiet ruff import-linter

@@ -209,6 +209,27 @@ def start_moto():
     return server, endpoint
 
 
+def run_backends(bench, args) -> list:
+    """``bench(kind, args, endpoint, root)``'s rows for each store of ``args.backends``, on a
+    local Ray started here (and a moto server for ``s3``), all removed afterwards."""
+    root = tempfile.mkdtemp(prefix="lr-bench-")
+    os.environ.setdefault("RAY_TMPDIR", root)
+    ensure_ray()
+    rows, server = [], None
+    try:
+        for kind in args.backends.split(","):
+            endpoint = None
+            if kind == "s3":
+                server, endpoint = start_moto()
+            rows += bench(kind, args, endpoint, root)
+    finally:
+        if server:
+            server.stop()
+        ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=20_000)
@@ -219,22 +240,7 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.objects, args.latency = 2000, 200
-    root = tempfile.mkdtemp(prefix="lr-bench-")
-    os.environ.setdefault("RAY_TMPDIR", root)
-    ensure_ray()
-    rows = []
-    server = None
-    try:
-        for kind in args.backends.split(","):
-            endpoint = None
-            if kind == "s3":
-                server, endpoint = start_moto()
-            rows += bench_backend(kind, args, endpoint, root)
-    finally:
-        if server:
-            server.stop()
-        ray.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+    rows = run_backends(bench_backend, args)
     print()
     print(f"{'store':<6} {'measure':<28} {'leveled-ray':>12} {'peer':>12} {'ratio':>8}  "
           f"{'peer':<8} target")

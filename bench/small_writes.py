@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,10 +29,9 @@ import ray
 from obstore.store import LocalStore, S3Store
 
 import leveled_ray as lr
-from leveled_ray.client.ray_connection import ensure_ray
 
 import plots
-from put_get import SlateRun, bounded, leveled_load, percentile, ray_rtt, start_moto, values
+from put_get import SlateRun, bounded, leveled_load, percentile, ray_rtt, run_backends, values
 
 SIZE = 1024
 LEVELS = (1, 8, 32, 128)
@@ -203,21 +200,7 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.samples, args.objects, args.task_puts = 200, 4000, 200
-    root = tempfile.mkdtemp(prefix="lr-bench-")
-    os.environ.setdefault("RAY_TMPDIR", root)
-    ensure_ray()
-    rows, server = [], None
-    try:
-        for kind in args.backends.split(","):
-            endpoint = None
-            if kind == "s3":
-                server, endpoint = start_moto()
-            rows += bench_backend(kind, args, endpoint, root)
-    finally:
-        if server:
-            server.stop()
-        ray.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+    rows = run_backends(bench_backend, args)
     print()
     print(f"{'store':<6} {'measure':<30} {'leveled-ray':>12} {'peer':>12} {'ratio':>7}  "
           f"{'peer':<15} target")
