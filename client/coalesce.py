@@ -10,7 +10,8 @@ reach the Bookie in the order they were submitted, which keeps every caller's or
 When a call of ``n`` parts returns, its ``n`` callers wake one by one (each thread, or each
 coroutine, in turn), and the first to write again would otherwise go alone, leaving the rest to
 the call after it. So the next call *lingers*: a helper thread sends it once ``n`` parts wait,
-or after at most ``linger_s``. A lone writer (calls of one part) never lingers.
+once no part has come for ``gap_s``, or after at most ``linger_s``. A lone writer (calls of one
+part) never lingers.
 
 The Bookie checks each part's conditions on its own (see
 :func:`leveled_ray.codec.conditions.check_parts`): a failed part fails alone, and an error of
@@ -55,9 +56,10 @@ class WriteCoalescer:
     that part alone raised."""
 
     def __init__(self, send: Callable[[list[Part]], Future], *, max_changes: int,
-                 max_bytes: int, linger_s: float = 0.002):
+                 max_bytes: int, linger_s: float = 0.01, gap_s: float = 0.001):
         self._send_call = send
-        self.max_changes, self.max_bytes, self.linger_s = max_changes, max_bytes, linger_s
+        self.max_changes, self.max_bytes = max_changes, max_bytes
+        self.linger_s, self.gap_s = linger_s, gap_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._queue: deque[Part] = deque()
@@ -129,8 +131,8 @@ class WriteCoalescer:
         self._send(self._next())
 
     def _linger(self) -> None:
-        """The helper thread: send each lingering call once its callers are back (or after
-        ``linger_s``)."""
+        """The helper thread: send each lingering call once its callers are back, or once
+        they stop coming."""
         while True:
             with self._lock:
                 while not self._linger_for:
@@ -138,9 +140,12 @@ class WriteCoalescer:
                 deadline = time.monotonic() + self.linger_s
                 while len(self._queue) < self._linger_for:
                     left = deadline - time.monotonic()
+                    seen = len(self._queue)
                     if left <= 0:
                         break
-                    self._changed.wait(left)
+                    self._changed.wait(min(left, self.gap_s))
+                    if len(self._queue) == seen:
+                        break  # nobody came for gap_s: the rest are not coming soon
                 self._linger_for = 0
                 self.counters["lingered"] += 1
             self._send(self._next())

@@ -40,9 +40,9 @@ class FakeBookie:
         done.set_result(results)
 
 
-def coalescer(bookie, max_changes=100, max_bytes=1 << 20, linger_s=0.0):
+def coalescer(bookie, max_changes=100, max_bytes=1 << 20, linger_s=0.0, gap_s=0.0):
     return WriteCoalescer(bookie.send, max_changes=max_changes, max_bytes=max_bytes,
-                          linger_s=linger_s)
+                          linger_s=linger_s, gap_s=gap_s)
 
 
 def wait_for(condition, timeout=5.0):
@@ -159,7 +159,7 @@ def test_many_threads_share_calls():
 
 def test_after_a_call_of_many_parts_the_next_waits_for_its_callers_to_come_back():
     bookie = FakeBookie()
-    c = coalescer(bookie, linger_s=10.0)  # long: only the callers' return ends the wait
+    c = coalescer(bookie, linger_s=10.0, gap_s=10.0)  # long: only the callers end the wait
     c.submit(["a"], [b"v"], 1)
     c.submit(["b"], [b"v"], 1)
     c.submit(["c"], [b"v"], 1)
@@ -172,7 +172,7 @@ def test_after_a_call_of_many_parts_the_next_waits_for_its_callers_to_come_back(
     c.submit(["e"], [b"v"], 1)
     wait_for(lambda: len(bookie.calls) == 3)
     assert bookie.calls[2][0] == [["d"], ["e"]] and c.counters["lingered"] == 1
-    short = coalescer(bookie, linger_s=0.01)
+    short = coalescer(bookie, linger_s=0.01, gap_s=10.0)
     short.submit(["f"], [b"v"], 1)
     short.submit(["g"], [b"v"], 1)
     short.submit(["h"], [b"v"], 1)
@@ -182,3 +182,16 @@ def test_after_a_call_of_many_parts_the_next_waits_for_its_callers_to_come_back(
     short.submit(["i"], [b"v"], 1)  # alone: sent once the linger times out
     wait_for(lambda: len(bookie.calls) == 6)
     assert bookie.calls[5][0] == [["i"]]
+
+
+def test_a_linger_ends_once_the_callers_stop_coming():
+    bookie = FakeBookie()
+    c = coalescer(bookie, linger_s=10.0, gap_s=0.02)
+    for k in "abc":
+        c.submit([k], [b"v"], 1)
+    bookie.answer(0)
+    bookie.answer(1)  # "b" and "c": the next call lingers for two callers
+    started = time.monotonic()
+    c.submit(["d"], [b"v"], 1)  # only one comes back
+    wait_for(lambda: len(bookie.calls) == 3)
+    assert time.monotonic() - started < 5.0 and bookie.calls[2][0] == [["d"]]
