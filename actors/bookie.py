@@ -99,10 +99,9 @@ class Bookie:
         self.penciller = spawn(Penciller, "penciller", *owned, self.epoch, latest)
         self.pclerk = spawn(PencillerClerk, "pclerk", *owned, self.penciller)
         self._clerk_run = self.pclerk.run.remote()  # polls the Penciller until stopped
-        self.iclerk = spawn(InkerClerk, "iclerk", *owned, self_handle(self, self.local))
         opened = await self.inker.open()
         await call(self.penciller.attach_journal, self_handle(self, self.local))
-        self.inker.attach_clerk(self.iclerk)
+        self.inker.attach_clerk(self._compaction_clerk)
         self.view.reset(mid, m, opened["files"])
         self.writes.durable_sqn = m.ledger_sqn
         self._pusher_task = self.tasks.start(self._pusher(), "pusher")
@@ -223,6 +222,14 @@ class Bookie:
         """Record every journal file written so far in the manifest (the Penciller asks before
         it moves the persisted SQN)."""
         await self.inker.catalog()
+
+    def _compaction_clerk(self):
+        """The Inker's clerk, started when the first journal compaction needs it: most
+        stores compact rarely (hourly by default), and each actor costs a process."""
+        if self.iclerk is None:
+            self.iclerk = spawn(InkerClerk, "iclerk", self.local, self.name, self.store,
+                                self.options, self_handle(self, self.local))
+        return self.iclerk
 
     def _may_delete(self, kind: str, version: int):
         if kind == "sst":

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -84,7 +85,8 @@ class Inker(Owner):
         self._catalog_lock = asyncio.Lock()
         self._oldest_uncatalogued = 0.0
         self.last_error: str | None = None
-        self.clerk = None  # the Inker's clerk (journal compaction), attached by the Bookie
+        #: Gives the Inker's clerk (journal compaction), started on first use; from the Bookie.
+        self.clerk: Callable[[], object] | None = None
         self._compaction: asyncio.Task | None = None
         self._schedule: asyncio.Task | None = None
         self._journal_changed = asyncio.Event()
@@ -274,8 +276,9 @@ class Inker(Owner):
 
     # -- journal compaction (done by the Inker's clerk) --
 
-    def attach_clerk(self, clerk) -> None:
-        """Take the compaction worker, and start the schedule if one is set."""
+    def attach_clerk(self, clerk: Callable[[], object]) -> None:
+        """Take the compaction worker (``clerk()`` gives its handle, starting it the first
+        time), and start the schedule if one is set."""
         self.clerk = clerk
         interval = self.options.journal_compaction_interval_s
         if interval > 0 and self._schedule is None:
@@ -318,7 +321,7 @@ class Inker(Owner):
                 removed = [f.name for f in self.candidates(persisted)]
                 result = CompactionResult([], removed)
             else:
-                result = await call(self.clerk.compact, self.candidates(persisted), persisted,
+                result = await call(self.clerk().compact, self.candidates(persisted), persisted,
                                     self.epoch)
             if result.removed:
                 check_publishable([f.name for f in result.added], self.options, time.time())
