@@ -40,7 +40,8 @@ from .remote import ValueBatch
 
 def passed(changes: list[Change], counts: list[int], failures: list,
            values: ValueBatch) -> tuple[list[Change], ValueBatch]:
-    """The changes and values of the parts that did not fail (values sent inline)."""
+    """The changes and values of the parts that did not fail. Only a write of several parts
+    (a client's coalesced puts, whose values always travel inline) has some of each."""
     if values.inline is None:
         raise InvalidArgumentError("the values of a write of several parts travel inline")
     keep = [not failure for count, failure in zip(counts, failures) for _ in range(count)]
@@ -113,10 +114,10 @@ class WritePath:
         failures: list = [None] * len(counts)
         if conditional:
             failures = check_parts(changes, counts, known, self.next_sqn, now_s)
+            if all(failures):
+                return failures  # nothing to write
             if any(failures):
                 changes, values = passed(changes, counts, failures, values)
-        if not changes:
-            return failures
         if self.indexed or any(c.indexes for c in changes):
             changes = resolve_all(changes, known, now_s)
             self.indexed = True

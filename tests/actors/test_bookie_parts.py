@@ -9,8 +9,9 @@ from leveled_ray.actors.group_commit import Group, GroupCommit, JournalColumns, 
 from leveled_ray.actors.ledger_cache import LedgerCache
 from leveled_ray.actors.reaper import Reaper
 from leveled_ray.actors.remote import ValueBatch
+from leveled_ray.actors.write_path import passed
 from leveled_ray.codec import ACTIVE, LedgerEntry, LedgerRows
-from leveled_ray.errors import FencedError, ObjectStoreError
+from leveled_ray.errors import FencedError, InvalidArgumentError, ObjectStoreError
 from leveled_ray.options import Options
 
 OPTIONS = Options(journal_flush_ms=0, write_resolve_s=0.5)
@@ -202,3 +203,12 @@ def test_the_reaper_keeps_files_when_the_owner_says_no_or_is_gone(answer):
     reaper = Reaper(host, may_delete)
     assert not asyncio.run(reaper.sweep()) and not clerk.deleted
     assert reaper.counters["reaper_failures"] == (1 if isinstance(answer, Exception) else 0)
+
+
+def test_only_the_parts_that_passed_are_written():
+    failed = InvalidArgumentError("stands for a part's own failure")
+    changes, values = passed(["a", "b1", "b2", "c"], [1, 2, 1], [None, failed, None],
+                             ValueBatch(inline=[b"a", b"b1", b"b2", b"c"]))
+    assert changes == ["a", "c"] and values.inline == [b"a", b"c"]
+    with pytest.raises(InvalidArgumentError):  # values by reference come only as one part
+        passed(["a", "b"], [1, 1], [None, failed], ValueBatch(ref=[object()]))

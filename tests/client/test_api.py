@@ -85,6 +85,11 @@ def test_conditional_writes(store):
         store.put_many([lr.Put("users", "carol", b"c"),
                         lr.Put("users", "alice", b"x", if_absent=True)])
     assert store.get("users", "carol") is None
+    # The same with values large enough to travel through Ray's object store.
+    with pytest.raises(lr.ConditionFailedError):
+        store.put_many([lr.Put("users", f"big{i}", b"x" * 1024) for i in range(100)]
+                       + [lr.Put("users", "alice", b"x", if_absent=True)])
+    assert store.get("users", "big0") is None
     # Conditions see earlier changes of the same group.
     with pytest.raises(lr.ConditionFailedError) as err:
         store.put_many([lr.Put("users", "dave", b"d1", if_absent=True),
