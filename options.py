@@ -128,6 +128,13 @@ class Options:
     maxrunlength_compactionpercentage: float = 70.0
     #: Entries sampled per journal file to score it.
     compaction_sample: int = 100
+    #: Each group commit writes its own journal file, and every file costs an object and a
+    #: manifest row. So once this many consecutive *small* journal files ...
+    small_journal_files: int = 1000
+    #: ... or this many bytes of them (each under this size, and under half of
+    #: ``max_journal_bytes``) are in the Ledger's files, compaction rewrites them as one file,
+    #: whatever their scores. It starts when the Ledger persists, not only on the schedule.
+    small_journal_bytes: int = 1 * MIB
     #: What compaction keeps of replaced objects (tag ``o``): ``"retain"`` keeps their key
     #: changes as key deltas, so a Ledger rebuilt from the Journal has the full index history;
     #: ``"recovr"`` drops them.
@@ -189,7 +196,7 @@ class Options:
             "max_head_only_value_bytes",
             "push_keys", "l0_max_keys", "max_l0_files", "max_unpersisted_keys", "sst_max_keys",
             "sst_block_bytes", "max_run_length", "compaction_sample", "bloom_bits_per_key",
-            "catalog_files",
+            "catalog_files", "small_journal_files", "small_journal_bytes",
         )
         for name in positive:
             check_positive_int(name, getattr(self, name))
@@ -221,6 +228,9 @@ class Options:
             raise InvalidArgumentError(
                 f"recovery_strategy must be 'retain' or 'recovr', not {self.recovery_strategy!r}"
             )
+        if self.small_journal_files < 2:
+            raise InvalidArgumentError(
+                f"small_journal_files must be 2 or more, not {self.small_journal_files!r}")
         if self.max_value_bytes >= self.max_journal_bytes:
             raise InvalidArgumentError("max_value_bytes must be smaller than max_journal_bytes")
         if self.retry_backoff_s > self.retry_max_backoff_s:

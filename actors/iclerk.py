@@ -10,6 +10,7 @@ files then go to ``delete_pending``.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,9 @@ from ..files.store import ObjectStore
 from ..manifest.journal_compaction import best_run, file_score, keep_record
 from ..options import Options
 from .remote import call, process_stats
+
+#: Journal files read at once while rewriting a run.
+READ_AHEAD = 16
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,17 @@ class InkerClerk:
         if run is None:
             return CompactionResult(scores)
         chosen = candidates[run.start : run.start + run.length]
+        return CompactionResult(scores, *await self._replace(chosen, persisted_sqn, epoch,
+                                                              started))
+
+    async def rewrite(self, chosen: list, persisted_sqn: int, epoch: int) -> CompactionResult:
+        """Rewrite ``chosen`` (consecutive journal files, oldest first) without scoring them:
+        a run of small files (see :func:`~leveled_ray.manifest.journal_compaction.small_run`)."""
+        removed, added = await self._replace(chosen, persisted_sqn, epoch, time.monotonic())
+        return CompactionResult([], removed, added)
+
+    async def _replace(self, chosen, persisted_sqn: int, epoch: int,
+                       started: float) -> tuple[list[str], list]:
         added = await self._rewrite(chosen, persisted_sqn, epoch)
         for f in chosen:
             self.host.forget(f.name)
@@ -83,12 +98,14 @@ class InkerClerk:
         self.counters["files_out"] += len(added)
         self.counters["bytes_read"] += sum(f.size for f in chosen)
         self.counters["seconds"] += time.monotonic() - started
-        return CompactionResult(scores, [f.name for f in chosen], added)
+        return [f.name for f in chosen], added
 
     async def _rewrite(self, chosen, persisted_sqn: int, epoch: int) -> list:
         records = []
-        for info in chosen:
-            records += await self.host.journal(info).read_records()
+        for i in range(0, len(chosen), READ_AHEAD):  # a run of small files is many GETs
+            for part in await asyncio.gather(*(self.host.journal(info).read_records()
+                                               for info in chosen[i : i + READ_AHEAD])):
+                records += part
         current = await self._current([r.lkey for r in records])
         kept, size = [], 0
         outputs: list[jfmt.JournalInfo] = []

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -30,12 +31,17 @@ from ..files.journal_slots import write_fence
 from ..files.names import journal_slot_name
 from ..files.outcomes import Created
 from ..files.store import ObjectStore
+from ..manifest.journal_compaction import small_run
 from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
 from ..options import Options
 from .iclerk import CompactionResult
 from .owner import Owner
 from .remote import call, wait_set
+
+#: Compactions whose removed files :meth:`Inker.wait_journal` can still report: one
+#: compaction may commit several rewrites before the Bookie's view catches up.
+REMOVALS_KEPT = 1024
 
 #: Groups of up to this many records are encoded on the event loop (a few hundred
 #: microseconds), larger ones in a thread.
@@ -62,7 +68,7 @@ class _Unsettled:
 
 class JournalView(NamedTuple):
     """The journal files as of a compaction: its manifest version, the data files, and the
-    names of the files it replaced."""
+    names of the files replaced since the version the asker knew."""
 
     version: int
     files: list[jfmt.JournalInfo]
@@ -90,7 +96,8 @@ class Inker(Owner):
         self._compaction: asyncio.Task | None = None
         self._schedule: asyncio.Task | None = None
         self._journal_changed = asyncio.Event()
-        self.removed: list[str] = []  # journal files removed by the latest compaction
+        #: ``(manifest version, names)`` of the files each recent compaction removed.
+        self.removals: deque[tuple[int, list[str]]] = deque(maxlen=REMOVALS_KEPT)
         self.journal_version = latest.id  # manifest version of the latest compaction
         self.counters = {"groups": 0, "entries": 0, "bytes": 0, "fence_slot": -1,
                          "catalog_failures": 0, "compactions": 0, "compaction_failures": 0,
@@ -290,13 +297,14 @@ class Inker(Owner):
             if not self.closed:
                 self.compact()
 
-    def compact(self) -> str:
+    def compact(self, *, small_only: bool = False) -> str:
         """Start a journal compaction: ``"started"``, or ``"busy"`` if one is running. A
-        failed compaction is counted (``compaction_failures``) and tried again next time."""
+        failed compaction is counted (``compaction_failures``) and tried again next time.
+        With ``small_only``, it only merges runs of small files (see :meth:`small_files_due`)."""
         self._check_writable()
         if self._compaction is not None and not self._compaction.done():
             return "busy"
-        self._compaction = self.tasks.start(self._compact(), "journal compaction")
+        self._compaction = self.tasks.start(self._compact(small_only), "journal compaction")
         return "started"
 
     async def wait_compaction(self) -> CompactionResult | None:
@@ -312,35 +320,58 @@ class Inker(Owner):
         data = sorted(self.data_files(), key=lambda f: f.min_sqn)
         return [f for f in data[:-1] if f.name in catalogued and f.max_sqn <= persisted_sqn]
 
-    async def _compact(self) -> CompactionResult:
+    def _small_run(self, candidates: list[jfmt.JournalInfo]) -> list[jfmt.JournalInfo]:
+        o = self.options
+        run = small_run([f.size for f in candidates], o.small_journal_bytes,
+                        o.small_journal_files, o.max_journal_bytes)
+        return [] if run is None else candidates[run[0] : run[0] + run[1]]
+
+    def small_files_due(self, persisted_sqn: int) -> bool:
+        """Whether enough small journal files are in the Ledger's files to merge a run."""
+        return not self.head_only and bool(self._small_run(self.candidates(persisted_sqn)))
+
+    async def _compact(self, small_only: bool) -> CompactionResult:
         try:
             await self.catalog()
             latest = await self.manifests.latest(self.latest)
             persisted = latest.manifest.ledger_sqn  # the Penciller moves it: read the newest
             if self.head_only:  # trim_journal: the Ledger holds everything, values included
                 removed = [f.name for f in self.candidates(persisted)]
-                result = CompactionResult([], removed)
-            else:
-                result = await call(self.clerk().compact, self.candidates(persisted), persisted,
-                                    self.epoch)
-            if result.removed:
-                check_publishable([f.name for f in result.added], self.options, time.time())
-                await self.commit(replace_journal, tuple(result.removed), tuple(result.added))
-                gone = set(result.removed)
-                self.files = sorted([f for f in self.files if f.name not in gone]
-                                    + list(result.added), key=lambda f: (f.min_sqn, f.slot))
-                self.removed = list(result.removed)
-                self.journal_version = self.latest.id
-                self.counters["compactions"] += 1
-                self._journal_changed.set()
-                self._journal_changed = asyncio.Event()
-            return result
+                return await self._replace(CompactionResult([], removed))
+            result = CompactionResult([])
+            # Runs of small files first, oldest first, while each rewrite leaves fewer files.
+            while run := self._small_run(self.candidates(persisted)):
+                merged = await self._replace(
+                    await call(self.clerk().rewrite, run, persisted, self.epoch))
+                result = CompactionResult([], result.removed + merged.removed,
+                                          result.added + merged.added)
+                if len(merged.added) >= len(merged.removed):
+                    break
+            if small_only:
+                return result
+            return await self._replace(await call(
+                self.clerk().compact, self.candidates(persisted), persisted, self.epoch))
         except Exception as exc:
             self.counters["compaction_failures"] += 1
             self.last_error = repr(exc)
             if isinstance(exc, FencedError):
                 self.fenced = exc
             raise
+
+    async def _replace(self, result: CompactionResult) -> CompactionResult:
+        """Commit a compaction's result: its files replace the removed ones."""
+        if result.removed:
+            check_publishable([f.name for f in result.added], self.options, time.time())
+            await self.commit(replace_journal, tuple(result.removed), tuple(result.added))
+            gone = set(result.removed)
+            self.files = sorted([f for f in self.files if f.name not in gone]
+                                + list(result.added), key=lambda f: (f.min_sqn, f.slot))
+            self.journal_version = self.latest.id
+            self.removals.append((self.journal_version, list(result.removed)))
+            self.counters["compactions"] += 1
+            self._journal_changed.set()
+            self._journal_changed = asyncio.Event()
+        return result
 
     async def wait_journal(self, known_version: int,
                            timeout: float = 30.0) -> JournalView | None:
@@ -349,7 +380,9 @@ class Inker(Owner):
         if self.journal_version <= known_version and not await wait_set(
                 self._journal_changed, timeout):
             return None
-        return JournalView(self.journal_version, self.data_files(), self.removed)
+        removed = [name for version, names in self.removals if version > known_version
+                   for name in names]
+        return JournalView(self.journal_version, self.data_files(), removed)
 
     def stats(self) -> dict:
         return {

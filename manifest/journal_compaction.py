@@ -4,6 +4,7 @@ A journal file's score is the share of its sampled entries that are still curren
 nothing to reclaim). Runs of up to ``max_run_length`` consecutive files are scored by their
 average, against a target that rises from ``single_pct`` for one file to ``max_run_pct`` for a
 full-length run; the run furthest below its target is compacted, if any run is below it.
+Before any scoring, runs of small files are merged (see :func:`small_run`).
 
 When a run is rewritten, an entry stays if it is current in the Ledger or above the Ledger's
 persisted SQN (the Ledger may still need it for recovery). A replaced entry is dropped under
@@ -52,6 +53,30 @@ def best_run(scores: list[float], max_run_length: int, single_pct: float,
             if score < target and (best is None or target - score > best.target - best.score):
                 best = Run(start, length, score, target)
     return best
+
+
+def small_run(sizes: list[int], small_bytes: int, files: int,
+              max_bytes: int) -> tuple[int, int] | None:
+    """The oldest run of consecutive *small* files worth rewriting as one, as ``(start,
+    length)``; ``None`` while there is none. A file is small under ``small_bytes`` (and under
+    half of ``max_bytes``, so that the rewritten file fits). A run goes once it has ``files``
+    files, or ``small_bytes`` in all: then its file is not small any more.
+
+    Every group commit writes its own journal file, so single puts leave one small file per
+    put, each costing an object and a manifest row. Their scores do not matter: merging them
+    is what bounds the number of files, to about one per ``small_bytes`` of the Journal. Only
+    runs closed by their count (values of a few hundred bytes) are small again, and are merged
+    again with the next ones until they are not."""
+    small_bytes = min(small_bytes, max_bytes // 2)
+    start, total = 0, 0
+    for i, size in enumerate(sizes):
+        if size >= small_bytes:
+            start, total = i + 1, 0
+            continue
+        total += size
+        if i + 1 - start >= files or total >= small_bytes:
+            return start, i + 1 - start
+    return None
 
 
 def keep_record(op: int, sqn: int, indexes: tuple, current_sqn: int | None, persisted_sqn: int,

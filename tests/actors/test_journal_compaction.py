@@ -34,6 +34,21 @@ def test_scores_targets_and_the_best_run():
     assert jc.best_run([40], 4, 50, 70).length == 1
 
 
+def test_runs_of_small_files():
+    small, big = 100, 5000
+    assert jc.small_run([small] * 3, 1000, 4, 10_000) is None  # too few yet
+    assert jc.small_run([small] * 6, 1000, 4, 10_000) == (0, 4)  # the oldest, no more
+    # A big file breaks a run: the files before it wait for no more company.
+    assert jc.small_run([small, small, big] + [small] * 4, 1000, 4, 10_000) == (3, 4)
+    assert jc.small_run([small, small, big, small, small], 1000, 4, 10_000) is None
+    # A run whose file would not be small goes, however few its files.
+    assert jc.small_run([400, 400, 400, 400], 1000, 10, 10_000) == (0, 3)
+    # Small is under half of the largest file, so that the rewritten file fits.
+    assert jc.small_run([600, 600, 600], 1000, 2, 1000) is None
+    assert jc.small_run([400, 400, 400], 1000, 8, 1000) == (0, 2)
+    assert jc.small_run([], 1000, 2, 1000) is None
+
+
 def test_what_an_entry_keeps():
     idx = ((0, "a_bin", "x"),)
     # Current, or above the persisted SQN: kept whole.
@@ -144,5 +159,39 @@ def test_replaced_journal_files_wait_for_the_inkers_snapshots(tmp_path):
             await asyncio.sleep(0.05)
         assert not removed & _journal_names(root)
         await bookie.close()
+
+    asyncio.run(run())
+
+
+def test_small_files_are_merged_when_the_ledger_persists(tmp_path):
+    """Single puts write one journal file each; once enough of them are in the Ledger's files,
+    compaction merges them, without being asked, and every value stays readable."""
+    root = str(tmp_path / "db")
+    options = OPTIONS.replace(small_journal_files=8)
+    keys = [object_key("b", f"k{i}") for i in range(40)]
+
+    async def run():
+        bookie = Bookie(f"file://{root}", options, local=True)
+        await within("start", bookie.start())
+        for i in range(40):  # one group, so one journal file, each
+            await write(bookie, [lr.Put("b", f"k{i}", b"value %d" % i)], options)
+        await within("settle", settle(bookie))
+        inker = bookie.inker
+        for _ in range(200):
+            if inker.counters["compactions"] >= 2 and not inker.stats()["compacting"]:
+                break
+            await asyncio.sleep(0.05)
+        merged = [f for f in inker.data_files() if f.entries > 1]
+        assert merged and all(f.entries >= options.small_journal_files for f in merged)
+        assert len(inker.data_files()) <= 40 - len(merged) * (options.small_journal_files - 1)
+        expected = [b"value %d" % i for i in range(40)]
+        assert await bookie.get_many(keys) == expected
+        await within("close", bookie.close())
+
+        reopened = Bookie(f"file://{root}", options, local=True)
+        await within("reopen", reopened.start())
+        assert len(reopened.inker.data_files()) == len(inker.data_files())
+        assert await reopened.get_many(keys) == expected
+        await within("close again", reopened.close())
 
     asyncio.run(run())

@@ -118,3 +118,9 @@ def test_gc_refuses_a_bad_min_age_and_deletes_nothing(tmp_path, min_age):
         lr.gc(url, min_age=min_age)
     assert {m.path for prefix in ("ledger/", "manifest/") for m in store.list(prefix)} == before
 
+
+
+def test_small_journal_files_needs_two_files_to_merge():
+    with pytest.raises(lr.InvalidArgumentError, match="small_journal_files"):
+        lr.Options(small_journal_files=1)
+    assert lr.Options(small_journal_files=2).small_journal_files == 2
