@@ -8,6 +8,7 @@ import pytest
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.codec import OP_DELETE, OP_KEY_DELTA, OP_PUT, index_key, object_key
+from leveled_ray.files.names import journal_slot_name
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import ManifestStore
 from leveled_ray.manifest import journal_compaction as jc
@@ -184,6 +185,18 @@ def test_small_files_are_merged_when_the_ledger_persists(tmp_path):
         merged = [f for f in inker.data_files() if f.entries > 1]
         assert merged and all(f.entries >= options.small_journal_files for f in merged)
         assert len(inker.data_files()) <= 40 - len(merged) * (options.small_journal_files - 1)
+        # The Bookie's view of the Journal lost every replaced file, however many rewrites
+        # one compaction committed before it looked.
+        view = await inker.wait_journal(-1)
+        slots = {journal_slot_name(slot) for slot in range(inker.next_slot)}
+        assert len(slots & set(view.removed)) == sum(f.entries for f in merged)
+        assert not {f.name for f in view.files} & set(view.removed)
+        for _ in range(100):
+            if bookie.view.journal_version == inker.journal_version:
+                break
+            await asyncio.sleep(0.05)
+        assert ({f.name for f in bookie.view.journal.files}
+                == {f.name for f in inker.data_files()})
         expected = [b"value %d" % i for i in range(40)]
         assert await bookie.get_many(keys) == expected
         await within("close", bookie.close())
