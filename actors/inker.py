@@ -43,10 +43,6 @@ from .remote import call, wait_set
 #: compaction may commit several rewrites before the Bookie's view catches up.
 REMOVALS_KEPT = 1024
 
-#: Groups of up to this many records are encoded on the event loop (a few hundred
-#: microseconds), larger ones in a thread.
-INLINE_BUILD_RECORDS = 32
-
 
 @dataclass
 class _Unsettled:
@@ -141,7 +137,7 @@ class Inker(Owner):
             slot = self.next_slot
             name = journal_slot_name(slot)
             args = (name, self.epoch, slot, records)
-            if len(records) <= INLINE_BUILD_RECORDS:  # cheaper than a hop to a thread and back
+            if len(records) <= jfmt.SMALL_RECORDS:  # cheaper than a hop to a thread and back
                 data, info = jfmt.build_journal(*args, codec=self.codec)
             else:
                 data, info = await asyncio.to_thread(jfmt.build_journal, *args, codec=self.codec)

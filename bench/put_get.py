@@ -52,6 +52,9 @@ class Echo:
     async def get(self, key):
         return b"x" * 1024
 
+    async def put(self, key, value):
+        return 1
+
 
 def ray_rtt(n):
     echo = Echo.remote()

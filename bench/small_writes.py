@@ -5,7 +5,9 @@ For each object store (file://, and S3 on a local moto server), with 1 KiB value
 * single ``put`` p50 against 2 x a bare Ray round trip + one raw create of a journal file's size;
 * concurrent single puts from one process, threads and asyncio, 1/8/32/128 in flight, against
   SlateDB ``put`` + ``await_durable`` at the same concurrency (asyncio);
-* sequential puts from 4 Ray tasks at once against one task alone;
+* sequential puts from 4 Ray tasks at once against one task alone, and the same for bare Ray
+  calls (Ray's own scaling on this machine);
+* journal files after all those single puts, against after ``compact_journal()``;
 * ``put_many`` of 1 KiB values against SlateDB ``WriteBatch``, awaited until durable;
 * single ``get`` p50 against a bare Ray round trip: of recent writes, and after a restart
   (every value read from its journal file).
@@ -31,7 +33,7 @@ from obstore.store import LocalStore, S3Store
 import leveled_ray as lr
 
 import plots
-from put_get import SlateRun, bounded, leveled_load, percentile, ray_rtt, run_backends, values
+from put_get import Echo, SlateRun, bounded, leveled_load, percentile, ray_rtt, run_backends, values
 
 SIZE = 1024
 LEVELS = (1, 8, 32, 128)
@@ -125,9 +127,29 @@ def task_puts(store, n, prefix):
     return start, time.time()
 
 
+@ray.remote(num_cpus=0)
+def task_calls(echo, n):
+    """Sequential bare Ray calls (a 1 KiB argument) from one Ray task, as ``task_puts``."""
+    val = values(1, SIZE, 4)[0]
+    start = time.time()
+    for i in range(n):
+        ray.get(echo.put.remote(i, val))
+    return start, time.time()
+
+
 def tasks_rate(store, tasks, n, prefix):
     spans = ray.get([task_puts.remote(store, n, f"{prefix}-{t}") for t in range(tasks)])
     return tasks * n / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+
+def bare_tasks_rate(echo, tasks, n):
+    """The same from Ray tasks to an actor that answers at once: Ray's own scaling here."""
+    spans = ray.get([task_calls.remote(echo, n) for _ in range(tasks)])
+    return tasks * n / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+
+def journal_files(store):
+    return store.stats()["inker"]["journal_files"]
 
 
 def bench_backend(kind, args, endpoint, root):
@@ -174,6 +196,11 @@ def bench_backend(kind, args, endpoint, root):
         one = tasks_rate(store, 1, n, "task1")
         four = tasks_rate(store, 4, n, "task4")
         rows.append((kind, "put from 4 Ray tasks (puts/s)", four, one, "1 task", ">= 2"))
+        echo = Echo.remote()
+        bare_tasks_rate(echo, 4, 5)
+        one, four = bare_tasks_rate(echo, 1, n), bare_tasks_rate(echo, 4, n)
+        ray.kill(echo)
+        rows.append((kind, "bare Ray calls, 4 tasks (/s)", four, one, "1 task", ""))
         reads = args.samples // scale
         recent = [f"recent-{i:06d}" for i in range(reads)]
         store.put_many([lr.Put("bench", k, v) for k, v in zip(recent, values(reads, SIZE, 6))])
@@ -183,6 +210,14 @@ def bench_backend(kind, args, endpoint, root):
         store = lr.open(url, options)
         rows.append((kind, "get p50, from journal (ms)", get_p50(store, keys[:reads]) * 1e3,
                      rtt * 1e3, "Ray RTT", ""))
+        # Single puts leave one journal file each; compaction (last: it starts a
+        # clerk) merges runs of small ones.
+        before = journal_files(store)
+        store.compact_journal()
+        while store.stats()["inker"]["compacting"]:
+            time.sleep(0.1)
+        rows.append((kind, "journal files, compacted", journal_files(store), before,
+                     "before", ""))
     finally:
         store.close()
         asyncio.run(slate.close())

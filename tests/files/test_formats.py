@@ -101,6 +101,18 @@ def test_journal_round_trip(recs, codec_id, first_sqn, block_bytes):
         assert batch.column("sqn")[row - footer.rows[blk]].as_py() == sqns[row]
     if block_bytes == 1:
         assert footer.block_count == len(full)  # one record per block at least
+    # A few records in one block are sized and built in Python: the same file as from a table.
+    again, again_info = jfmt.build_journal("journal/x.jnl", 7, 3, jfmt.records_table(full),
+                                           codec=codec_id, block_bytes=block_bytes)
+    assert again[jfmt.HEADER_SIZE:] == data[jfmt.HEADER_SIZE:]
+    assert again_info == info
+
+
+@pytest.mark.parametrize("count", [2, 40])
+def test_journal_records_out_of_order_are_refused(count):
+    recs = [(count - i, 0, b"k%d" % i, b"v", (), 0, b"", 0) for i in range(count)]
+    with pytest.raises(ValueError, match="increasing SQN"):
+        jfmt.build_journal("journal/x.jnl", 1, 0, recs)
 
 
 def sample_manifest():
