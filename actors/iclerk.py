@@ -38,6 +38,11 @@ class CompactionResult:
     removed: list[str] = field(default_factory=list)
     added: list[jfmt.JournalInfo] = field(default_factory=list)
 
+    def __add__(self, other: CompactionResult) -> CompactionResult:
+        """Two rewrites of one compaction as one result."""
+        return CompactionResult(self.scores + other.scores, self.removed + other.removed,
+                                self.added + other.added)
+
 
 class InkerClerk:
     """Plain-object logic of the compaction worker; the Bookie starts it as a Ray actor."""

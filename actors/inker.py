@@ -339,14 +339,13 @@ class Inker(Owner):
             while run := self._small_run(self.candidates(persisted)):
                 merged = await self._replace(
                     await call(self.clerk().rewrite, run, persisted, self.epoch))
-                result = CompactionResult([], result.removed + merged.removed,
-                                          result.added + merged.added)
+                result += merged
                 if len(merged.added) >= len(merged.removed):
                     break
-            if small_only:
-                return result
-            return await self._replace(await call(
-                self.clerk().compact, self.candidates(persisted), persisted, self.epoch))
+            if not small_only:
+                result += await self._replace(await call(
+                    self.clerk().compact, self.candidates(persisted), persisted, self.epoch))
+            return result
         except Exception as exc:
             self.counters["compaction_failures"] += 1
             self.last_error = repr(exc)
