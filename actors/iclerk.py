@@ -3,8 +3,8 @@
 It samples entries of each candidate journal file and asks the Ledger (through the Bookie's
 view) which are still current, scores the files, and rewrites the best run (see
 :mod:`leveled_ray.manifest.journal_compaction`) into new journal files of up to
-``max_journal_bytes``,
-merging many small group-commit files into few. The Inker commits the manifest change; the old
+``max_journal_bytes``. A run of small group-commit files the Inker chose is rewritten as one
+without scoring (:meth:`InkerClerk.rewrite`). The Inker commits the manifest change; the old
 files then go to ``delete_pending``.
 """
 

@@ -85,10 +85,10 @@ def replace_journal(manifest: Manifest, epoch: int, removed: tuple[str, ...],
     names = {j.name for j in manifest.journal}
     if removed and names.isdisjoint(removed) and {j.name for j in added} <= names:
         return manifest  # an earlier attempt landed
-    missing = set(removed) - names
-    if missing:
+    gone = set(removed)
+    if missing := gone - names:
         raise InvalidArgumentError(f"journal files left the manifest: {sorted(missing)[:3]}")
-    kept = tuple(j for j in manifest.journal if j.name not in set(removed))
+    kept = tuple(j for j in manifest.journal if j.name not in gone)
     return manifest.with_changes(journal=tuple(sorted(kept + tuple(added),
                                                       key=lambda j: (j.min_sqn, j.slot))))
 
