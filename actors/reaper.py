@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 #: Polling the owners: from this delay, doubling while nothing can be deleted, up to the cap.
 FIRST_DELAY_S, MAX_DELAY_S = 0.05, 2.0
+#: Deletes in flight at once.
+DELETES_AT_ONCE = 16
 
 
 class Reaper:
@@ -38,9 +40,10 @@ class Reaper:
 
     async def sweep(self) -> bool:
         """One pass over the files waiting for deletion, one question per manifest version;
-        whether it deleted any."""
-        progressed = False
+        whether it deleted any. The deletes go ``DELETES_AT_ONCE`` at a time: a merge of small
+        journal files retires a thousand files at once."""
         answers: dict[tuple[str, int], bool] = {}
+        ready = []
         for clerk in self.host.pending_deletes():
             if self.host.readers_before(clerk.removed_in):
                 continue  # a read of an older view may still need it
@@ -52,14 +55,20 @@ class Reaper:
                     self.counters["reaper_failures"] += 1
                     answers[question] = False
             if answers[question]:
-                try:
-                    await clerk.delete()
-                except ObjectStoreError:
-                    self.counters["reaper_failures"] += 1
-                    continue  # tried again next round; GC is the backstop
-                self.counters["files_deleted"] += 1
-                progressed = True
-        return progressed
+                ready.append(clerk)
+        deleted = []
+        for i in range(0, len(ready), DELETES_AT_ONCE):
+            deleted += await asyncio.gather(*map(self._delete, ready[i : i + DELETES_AT_ONCE]))
+        return any(deleted)
+
+    async def _delete(self, clerk) -> bool:
+        try:
+            await clerk.delete()
+        except ObjectStoreError:
+            self.counters["reaper_failures"] += 1
+            return False  # tried again next round; GC is the backstop
+        self.counters["files_deleted"] += 1
+        return True
 
     async def run(self) -> None:
         """Sweep while files wait, with backoff; sleep until woken when none do."""
