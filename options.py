@@ -132,8 +132,9 @@ class Options:
     #: manifest row. So once this many consecutive *small* journal files ...
     small_journal_files: int = 1000
     #: ... or this many bytes of them (each under this size, and under half of
-    #: ``max_journal_bytes``) are in the Ledger's files, compaction rewrites them as one file,
-    #: whatever their scores. It starts when the Ledger persists, not only on the schedule.
+    #: ``max_journal_bytes``) are catalogued, compaction rewrites them as one file, whatever
+    #: their scores, and keeps every entry the Ledger has not persisted. It starts as they are
+    #: catalogued, not only on the schedule.
     small_journal_bytes: int = 1 * MIB
     #: What compaction keeps of replaced objects (tag ``o``): ``"retain"`` keeps their key
     #: changes as key deltas, so a Ledger rebuilt from the Journal has the full index history;

@@ -214,11 +214,9 @@ class Bookie:
         self.view.adopt(files)
         if self.head_only and advanced:  # the Inker deletes the journal files now in SSTs
             self.tasks.start(self._start_compaction(), "journal trim")
-        elif advanced and self.inker.small_files_due(files.persisted_sqn):
-            self.tasks.start(self._start_compaction(small_only=True), "small journal files")
 
-    async def _start_compaction(self, small_only: bool = False) -> str:
-        return self.inker.compact(small_only=small_only)
+    async def _start_compaction(self) -> str:
+        return self.inker.compact()
 
     async def catalog_journal(self) -> None:
         """Record every journal file written so far in the manifest (the Penciller asks before

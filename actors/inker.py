@@ -211,9 +211,14 @@ class Inker(Owner):
             await self.catalog()
         except FencedError as exc:
             self.fenced = exc
+            return
         except ObjectStoreError as exc:
             self.counters["catalog_failures"] += 1
             self.last_error = repr(exc)
+            return
+        if (self.clerk is not None and not self.closed and self.fenced is None
+                and self.small_files_due()):
+            self.compact(small_only=True)  # "busy" if one runs: it merges these too
 
     async def _resolve_collision(self, slot: int) -> None:
         """Another writer's file holds our slot: a newer writer's (we are fenced), or, which
@@ -296,7 +301,8 @@ class Inker(Owner):
     def compact(self, *, small_only: bool = False) -> str:
         """Start a journal compaction: ``"started"``, or ``"busy"`` if one is running. A
         failed compaction is counted (``compaction_failures``) and tried again next time.
-        With ``small_only``, it only merges runs of small files (see :meth:`small_files_due`)."""
+        With ``small_only``, it only merges runs of small files (started as they are
+        catalogued, see :meth:`small_files_due`)."""
         self._check_writable()
         if self._compaction is not None and not self._compaction.done():
             return "busy"
@@ -309,22 +315,29 @@ class Inker(Owner):
             return None
         return await asyncio.shield(self._compaction)
 
-    def candidates(self, persisted_sqn: int) -> list[jfmt.JournalInfo]:
-        """Journal files compaction may rewrite, oldest first: recorded in the manifest, wholly
-        at or below the Ledger's persisted SQN, and not the newest data file."""
+    def _catalogued(self) -> list[jfmt.JournalInfo]:
+        """The data files compaction may rewrite, oldest first: recorded in the manifest, and
+        not the newest data file."""
         catalogued = {f.name for f in self.latest.manifest.journal}
         data = sorted(self.data_files(), key=lambda f: f.min_sqn)
-        return [f for f in data[:-1] if f.name in catalogued and f.max_sqn <= persisted_sqn]
+        return [f for f in data[:-1] if f.name in catalogued]
 
-    def _small_run(self, candidates: list[jfmt.JournalInfo]) -> list[jfmt.JournalInfo]:
-        o = self.options
-        run = small_run([f.size for f in candidates], o.small_journal_bytes,
-                        o.small_journal_files, o.max_journal_bytes)
-        return [] if run is None else candidates[run[0] : run[0] + run[1]]
+    def candidates(self, persisted_sqn: int) -> list[jfmt.JournalInfo]:
+        """The files scored compaction may rewrite: wholly at or below the Ledger's persisted
+        SQN, as only those may have replaced entries to drop."""
+        return [f for f in self._catalogued() if f.max_sqn <= persisted_sqn]
 
-    def small_files_due(self, persisted_sqn: int) -> bool:
-        """Whether enough small journal files are in the Ledger's files to merge a run."""
-        return not self.head_only and bool(self._small_run(self.candidates(persisted_sqn)))
+    def _small_run(self) -> list[jfmt.JournalInfo]:
+        """The oldest run of small files due for a merge (see :func:`small_run`), or none. A
+        merge keeps every entry above the persisted SQN, so it need not wait for the Ledger."""
+        files, o = self._catalogued(), self.options
+        run = small_run([f.size for f in files], o.small_journal_bytes, o.small_journal_files,
+                        o.max_journal_bytes)
+        return [] if run is None else files[run[0] : run[0] + run[1]]
+
+    def small_files_due(self) -> bool:
+        """Whether enough small journal files are catalogued to merge a run."""
+        return not self.head_only and bool(self._small_run())
 
     async def _compact(self, small_only: bool) -> CompactionResult:
         try:
@@ -336,7 +349,7 @@ class Inker(Owner):
                 return await self._replace(CompactionResult([], removed))
             result = CompactionResult([])
             # Runs of small files first, oldest first, while each rewrite leaves fewer files.
-            while run := self._small_run(self.candidates(persisted)):
+            while run := self._small_run():
                 merged = await self._replace(
                     await call(self.clerk().rewrite, run, persisted, self.epoch))
                 result += merged
