@@ -140,9 +140,9 @@ class WriteCoalescer:
                 deadline = time.monotonic() + self.linger_s
                 while len(self._queue) < self._linger_for:
                     left = deadline - time.monotonic()
-                    seen = len(self._queue)
                     if left <= 0:
                         break
+                    seen = len(self._queue)
                     self._changed.wait(min(left, self.gap_s))
                     if len(self._queue) == seen:
                         break  # nobody came for gap_s: the rest are not coming soon

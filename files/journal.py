@@ -135,6 +135,13 @@ def pack_indexes(indexes) -> bytes | None:
     return msgpack.packb([list(i) for i in indexes]) if indexes else None
 
 
+def _record_columns(records) -> list:
+    """Records as columns, their index changes packed as the ``indexes`` column holds them."""
+    columns = list(zip(*records))
+    columns[4] = [pack_indexes(i) for i in columns[4]]
+    return columns
+
+
 def _record_arrays(columns) -> list[pa.Array]:
     sqn, op, lkey, value, indexes, expiry, extra, lm = columns
     return [
@@ -149,9 +156,7 @@ def records_table(records) -> pa.Table:
     table of :data:`JOURNAL_SCHEMA`."""
     if not records:
         return JOURNAL_SCHEMA.empty_table()
-    columns = list(zip(*records))
-    columns[4] = [pack_indexes(i) for i in columns[4]]
-    return pa.Table.from_arrays(_record_arrays(columns), schema=JOURNAL_SCHEMA)
+    return pa.Table.from_arrays(_record_arrays(_record_columns(records)), schema=JOURNAL_SCHEMA)
 
 
 #: Up to this many records, :func:`build_journal` sizes them in Python and builds their one
@@ -163,8 +168,7 @@ SMALL_RECORDS = 32
 def _small_block(records, block_bytes: int) -> tuple[pa.RecordBatch, tuple] | None:
     """A few records as one block's batch and their SQNs, or ``None`` if they need more
     than one block."""
-    columns = list(zip(*records))
-    columns[4] = [pack_indexes(i) for i in columns[4]]
+    columns = _record_columns(records)
     size = _FIXED_ROW * len(records) + sum(
         len(v) for c in (2, 3, 4, 6) for v in columns[c] if v is not None)
     if size > block_bytes:

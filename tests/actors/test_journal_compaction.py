@@ -70,6 +70,15 @@ async def _load_rounds(bookie, rounds=8, keys=30):
     await settle(bookie)
 
 
+async def drop_the_ledger(root):
+    """Delete every SST, and the Ledger's state in the manifest: reopening replays the
+    Journal."""
+    store = ObjectStore.from_url(f"file://{root}")
+    for meta in await store.list_async("ledger/"):
+        await store.delete_async(meta.path)
+    await ManifestStore(store).update(lambda m: m.with_changes(levels=((),), ledger_sqn=0))
+
+
 def _journal_names(root):
     out = set()
     for dirpath, _, names in os.walk(os.path.join(root, "journal")):
@@ -114,12 +123,7 @@ def test_ledger_rebuilt_from_the_journal(tmp_path, strategy):
         assert (await within("compaction", bookie.inker.wait_compaction())).removed
         await within("close", bookie.close())
 
-        store = ObjectStore.from_url(f"file://{root}")
-        for meta in await store.list_async("ledger/"):  # every SST ...
-            await store.delete_async(meta.path)
-        manifests = ManifestStore(store)  # ... and the Ledger's state in the manifest
-        await within("manifest", manifests.update(
-            lambda m: m.with_changes(levels=((),), ledger_sqn=0)))
+        await within("drop the Ledger", drop_the_ledger(root))
 
         rebuilt = Bookie(f"file://{root}", options, local=True)
         info = await within("reopen", rebuilt.start())
@@ -206,10 +210,7 @@ def test_small_files_are_merged_as_they_are_catalogued(tmp_path):
         await within("close", bookie.close())
 
         # With the Ledger's files gone, reopening rebuilds it from the merged files.
-        store = ObjectStore.from_url(f"file://{root}")
-        for meta in await store.list_async("ledger/"):
-            await store.delete_async(meta.path)
-        await ManifestStore(store).update(lambda m: m.with_changes(levels=((),), ledger_sqn=0))
+        await within("drop the Ledger", drop_the_ledger(root))
         reopened = Bookie(f"file://{root}", options, local=True)
         assert (await within("reopen", reopened.start()))["replayed"] == 40
         assert len(reopened.inker.data_files()) == len(inker.data_files())
