@@ -17,6 +17,17 @@ KIB = 1024
 MIB = 1024 * KIB
 
 COMPRESSIONS = ("lz4", "zstd", "none")
+#: Fields that hold credentials: never shown by ``repr``, ``stats()``, the CLI or logs.
+SECRET_FIELDS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token")
+HIDDEN = "***"
+
+
+def redact(text: str, secrets) -> str:
+    """``text`` with every one of ``secrets`` (non-empty strings) replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, HIDDEN)
+    return text
 
 
 def check_positive_int(name: str, value) -> int:
@@ -110,6 +121,9 @@ class Options:
     #: was taken, unless released earlier; ``long_running`` snapshots get the second timeout.
     snapshot_timeout_s: float = 900.0
     long_snapshot_timeout_s: float = 43_200.0
+    #: A running store renews its snapshot lease (the oldest manifest version its snapshots
+    #: and reads may use, which GC keeps) this often, and whenever that version moves.
+    lease_renew_s: float = 10.0
     #: Garbage collection runs inside the store every this many seconds (0: never; ``lr.gc``
     #: runs it on demand) ...
     gc_interval_s: float = 600.0
@@ -187,6 +201,18 @@ class Options:
     #: Creates resolve their own outcome, so a copy is never applied twice.
     hedge_requests: bool = True
 
+    def __repr__(self) -> str:
+        def shown(name: str) -> str:
+            value = getattr(self, name)
+            return repr(HIDDEN) if name in SECRET_FIELDS and value else repr(value)
+
+        fields = ", ".join(f"{f.name}={shown(f.name)}" for f in dataclasses.fields(self))
+        return f"Options({fields})"
+
+    def secrets(self) -> tuple[str, ...]:
+        """The credentials these options hold, to be kept out of any text shown."""
+        return tuple(v for v in (getattr(self, n) for n in SECRET_FIELDS) if v)
+
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSIONS:
             raise InvalidArgumentError(
@@ -212,7 +238,7 @@ class Options:
             check_number(name, getattr(self, name), minimum=0.0)
         for name in ("snapshot_timeout_s", "long_snapshot_timeout_s", "gc_min_age_s",
                      "request_timeout_s", "connect_timeout_s", "retry_timeout_s",
-                     "retry_max_backoff_s", "write_resolve_s", "l0_max_age_s"):
+                     "retry_max_backoff_s", "write_resolve_s", "l0_max_age_s", "lease_renew_s"):
             check_number(name, getattr(self, name), minimum=0.0, inclusive=False)
         for name in ("s3_endpoint", "s3_region", "s3_access_key_id", "s3_secret_access_key",
                      "s3_session_token"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from ..admin import checkpoints
 from ..codec import Head, LedgerRows, head_only, holds_index_entries
@@ -43,6 +44,7 @@ from .pclerk import PencillerClerk
 from .penciller import Penciller
 from .reaper import Reaper, gc_loop
 from .remote import ValueBatch, as_actor, call, own_client, self_handle, spawn, unpack
+from .snapshot_lease import LeasePublisher
 from .tasks import Tasks, watch
 from .write_path import WritePath
 
@@ -52,8 +54,9 @@ class Bookie:
 
     def __init__(self, url: str, options: Options, name: str | None = None, *,
                  store: ObjectStore | None = None, local: bool = False,
-                 head_only: str | None = None):
+                 head_only: str | None = None, clock: Callable[[], float] = time.time):
         self.url, self.options, self.name = url, options, name
+        self.clock = clock
         self.head_only = head_only
         self.local = local
         self.store = store if store is not None else ObjectStore.from_url(url, options)
@@ -68,12 +71,14 @@ class Bookie:
         self.reaper = Reaper(self.view.host, self._may_delete)
         self.epoch = 0
         self.inker = self.penciller = self.pclerk = self.iclerk = self._clerk_run = None
+        self.lease: LeasePublisher | None = None
         self.broken: BaseException | None = None
         self.closing = self.closed = False
         self.tasks = Tasks("Bookie")
         self._loops: list[asyncio.Task] = []
         self._pusher_task: asyncio.Task | None = None
-        self.counters = {"replayed": 0, "gc_deleted": 0, "gc_failures": 0}
+        self.counters = {"replayed": 0, "gc_deleted": 0, "gc_failures": 0, "gc_stopped": 0,
+                         "gc_stopped_reason": None}
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -103,6 +108,9 @@ class Bookie:
         await call(self.penciller.attach_journal, self_handle(self, self.local))
         self.inker.attach_clerk(self._compaction_clerk)
         self.view.reset(mid, m, opened["files"])
+        self.lease = LeasePublisher(self.store, self.options, self.epoch, self._lease_floors,
+                                    self.clock)
+        await self.lease.start(mid)  # before any snapshot can be taken
         self.writes.durable_sqn = m.ledger_sqn
         self._pusher_task = self.tasks.start(self._pusher(), "pusher")
         self._loops = [self.tasks.start(loop, name) for loop, name in (
@@ -112,7 +120,9 @@ class Bookie:
             (watch(lambda: self.inker.wait_journal(self.view.journal_version),
                    self.view.adopt_journal, self._stopped), "journal watcher"),
             (self.reaper.run(), "reaper"),
-            (gc_loop(self.store, self.options, self.counters), "gc"))]
+            (self.lease.run(), "snapshot lease"),
+            (gc_loop(self.store, self.options, self.counters, self.lease.flush, self.clock),
+             "gc"))]
         if self.options.metrics_interval_s and not self.local:
             self._loops.append(self.tasks.start(export_every(
                 self.options.metrics_interval_s, self.name or self.url, self.stats,
@@ -231,6 +241,21 @@ class Bookie:
                                 self.options, self_handle(self, self.local))
         return self.iclerk
 
+    def _lease_floors(self) -> tuple[int, int]:
+        """Per kind (SSTs, journal files), the oldest version this writer's view, and the
+        reads running on it (whose kind is not told apart), use."""
+        reading = self.view.host.reader_versions()
+        return (min([self.view.files.version, *reading]),
+                min([self._journal_view_version(), *reading]))
+
+    def _journal_view_version(self) -> int:
+        """The version the journal view is as good as. Once the view has adopted the Inker's
+        last compaction, no file it reads was removed since, so every later version of the
+        Inker's lists them all: it is as good as the Inker's newest."""
+        if self.view.journal_version >= self.inker.journal_version:
+            return max(self.view.journal_version, self.inker.latest.id)
+        return self.view.journal_version
+
     def _may_delete(self, kind: str, version: int):
         if kind == "sst":
             return call(self.penciller.may_delete, version)
@@ -272,11 +297,14 @@ class Bookie:
         Inker, when ``values``) so that no file it reads is deleted before it is released or
         expires. Costs references to immutable batches, not a copy of anything."""
         self._check_readable()
+        await self.lease.ensure_fresh()  # GC keeps what the snapshot reads only under it
         values = values and not self.head_only  # head_only values live in the Ledger
         view, snapshot_id = self.view.point_in_time(self.writes.durable_sqn), f"snap-{ulid()}"
+        journal_version = self._journal_view_version()  # of the view just frozen
+        slots_below = self.view.journal.next_slot()
         # Pin both versions here until the owners know the snapshot: the reaper must not delete
         # a file of this view in between.
-        with self.view.pinned() as (ledger_version, journal_version):
+        with self.view.pinned() as (ledger_version, _):
             await call(self.penciller.register_snapshot, snapshot_id, timeout_s, ledger_version)
             try:
                 if values:
@@ -284,7 +312,9 @@ class Bookie:
             except BaseException:
                 await call(self.penciller.release_snapshot, snapshot_id)
                 raise
-        return {"id": snapshot_id, "view": view, "expires_at": time.time() + timeout_s,
+            self.lease.register(snapshot_id, (ledger_version, journal_version, slots_below),
+                                timeout_s)
+        return {"id": snapshot_id, "view": view, "expires_at": self.clock() + timeout_s,
                 "values": values}
 
     async def release_snapshot(self, snapshot_id: str) -> None:
@@ -293,6 +323,7 @@ class Bookie:
             return
         await call(self.penciller.release_snapshot, snapshot_id)
         self.inker.release_snapshot(snapshot_id)
+        self.lease.release(snapshot_id)
         self.reaper.wake.set()
 
     async def checkpoint(self, lifetime: float | None, name: str | None,
@@ -311,7 +342,10 @@ class Bookie:
         return await checkpoints.refresh_checkpoint(self.manifests, checkpoint_id, lifetime)
 
     async def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint. The lease is brought up to date first, so a GC pass right
+        after this frees what only the checkpoint needed."""
         await checkpoints.delete_checkpoint(self.manifests, checkpoint_id)
+        await self.lease.flush()
         self.reaper.wake.set()
 
     async def compact_journal(self) -> str:
@@ -354,6 +388,8 @@ class Bookie:
                 await self._push()
                 await call(self.penciller.close)
                 await self.inker.close()
+            if self.lease is not None:  # only the snapshots handed out still need anything
+                await self.lease.close()
         finally:
             self.closed = True
             if not self.local:

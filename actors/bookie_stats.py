@@ -44,6 +44,7 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
         **writer.counters,
         **view.counters,
         **bookie.reaper.counters,
+        "lease": bookie.lease.stats() if bookie.lease else {},
         "io": bookie.store.stats.as_dict(),
         "process": process_stats(),
         "background_errors": bookie.tasks.errors,

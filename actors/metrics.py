@@ -106,6 +106,10 @@ COUNTERS = [
     Metric("leveled_compaction_bytes_out", "journal bytes compactions wrote", (),
            lambda s: s["compaction"].get("bytes_written", 0)),
     Metric("leveled_gc_deleted", "objects GC deleted", (), lambda s: s["gc_deleted"]),
+    Metric("leveled_gc_stopped", "GC passes that stopped on doubt and deleted nothing", (),
+           lambda s: s["gc_stopped"]),
+    Metric("leveled_reaper_kept", "reaper checks that kept a file on doubt (an owner that did "
+           "not answer, a failed delete)", (), lambda s: s["reaper_failures"]),
     Metric("leveled_reaper_deleted", "replaced files the reaper deleted", (),
            lambda s: s["files_deleted"]),
 ]

@@ -147,6 +147,8 @@ class Penciller(Owner):
                 return
             table = await asyncio.to_thread(self._sorted, batches)
             info = await write_sst(self.store, table, self.options)
+            # An upload GC may already count as an orphan is not published: the flush is redone.
+            check_publishable([info.name], self.options, time.time())
             await self.commit(add_l0, info, upto)
             # Only now may the flushed batches leave memory: the manifest holds them.
             del self.l0_memory[: len(batches)]

@@ -14,9 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..admin import gc
-from ..errors import ObjectStoreError
+from ..errors import CorruptObjectError, ObjectStoreError
 from ..files.clerk import ClerkHost
 from ..files.store import ObjectStore
+from ..manifest.deletion import Proof, deletable
 from ..options import Options
 
 log = logging.getLogger(__name__)
@@ -40,26 +41,35 @@ class Reaper:
 
     async def sweep(self) -> bool:
         """One pass over the files waiting for deletion, one question per manifest version;
-        whether it deleted any. The deletes go ``DELETES_AT_ONCE`` at a time: a merge of small
-        journal files retires a thousand files at once."""
-        answers: dict[tuple[str, int], bool] = {}
-        ready = []
+        whether it deleted any. A file goes only when its proof is certain: no read of an
+        older view runs here, and its owner answered that nothing needs it (an owner that
+        failed to answer is a doubt: the file is kept). The deletes go ``DELETES_AT_ONCE`` at
+        a time: a merge of small journal files retires a thousand files at once."""
+        waiting: dict[tuple[str, int], list] = {}
         for clerk in self.host.pending_deletes():
-            if self.host.readers_before(clerk.removed_in):
-                continue  # a read of an older view may still need it
-            question = (clerk.kind, clerk.removed_in)
-            if question not in answers:
-                try:
-                    answers[question] = await self.may_delete(*question)
-                except Exception:
-                    self.counters["reaper_failures"] += 1
-                    answers[question] = False
-            if answers[question]:
-                ready.append(clerk)
+            waiting.setdefault((clerk.kind, clerk.removed_in), []).append(clerk)
+        ready = []
+        for (kind, removed_in), clerks in waiting.items():
+            proof = await self._prove(kind, removed_in, clerks)
+            names = set(deletable((c.name for c in clerks), proof))
+            ready += [c for c in clerks if c.name in names]
         deleted = []
         for i in range(0, len(ready), DELETES_AT_ONCE):
             deleted += await asyncio.gather(*map(self._delete, ready[i : i + DELETES_AT_ONCE]))
         return any(deleted)
+
+    async def _prove(self, kind: str, removed_in: int, clerks: list) -> Proof:
+        """What is known of the files that version ``removed_in`` removed: those a running
+        read of an older view uses are needed, and all are when the owner says a snapshot or
+        checkpoint reads an older version; an owner that did not answer is a doubt."""
+        if self.host.readers_before(removed_in):
+            return Proof().need(c.name for c in clerks)
+        try:
+            free = await self.may_delete(kind, removed_in)
+        except Exception as exc:
+            self.counters["reaper_failures"] += 1
+            return Proof().doubt(f"the {kind} owner did not answer: {exc}")
+        return Proof() if free else Proof().need(c.name for c in clerks)
 
     async def _delete(self, clerk) -> bool:
         try:
@@ -83,14 +93,22 @@ class Reaper:
             await asyncio.sleep(delay)
 
 
-async def gc_loop(store: ObjectStore, options: Options, counters: dict) -> None:
-    """Garbage collection every ``gc_interval_s``; counts what it deleted and its failures."""
+async def gc_loop(store: ObjectStore, options: Options, counters: dict,
+                  prepare: Callable[[], Awaitable[None]], clock: Callable[[], float]) -> None:
+    """Garbage collection every ``gc_interval_s``, after ``prepare()`` (the Bookie brings its
+    snapshot lease up to date). Counts what it deleted, its failures, and the passes that
+    stopped on doubt (``gc_stopped``: they deleted nothing)."""
     interval = options.gc_interval_s
     while interval > 0:
         await asyncio.sleep(interval)
         try:
-            plan = await gc.collect(store, options)
+            await prepare()
+            plan = await gc.collect(store, options, clock=clock)
             counters["gc_deleted"] += len(plan.paths)
+        except (ObjectStoreError, CorruptObjectError) as exc:
+            counters["gc_stopped"] += 1
+            counters["gc_stopped_reason"] = str(exc)
+            log.warning("garbage collection stopped on doubt and deleted nothing: %s", exc)
         except Exception:
             counters["gc_failures"] += 1
             log.warning("garbage collection failed; the next pass tries again", exc_info=True)

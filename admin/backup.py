@@ -30,6 +30,7 @@ from ..files import journal as jfmt
 from ..files.names import JOURNAL_PREFIX, MANIFEST_PREFIX, manifest_name, stable_journal_name
 from ..files.routed import store_for
 from ..files.store import ObjectStore
+from ..manifest.deletion import Proof, deletable
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore, Versioned
 from ..options import Options
@@ -116,10 +117,10 @@ async def backup_journal(source: ObjectStore, target: ObjectStore, manifest: Man
     if not await manifests.try_create(version, backup):
         raise InvalidArgumentError(f"another backup or store wrote {target.url} meanwhile")
     # The new version is in place: what only the older versions listed can go.
-    listed = {f.name for f in files}
-    stale = sorted(present - listed) + [
-        m.path for m in await target.list_async(MANIFEST_PREFIX)
-        if m.path != manifest_name(version)]
+    # Proof: the new version is durable, and it lists every file a restore needs.
+    listed = {f.name for f in files} | {manifest_name(version)}
+    candidates = sorted(present) + [m.path for m in await target.list_async(MANIFEST_PREFIX)]
+    stale = deletable(candidates, Proof().need(listed))
     await asyncio.gather(*(target.delete_async(path) for path in stale))
     return BackupResult(files=len(files), copied=len(missing), bytes=copied,
                         removed=len(stale), max_sqn=backup.max_journal_sqn, version=version)
@@ -130,6 +131,6 @@ async def backup_version(source: ObjectStore, options: Options, manifest_id: int
                          progress: Callable[[int, int], None] | None = None) -> BackupResult:
     """Back up version ``manifest_id`` of the store at ``source`` (pinned by the caller) to
     ``target``, reading a clone's shared files from its ancestors."""
-    manifest = await ManifestStore(source).read(manifest_id)
+    manifest = await ManifestStore(source).read_pinned(manifest_id)
     routed = store_for(source, manifest.stores, options)
     return await backup_journal(routed, target, manifest, progress)

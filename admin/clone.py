@@ -74,7 +74,7 @@ async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
         pin = next((c for c in cp.live(latest.manifest, time.time()) if c.name == label), None)
         if pin is None:  # 1. pin the parent's version
             pin = await create_checkpoint(parents, None, label, checkpoint, latest)
-        source = await parents.read(pin.manifest_id)
+        source = await parents.read_pinned(pin.manifest_id)
         # 2. the clone's manifest, not yet initialized (a lost race means another try won)
         await mine.try_create(0, clone_manifest(source, parent_url, pin.id))
     # 3. initialized
@@ -83,10 +83,9 @@ async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
     return done
 
 
-def shares_files(versions: Iterable[Manifest]) -> bool:
-    """Does any of these versions still reference an ancestor's file?"""
-    return any(is_foreign(name) for m in versions
-               for name in [s.name for s in m.sst_files()] + [j.name for j in m.journal])
+def shares_files(names: Iterable[str]) -> bool:
+    """Is any of these files (those the versions that may still be read list) an ancestor's?"""
+    return any(is_foreign(name) for name in names)
 
 
 async def detach(store: ObjectStore, options: Options, manifest: Manifest) -> bool:

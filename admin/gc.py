@@ -4,16 +4,24 @@ Replaced files are normally deleted by their clerks (``delete_pending``) as soon
 needs them. GC is the backstop: files of a writer that crashed, uploads that were never
 published, clerks that gave up, old manifest versions, and destroyed stores.
 
-An object is deleted only if all of these hold (:func:`plan`, a pure function):
+A pass lists the store, reads the newest manifest, every snapshot lease and every manifest
+version it must keep, and then deletes an object only if all of these hold (:func:`plan`, a
+pure function, which leaves the decision to :func:`~leveled_ray.manifest.deletion.deletable`):
 
 * the current manifest does not reference it, nor the manifest any live checkpoint pins (clones
   pin their parent through a checkpoint);
-* no manifest that was current within ``window`` seconds references it: a registered snapshot
-  (at most ``long_snapshot_timeout_s``) reads a version that was current when it was taken;
+* no version a snapshot may read references it: the snapshot leases say which
+  (:mod:`~leveled_ray.manifest.snapshot_leases`); where nothing better is known (the current
+  writer has no lease), every version current within ``long_snapshot_timeout_s`` is kept;
 * it is older than ``min_age``: younger objects may be uploads about to be published (SlateDB
   #1044); merges and compactions refuse to publish outputs older than half of it;
 * it is not in the journal tail (slots the manifest has not recorded yet), and it is not a
   fence: a name a stale writer could otherwise create again (SlateDB #352, #1622).
+
+**Doubt means keep.** A needed manifest version or a lease that cannot be read (a request that
+failed after its retries, a corrupt object, a version a live checkpoint pins that is missing)
+stops the pass before it deletes anything, with a typed error (:func:`stopped`). A missing
+version that no checkpoint pins is the one gap that counts as nothing: nothing can open it.
 
 Manifest versions go too once nothing keeps them, the newest always stays, and a destroyed store
 loses everything once its grace period has passed and no checkpoint is left.
@@ -22,22 +30,27 @@ loses everything once its grace period has passed and no checkpoint is left.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..errors import ObjectStoreError
+from ..errors import CorruptObjectError, LeveledError, ObjectStoreError
 from ..files.names import (
     JOURNAL_PREFIX,
+    LEASE_PREFIX,
     LEDGER_PREFIX,
     MANIFEST_PREFIX,
     journal_slot_of,
+    lease_epoch_of,
     manifest_id_of,
     manifest_name,
     ulid_age,
 )
-from ..files.store import ObjectMeta, ObjectStore
+from ..files.store import NotFound, ObjectMeta, ObjectStore
 from ..manifest import checkpoints as cp
+from ..manifest import snapshot_leases as sl
+from ..manifest.deletion import Proof, deletable
 from ..manifest.model import Manifest
+from ..manifest.snapshot_leases import SnapshotLease
 from ..manifest.store import ManifestStore
 from ..options import Options, check_number
 from .clone import detach, shares_files
@@ -53,113 +66,245 @@ def check_publishable(paths: Iterable[str], options: Options, now: float) -> Non
                                f"(GC may collect them): {old[:3]}", definite=True)
 
 
+#: Versions GC keeps, and for each the kinds of file it keeps of it (``"sst"``,
+#: ``"journal"``): a snapshot lease may pin one kind of a version only.
+Needs = dict[int, frozenset[str]]
+
+
+@dataclass(frozen=True)
+class Known:
+    """What a pass knows of the store beyond its listing: the newest manifest version, the
+    snapshot leases (by epoch), the manifest versions it read, and which of their files it
+    keeps (see :func:`needed_versions`)."""
+
+    latest: tuple[int, Manifest]
+    leases: dict[int, SnapshotLease] = field(default_factory=dict)
+    versions: dict[int, Manifest] = field(default_factory=dict)
+    needs: Needs = field(default_factory=dict)
+
+    def referenced(self) -> set[str]:
+        """Every file a kept version lists, of the kinds it is kept for."""
+        out: set[str] = set()
+        for mid, manifest in self.versions.items():
+            out |= referenced(manifest, self.needs.get(mid, sl.ALL))
+        return out
+
+    def tail_slots(self, now: float) -> list[tuple[int, int]]:
+        """The journal slot ranges ``[first, end)`` that snapshots hold beyond their
+        versions: written, but not yet recorded when the snapshot was taken."""
+        return [(self.versions[mid].journal_next_slot, end) for lease in self.leases.values()
+                for mid, end in sl.pins(lease, now).tails if mid in self.versions]
+
+
 def needed_versions(metas: Iterable[ObjectMeta], latest: tuple[int, Manifest], now: float,
-                    min_age: float, window: float) -> set[int]:
-    """The manifest versions GC must keep (and read): the newest, every checkpoint's, every
-    version that was current within ``window``, and every version younger than ``min_age``."""
+                    min_age: float, window: float,
+                    leases: dict[int, SnapshotLease] | None = None) -> Needs:
+    """The manifest versions GC must keep (and read), each with the kinds of file it is kept
+    for: the newest, every live checkpoint's and every version younger than ``min_age``
+    whole; and what snapshots may read. A snapshot lease
+    (:mod:`~leveled_ray.manifest.snapshot_leases`) says that exactly, per kind. Where nothing
+    better is known, every version that was current within ``window`` is kept whole: for the
+    whole store when the current writer epoch has no lease, and below a lease's
+    ``legacy_below`` while its legacy window lasts."""
     latest_id, manifest = latest
+    leases = leases or {}
     created = sorted((manifest_id_of(m.path), m.last_modified) for m in metas
                      if manifest_id_of(m.path) is not None)
-    keep = {latest_id} | {c.manifest_id for c in cp.live(manifest, now)}
+    keep: dict[int, set[str]] = {}
+
+    def add(mid: int, kinds) -> None:
+        keep.setdefault(mid, set()).update(kinds)
+
+    for mid in {latest_id} | {c.manifest_id for c in cp.live(manifest, now)}:
+        add(mid, sl.ALL)
+    floors: list[tuple[str, int]] = []
+    for lease in leases.values():
+        pinned = sl.pins(lease, now)
+        for kind, versions in pinned.versions.items():
+            for mid in versions:
+                add(mid, (kind,))
+        if pinned.floors is not None:
+            floors += zip(sl.KINDS, pinned.floors)
+    window_below = latest_id + 1 if manifest.writer_epoch not in leases else max(
+        [lease.legacy_below for lease in leases.values() if sl.legacy_in_force(lease, now)],
+        default=-1)
     for (mid, made), (_, successor_made) in zip(created, created[1:] + [(None, now)]):
-        if now - successor_made < window or now - made < min_age:
-            keep.add(mid)
-    return keep
+        if now - made < min_age or (mid < window_below and now - successor_made < window):
+            add(mid, sl.ALL)
+        for kind, floor in floors:
+            if mid >= floor:
+                add(mid, (kind,))
+    return {mid: frozenset(kinds) for mid, kinds in keep.items()}
 
 
-def referenced(manifest: Manifest) -> set[str]:
-    """Every object a manifest version reads."""
-    return ({s.name for s in manifest.sst_files()} | {j.name for j in manifest.journal})
+def referenced(manifest: Manifest, kinds: frozenset[str] = sl.ALL) -> set[str]:
+    """The objects of ``kinds`` a manifest version reads."""
+    out = {s.name for s in manifest.sst_files()} if "sst" in kinds else set()
+    return out | ({j.name for j in manifest.journal} if "journal" in kinds else set())
 
 
 @dataclass
 class Plan:
-    """What one GC pass deletes (data files first, then manifests), and why others stay."""
+    """What one GC pass deletes (data files first, then leases, then manifests), why others
+    stay, and what it could not find out (any doubt and it deletes nothing)."""
 
     files: list[str] = field(default_factory=list)
+    leases: list[str] = field(default_factory=list)
     manifests: list[str] = field(default_factory=list)
     kept: dict[str, int] = field(default_factory=dict)  # reason -> count
+    doubts: tuple[str, ...] = ()
     detached: bool = False  # a clone that stopped sharing its ancestors' files
 
     @property
     def paths(self) -> list[str]:
-        return self.files + self.manifests
+        return self.files + self.leases + self.manifests
 
 
-def plan(metas: list[ObjectMeta], latest: tuple[int, Manifest], versions: dict[int, Manifest],
-         now: float, min_age: float, window: float, grace: float) -> Plan:
-    """The deletions for one pass, from a listing, the newest manifest and the versions
-    :func:`needed_versions` asked for."""
-    latest_id, manifest = latest
-    out = Plan()
-
-    def keep(reason: str) -> None:
-        out.kept[reason] = out.kept.get(reason, 0) + 1
-
+def plan(metas: list[ObjectMeta], known: Known, now: float, min_age: float,
+         grace: float, doubts: Iterable[str] = ()) -> Plan:
+    """The deletions for one pass, from a listing and what the pass read (``known``): every
+    listed object is a candidate, the reasons to keep it make up the
+    :class:`~leveled_ray.manifest.deletion.Proof`, and :func:`deletable` decides."""
+    latest_id, manifest = known.latest
+    kept: dict[str, int] = {}
+    needed: set[str] = set()
     destroyed = (manifest.destroyed_at is not None and now - manifest.destroyed_at >= grace
                  and not cp.live(manifest, now))
-    refs: set[str] = set()
-    if not destroyed:
-        for v in versions.values():
-            refs |= referenced(v)
-    for meta in metas:
+    refs = set() if destroyed else known.referenced()
+    tails = [] if destroyed else known.tail_slots(now)
+    newest_lease = max(known.leases, default=None)
+
+    def reason_to_keep(meta: ObjectMeta) -> str | None:
         path = meta.path
         mid = manifest_id_of(path)
-        if mid is not None:
-            if destroyed:
-                if mid != latest_id:
-                    out.manifests.append(path)
-            elif mid in versions or mid == latest_id:
-                keep("manifest in use")
-            elif now - meta.last_modified < min_age:
-                keep("young")
-            else:
-                out.manifests.append(path)
-            continue
-        if not path.startswith((LEDGER_PREFIX, JOURNAL_PREFIX)):
-            keep("not the store's")
-            continue
         if destroyed:
-            out.files.append(path)
-            continue
+            return "newest manifest" if mid == latest_id else None
+        if mid is not None:
+            if mid in known.versions or mid == latest_id:
+                return "manifest in use"
+            return "young" if now - meta.last_modified < min_age else None
+        epoch = lease_epoch_of(path)
+        if epoch is not None:
+            lease = known.leases.get(epoch)
+            if lease is None or epoch == newest_lease or sl.needed(lease, now):
+                return "lease in force"
+            return None
+        if not path.startswith((LEDGER_PREFIX, JOURNAL_PREFIX)):
+            return "not the store's"
         slot = journal_slot_of(path)
         if path in refs:
-            keep("referenced")
-        elif slot is not None and slot >= manifest.journal_next_slot:
-            keep("journal tail")
-        elif now - meta.last_modified < min_age:
-            keep("young")
+            return "referenced"
+        if slot is not None and slot >= manifest.journal_next_slot:
+            return "journal tail"
+        if slot is not None and any(first <= slot < end for first, end in tails):
+            return "a snapshot's journal tail"
+        return "young" if now - meta.last_modified < min_age else None
+
+    for meta in metas:
+        why = reason_to_keep(meta)
+        if why is not None:
+            needed.add(meta.path)
+            kept[why] = kept.get(why, 0) + 1
+    proof = Proof(frozenset(needed), tuple(doubts))
+    out = Plan(kept=kept, doubts=proof.doubts)
+    for path in deletable((m.path for m in metas), proof):
+        if manifest_id_of(path) is not None:
+            out.manifests.append(path)
+        elif lease_epoch_of(path) is not None:
+            out.leases.append(path)
         else:
             out.files.append(path)
-    if destroyed:  # the newest manifest goes last, so a half-done pass can be resumed
+    if destroyed and proof.certain:  # the newest manifest goes last: a half-done pass resumes
         out.manifests = sorted(out.manifests) + [manifest_name(latest_id)]
     return out
 
 
+async def _read_leases(store: ObjectStore, metas: list[ObjectMeta],
+                       doubts: list[LeveledError]) -> dict[int, SnapshotLease]:
+    leases = {}
+    for meta in metas:
+        epoch = lease_epoch_of(meta.path)
+        if epoch is None:
+            continue
+        try:
+            leases[epoch] = sl.decode(await store.get_async(meta.path), meta.path)
+        except NotFound:
+            continue  # deleted by another pass since the listing: it pinned nothing
+        except (ObjectStoreError, CorruptObjectError) as exc:
+            doubts.append(exc)
+    return leases
+
+
+async def _read_versions(manifests: ManifestStore, known: Known, wanted: Iterable[int],
+                         now: float, doubts: list[LeveledError]) -> bool:
+    """Read the versions GC must keep into ``known.versions``. A version it cannot read is a
+    doubt, except a missing one that no checkpoint pins (nothing can open it any more).
+    Returns whether every wanted version was read (a clone detaches only then)."""
+    latest_id, manifest = known.latest
+    pinned = {c.manifest_id for c in cp.live(manifest, now)}
+    complete = True
+    for mid in sorted(wanted):
+        if mid == latest_id:
+            known.versions[mid] = manifest
+            continue
+        try:
+            known.versions[mid] = await manifests.read(mid)
+        except NotFound:
+            complete = False
+            if mid in pinned:
+                doubts.append(CorruptObjectError(manifest_name(mid), 0, "a live checkpoint "
+                                                 "pins this manifest version, but it is missing"))
+        except (ObjectStoreError, CorruptObjectError) as exc:
+            complete = False
+            doubts.append(exc)
+    return complete
+
+
+def stopped(doubts: list[LeveledError]) -> LeveledError:
+    """The typed error of a pass that stopped on doubt and deleted nothing: damage
+    (:class:`CorruptObjectError`, naming the object) if a needed object is missing or
+    unreadable, else a failed request (:class:`ObjectStoreError`, ``definite``: nothing was
+    deleted, and the next pass tries again)."""
+    text = "garbage collection stopped and deleted nothing: " + "; ".join(map(str, doubts[:3]))
+    damage = next((d for d in doubts if isinstance(d, CorruptObjectError)), None)
+    if damage is not None:
+        return CorruptObjectError(damage.path, damage.offset, text)
+    return ObjectStoreError(text, definite=True, path=getattr(doubts[0], "path", None))
+
+
 async def collect(store: ObjectStore, options: Options, *, min_age: float | None = None,
-                  dry_run: bool = False, now: float | None = None, progress=None) -> Plan:
+                  dry_run: bool = False, now: float | None = None, progress=None,
+                  clock: Callable[[], float] = time.time) -> Plan:
     """One GC pass over the store: list, read what must be kept, delete the rest (unless
     ``dry_run``). The listing comes first, so an object created during the pass is never in
-    it; an object the manifest gained meanwhile is younger than ``min_age``."""
+    it; an object the manifest gained meanwhile is younger than ``min_age``.
+
+    Any doubt (a needed manifest version or a snapshot lease that cannot be read) stops the
+    pass before it deletes anything: it raises :func:`stopped`'s typed error (with
+    ``dry_run``, the plan lists the doubts instead)."""
     min_age = options.gc_min_age_s if min_age is None else check_number("min_age", min_age,
                                                                          minimum=0.0)
-    now = time.time() if now is None else now
-    metas = [m for prefix in (MANIFEST_PREFIX, LEDGER_PREFIX, JOURNAL_PREFIX)
+    now = clock() if now is None else now
+    metas = [m for prefix in (MANIFEST_PREFIX, LEDGER_PREFIX, JOURNAL_PREFIX, LEASE_PREFIX)
              for m in await store.list_async(prefix)]
     manifests = ManifestStore(store)
     latest = await manifests.latest()
     if latest is None:
         return Plan()
-    window = options.long_snapshot_timeout_s
-    versions = {}
-    for mid in needed_versions([m for m in metas if m.path.startswith(MANIFEST_PREFIX)],
-                               latest, now, min_age, window):
-        try:
-            versions[mid] = latest.manifest if mid == latest.id else await manifests.read(mid)
-        except Exception:  # a pinned version that is gone pins nothing
-            continue
-    out = plan(metas, latest, versions, now, min_age, window, grace=min_age)
-    if latest.manifest.parent is not None and not shares_files(versions.values()):
+    doubts: list[LeveledError] = []
+    known = Known((latest.id, latest.manifest),
+                  await _read_leases(store, [m for m in metas
+                                             if m.path.startswith(LEASE_PREFIX)], doubts))
+    known.needs.update(needed_versions(
+        [m for m in metas if m.path.startswith(MANIFEST_PREFIX)], known.latest, now, min_age,
+        options.long_snapshot_timeout_s, known.leases))
+    complete = await _read_versions(manifests, known, known.needs, now, doubts)
+    out = plan(metas, known, now, min_age, grace=min_age, doubts=map(str, doubts))
+    if doubts:
+        if dry_run:
+            return out
+        raise stopped(doubts)
+    if latest.manifest.parent is not None and complete and not shares_files(known.referenced()):
         out.detached = dry_run or await detach(store, options, latest.manifest)
     if not dry_run:
         for n, path in enumerate(out.paths):

@@ -178,7 +178,7 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
         pin = await create_checkpoint(manifests, lifetime, name="spark-read")
     else:
         pin = cp.find(latest.manifest, checkpoint, time.time())
-    manifest = await manifests.read(pin.manifest_id)
+    manifest = await manifests.read_pinned(pin.manifest_id)
     lo, hi = query.key_range(options)
     ranges = [] if query.empty else plan_splits(manifest, lo, hi, splits)
     entries = sum(f.entries for f in overlapping(manifest, lo, hi))

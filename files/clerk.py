@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import LeveledError
+from ..errors import CorruptObjectError, LeveledError
 from . import journal as jfmt
 from . import sst as sfmt
 from .framing import FOOTER_READ, codec_id
 from .journal import JournalInfo, JournalRecord
 from .names import sst_name
 from .sst import SstInfo
-from .store import ObjectStore
+from .store import NotFound, ObjectStore
 
 
 class FileState(str, enum.Enum):
@@ -165,12 +165,21 @@ class FileClerk:
     async def _footer_bytes(self, span) -> bytes:
         """The file's last bytes, covering its footer: one ranged GET, or two when the footer
         is larger than the speculative read. ``span(size, tail, path)`` locates the footer."""
-        store = self.host.store
-        tail = await store.get_range_async(self.name, max(0, self.size - FOOTER_READ), self.size)
+        tail = await self._read("get_range_async", max(0, self.size - FOOTER_READ), self.size)
         foff, _ = span(self.size, tail, self.name)
         if self.size - foff > len(tail):
-            tail = await store.get_range_async(self.name, foff, self.size)
+            tail = await self._read("get_range_async", foff, self.size)
         return tail
+
+    async def _read(self, method: str, *args):
+        """A read of this file. It is listed in a manifest version that something reads, so
+        a missing object is damage (:class:`CorruptObjectError` naming it), not a request
+        that a retry could mend."""
+        try:
+            return await getattr(self.host.store, method)(self.name, *args)
+        except NotFound:
+            raise CorruptObjectError(self.name, 0, "listed in the manifest, but missing from "
+                                     "the object store") from None
 
 
 class SstClerk(FileClerk):
@@ -196,7 +205,7 @@ class SstClerk(FileClerk):
 
         async def load():
             lo, hi = footer.block_range(i)
-            raw = await self.host.store.get_range_async(self.name, lo, hi)
+            raw = await self._read("get_range_async", lo, hi)
             return sfmt.decode_block(raw, footer.checksums[i], self.name, lo)
 
         return await self._cached(("block", i), load, lambda b: b.nbytes)
@@ -215,14 +224,13 @@ class SstClerk(FileClerk):
         """Blocks ``first`` to ``end - 1`` as Arrow batches, read with one ranged GET and
         decoded in a thread, without filling the cache (scans read each block once)."""
         footer = await self.footer()
-        raw = await self.host.store.get_range_async(self.name, footer.offsets[first],
-                                                    footer.offsets[end])
+        raw = await self._read("get_range_async", footer.offsets[first], footer.offsets[end])
         return await asyncio.to_thread(sfmt.decode_blocks, raw, footer, first, self.name)
 
     async def read_table(self):
         """Every entry of the file, validated (bulk reads: merges, verification)."""
         self._check_readable()
-        data = await self.host.store.get_async(self.name)
+        data = await self._read("get_async")
         return sfmt.read_all(data, self.name)[1]
 
 
@@ -279,8 +287,8 @@ class JournalClerk(FileClerk):
         footer = await self.footer()
         blocks = footer.blocks_of(rows)
         wanted = blocks[np.flatnonzero(np.diff(blocks, prepend=-1))]  # rows are ascending
-        raws = await self.host.store.get_ranges_async(
-            self.name, footer.offsets[wanted].tolist(), footer.offsets[wanted + 1].tolist())
+        raws = await self._read("get_ranges_async", footer.offsets[wanted].tolist(),
+                                footer.offsets[wanted + 1].tolist())
 
         def decode() -> pa.Table:
             return pa.Table.from_batches(
@@ -308,7 +316,7 @@ class JournalClerk(FileClerk):
 
     async def read_records(self, after_sqn: int = 0) -> list[JournalRecord]:
         self._check_readable()
-        data = await self.host.store.get_async(self.name)
+        data = await self._read("get_async")
         return list(jfmt.iter_records(data, self.name, after_sqn))
 
 
@@ -355,6 +363,10 @@ class ClerkHost:
 
     def readers_before(self, version: int) -> int:
         return sum(n for v, n in self._readers.items() if v < version)
+
+    def reader_versions(self) -> list[int]:
+        """The views reads are running on now."""
+        return list(self._readers)
 
     def pending_deletes(self) -> list[FileClerk]:
         return [c for c in self.clerks.values() if c.state is FileState.DELETE_PENDING]

@@ -11,6 +11,9 @@ Each request is forwarded unless the proxy draws a fault for it (seeded, at ``ra
   the request may land after the client gave up on it;
 * ``"reset"``: the connection is reset (TCP RST) before the request is forwarded.
 
+``fail_paths(method, fragment, count)`` answers ``503 SlowDown`` to the next ``count`` requests
+of one method whose path contains ``fragment`` (a targeted fault: every GET of one object).
+
 ``refuse()`` closes the listening socket (every connection is refused, as for an unreachable
 store) and ``heal()`` stops every fault and listens again on the same port.
 """
@@ -108,6 +111,7 @@ class FaultProxy:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._open: set[asyncio.StreamWriter] = set()
+        self._targeted: list[list] = []  # [method, fragment, remaining]
 
     @property
     def endpoint(self) -> str:
@@ -121,9 +125,15 @@ class FaultProxy:
             raise ValueError(f"rate must be in [0, 1] and modes in {MODES}")
         self.rate, self.modes = rate, tuple(modes)
 
+    def fail_paths(self, method: str, fragment: str, count: int) -> None:
+        """Answer ``503 SlowDown`` to the next ``count`` requests of ``method`` (``"GET"``,
+        ``"PUT"``, ...) whose path contains ``fragment``, without forwarding them."""
+        self._targeted.append([method.encode(), fragment.encode(), count])
+
     def heal(self) -> None:
         """No more faults, and connections are accepted again."""
         self.rate = 0.0
+        self._targeted.clear()
         self._call(self._listen)
 
     def refuse(self) -> None:
@@ -178,7 +188,14 @@ class FaultProxy:
 
     # -- serving --
 
-    def _draw(self) -> str | None:
+    def _draw(self, head: bytes) -> str | None:
+        method, _, rest = head.partition(b" ")
+        path = rest.split(b" ", 1)[0]
+        for rule in self._targeted:
+            if rule[2] > 0 and rule[0] == method and rule[1] in path:
+                rule[2] -= 1
+                self._fives += self._fives % 2  # answered without reaching the store
+                return "5xx"
         if self.rate and self.rng.random() < self.rate:
             return self.rng.choice(self.modes)
         return None
@@ -193,7 +210,7 @@ class FaultProxy:
                     return
                 head, body = message
                 self.requests += 1
-                fault = self._draw()
+                fault = self._draw(head)
                 if fault is not None:
                     self.faults[fault] += 1
                 if fault == "reset":

@@ -12,10 +12,13 @@ import xxhash
 MANIFEST_PREFIX = "manifest/"
 JOURNAL_PREFIX = "journal/"
 LEDGER_PREFIX = "ledger/"
+#: Snapshot leases: one object per writer epoch (see :mod:`leveled_ray.manifest.snapshot_leases`).
+LEASE_PREFIX = "leases/"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SLOT_RE = re.compile(r"^journal/(\d{20})\.jnl$")
 _MANIFEST_RE = re.compile(r"^manifest/(\d{20})$")
+_LEASE_RE = re.compile(r"^leases/snapshots-(\d{20})$")
 
 
 def file_kind(path: str) -> str:
@@ -79,3 +82,13 @@ def stable_journal_name(source: str) -> str:
 
 def sst_name() -> str:
     return f"{LEDGER_PREFIX}{ulid()}.sst"
+
+
+def snapshot_lease_name(epoch: int) -> str:
+    """The snapshot lease of writer epoch ``epoch``."""
+    return f"{LEASE_PREFIX}snapshots-{epoch:020d}"
+
+
+def lease_epoch_of(path: str) -> int | None:
+    m = _LEASE_RE.match(path)
+    return int(m.group(1)) if m else None

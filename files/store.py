@@ -32,7 +32,7 @@ from obstore.exceptions import (
 from obstore.store import LocalStore, MemoryStore, S3Store
 
 from ..errors import InvalidArgumentError, ObjectStoreError
-from ..options import Options
+from ..options import Options, redact
 from .names import file_kind
 from .outcomes import (
     AttemptError,
@@ -127,7 +127,7 @@ def _store_error(failure: Failure, cause: BaseException | None, op: str, path: s
     if failure is Failure.MISSING:
         return NotFound(path or "")
     if failure is Failure.DENIED:
-        return ObjectStoreError(f"{op} {path!r}: access denied: {cause}", definite=True,
+        return ObjectStoreError(f"{op} {path!r}: access denied: {_short(cause)}", definite=True,
                                 path=path)
     return ObjectStoreError(f"{op} {path!r} failed: {_short(cause)}",
                             definite=not maybe_applied, path=path)
@@ -334,7 +334,7 @@ class StoreConfig:
     requests are timed out, retried and resolved."""
 
     url: str
-    s3: dict = field(default_factory=dict)
+    s3: dict = field(default_factory=dict, repr=False)  # holds credentials
     timeout_s: float = 30.0
     connect_timeout_s: float = 5.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -438,6 +438,20 @@ class ObjectStore:
     def url(self) -> str:
         return self.config.url
 
+    def _error(self, failure: Failure, cause: BaseException | None, op: str, path: str | None,
+               *, maybe_applied: bool = False) -> ObjectStoreError:
+        """:func:`_store_error`, with this store's credentials kept out of the message (a
+        client's error text may quote its configuration)."""
+        exc = _store_error(failure, cause, op, path, maybe_applied=maybe_applied)
+        if isinstance(exc, NotFound) or not self._secrets():
+            return exc
+        return ObjectStoreError(redact(exc.args[0], self._secrets()), definite=exc.definite,
+                                path=exc.path)
+
+    def _secrets(self) -> list[str]:
+        return [v for k, v in self.config.s3.items()
+                if k in ("access_key_id", "secret_access_key", "session_token") and v]
+
     def _make_backend(self):
         client = {"timeout": timedelta(seconds=self.config.timeout_s),
                   "connect_timeout": timedelta(seconds=self.config.connect_timeout_s)}
@@ -458,8 +472,12 @@ class ObjectStore:
             client["allow_http"] = True
         # One HTTP request per attempt: the retries are ours (below), so that each one is
         # counted and a retried create is resolved rather than mistaken for a lost race.
-        return _Backend(S3Store(self.location, prefix=self.prefix or None, client_options=client,
-                                retry_config={"max_retries": 0}, **s3))
+        try:
+            return _Backend(S3Store(self.location, prefix=self.prefix or None,
+                                    client_options=client, retry_config={"max_retries": 0}, **s3))
+        except Exception as exc:  # obstore refuses the configuration itself
+            raise InvalidArgumentError(redact(f"cannot set up the S3 client for {self.url}: "
+                                              f"{_short(exc)}", self._secrets())) from None
 
     # -- the request loop --
 
@@ -505,7 +523,7 @@ class ObjectStore:
                 self.stats.errors += 1
                 self.stats.note("errors", op, path)
             maybe = write and exc.failure is Failure.UNKNOWN
-            raise _store_error(exc.failure, exc.cause, op, path, maybe_applied=maybe) from None
+            raise self._error(exc.failure, exc.cause, op, path, maybe_applied=maybe) from None
 
     # -- reads --
 
@@ -604,7 +622,7 @@ class ObjectStore:
         except Unsettled as exc:
             self.stats.errors += 1
             self.stats.note("errors", "put_if_absent", path)
-            raise _store_error(Failure.UNKNOWN, exc.cause, "put_if_absent", path,
+            raise self._error(Failure.UNKNOWN, exc.cause, "put_if_absent", path,
                                maybe_applied=exc.maybe_applied) from None
         return created is Created.MINE
 

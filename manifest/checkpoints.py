@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.names import ulid
+from .deletion import pinned_below
 from .model import Checkpoint, Manifest
 from .transitions import require_usable
 
@@ -79,4 +80,4 @@ def delete_checkpoint(manifest: Manifest, checkpoint_id: str, now: float) -> Man
 def blocks_delete(manifest: Manifest, removed_in: int, now: float) -> bool:
     """Does a live checkpoint pin a version older than ``removed_in`` (one that still holds a
     file removed by version ``removed_in``)?"""
-    return any(c.manifest_id < removed_in for c in live(manifest, now))
+    return pinned_below(removed_in, (c.manifest_id for c in live(manifest, now)))

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError
+from .deletion import pinned_below
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def ready_to_delete(registry: Registry, removed_in: int,
     Returns the answer and the registry without expired snapshots (the caller keeps that).
     """
     live = expire(registry, now)
-    return all(r.manifest_id >= removed_in for r in live.values()), live
+    return not pinned_below(removed_in, (r.manifest_id for r in live.values())), live
 
 
 class SnapshotRegistry:
@@ -81,6 +82,15 @@ class SnapshotRegistry:
     def ready_to_delete(self, removed_in: int) -> bool:
         ok, self.snapshots = ready_to_delete(self.snapshots, removed_in, self.clock())
         return ok
+
+    def expire(self) -> None:
+        """Drop the snapshots whose timeout has passed."""
+        self.snapshots = expire(self.snapshots, self.clock())
+
+    def versions(self) -> set[int]:
+        """The manifest versions live snapshots read."""
+        self.expire()
+        return {r.manifest_id for r in self.snapshots.values()}
 
     def oldest(self) -> int | None:
         """The oldest manifest version a live snapshot reads (``None`` with no snapshots)."""

@@ -17,10 +17,10 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from ..errors import InvalidArgumentError, ObjectStoreError
+from ..errors import CorruptObjectError, InvalidArgumentError, ObjectStoreError
 from ..files.names import MANIFEST_PREFIX, manifest_id_of, manifest_name
 from ..files.outcomes import Created
-from ..files.store import ObjectStore
+from ..files.store import NotFound, ObjectStore
 from .model import IDENTITY_BYTES, Manifest, check_invariants, decode, encode
 
 
@@ -101,6 +101,16 @@ class ManifestStore:
     async def read(self, manifest_id: int) -> Manifest:
         name = manifest_name(manifest_id)
         return decode(await self.store.get_async(name), name, manifest_id)
+
+    async def read_pinned(self, manifest_id: int) -> Manifest:
+        """A version that a checkpoint or reader pins: if it is missing, that is damage
+        (:class:`CorruptObjectError` naming it), not a request a retry could mend."""
+        try:
+            return await self.read(manifest_id)
+        except NotFound:
+            name = manifest_name(manifest_id)
+            raise CorruptObjectError(name, 0, "a pinned manifest version is missing from the "
+                                     "object store") from None
 
     async def latest(self, known: Versioned | None = None) -> Versioned | None:
         """The newest version (``known`` is returned when nothing newer exists)."""

@@ -55,7 +55,7 @@ class StoreReader(PointInTime, Queries):
             tail = [await slot_info(store, s)
                     for s in await tail_slots(store, m.journal_next_slot)]
         else:
-            m, tail = await manifests.read(manifest_id), []
+            m, tail = await manifests.read_pinned(manifest_id), []
         options = options or Options()
         store = store_for(store, m.stores, options)
         reader = cls(store, manifest_id, m, tail, options)

@@ -18,7 +18,7 @@ import pyarrow as pa
 from ..errors import ObjectStoreError
 from ..files.bloom import key_hash
 from ..files.clerk import ClerkHost, LruCache
-from ..files.journal import KIND_DATA, JournalInfo, JournalRecord
+from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo, JournalRecord
 from ..files.sst import SstInfo
 
 
@@ -89,6 +89,10 @@ class JournalIndex:
         self._files: list[JournalInfo] = []
         self._max: list[int] = []
         self.extend(files)
+
+    def next_slot(self) -> int:
+        """One past the highest journal slot among these files (0 with none)."""
+        return max((f.slot + 1 for f in self._files if f.slot != NO_SLOT), default=0)
 
     def extend(self, files) -> None:
         new = sorted((f for f in files if f.kind == KIND_DATA and f.entries),

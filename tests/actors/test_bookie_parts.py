@@ -163,6 +163,7 @@ def test_backpressure_delays_writers_only_past_half_the_limit():
 class Clerk:
     def __init__(self, kind, removed_in, fail=False):
         self.kind, self.removed_in, self.fail, self.deleted = kind, removed_in, fail, False
+        self.name = f"{kind}/{id(self)}"
 
     async def delete(self):
         if self.fail:

@@ -51,8 +51,9 @@ def test_what_a_pass_keeps_and_deletes():
                meta(journal_slot_name(1), 3 * DAY), meta(journal_slot_name(2), 3 * DAY)]
     window, min_age = 3600.0, 600.0
     needed = gcm.needed_versions(listing, (3, v3), NOW, min_age, window)
-    assert needed == {2, 3}  # the newest, and the checkpoint's; v1 stopped being current long ago
-    plan = gcm.plan(listing, (3, v3), {2: v2, 3: v3}, NOW, min_age, window, grace=min_age)
+    assert set(needed) == {2, 3}  # the newest, and the checkpoint's; v1 stopped being current
+    plan = gcm.plan(listing, gcm.Known((3, v3), {}, {2: v2, 3: v3}, needed), NOW, min_age,
+                    grace=min_age)
     assert sorted(plan.files) == [orphan, old_only]
     assert plan.manifests == [manifest_name(1)]
     assert plan.kept["journal tail"] == 1 and plan.kept["young"] == 1
@@ -67,13 +68,13 @@ def test_a_destroyed_store_goes_after_its_grace_period():
     m = Manifest.new().with_changes(levels=((sst("ledger/A.sst"),),), destroyed_at=NOW - 100)
     listing = [meta(manifest_name(0), DAY), meta(manifest_name(1), DAY),
                meta("ledger/A.sst", DAY), meta(journal_slot_name(0), 1)]
-    early = gcm.plan(listing, (1, m), {1: m}, NOW, 600, 600, grace=1000)
+    early = gcm.plan(listing, gcm.Known((1, m), {}, {1: m}), NOW, 600, grace=1000)
     assert early.files == [] and early.manifests == [manifest_name(0)]  # an ordinary old one
-    plan = gcm.plan(listing, (1, m), {1: m}, NOW, 600, 600, grace=50)
+    plan = gcm.plan(listing, gcm.Known((1, m), {}, {1: m}), NOW, 600, grace=50)
     assert sorted(plan.files) == ["journal/00000000000000000000.jnl", "ledger/A.sst"]
     assert plan.manifests == [manifest_name(0), manifest_name(1)]  # the newest last
     kept = m.with_changes(checkpoints=(Checkpoint("c", 1, None, 0.0),))
-    assert gcm.plan(listing, (1, kept), {1: kept}, NOW, 600, 600, grace=50).files == []
+    assert gcm.plan(listing, gcm.Known((1, kept), {}, {1: kept}), NOW, 600, grace=50).files == []
 
 
 def test_old_outputs_are_not_published():
