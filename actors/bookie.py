@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 from ..admin import checkpoints
+from ..clock import Clock, system_clock
 from ..codec import Head, LedgerRows, head_only, holds_index_entries
 from ..errors import FencedError, StoreClosedError
 from ..files.names import ulid
@@ -54,7 +54,7 @@ class Bookie:
 
     def __init__(self, url: str, options: Options, name: str | None = None, *,
                  store: ObjectStore | None = None, local: bool = False,
-                 head_only: str | None = None, clock: Callable[[], float] = time.time):
+                 head_only: str | None = None, clock: Clock = system_clock):
         self.url, self.options, self.name = url, options, name
         self.clock = clock
         self.head_only = head_only
@@ -62,7 +62,8 @@ class Bookie:
         self.store = store if store is not None else ObjectStore.from_url(url, options)
         self.cache = LedgerCache(options.push_keys)
         self.observed = Observations()  # latencies and group sizes, for the metrics
-        self.view = LiveView(url, options, self.store, self.cache, lambda: self.reaper.wake.set())
+        self.view = LiveView(url, options, self.store, self.cache, lambda: self.reaper.wake.set(),
+                             clock)
         self.writes = WritePath(
             options, self.cache, self.view, head_only=head_only, check_usable=self._check_usable,
             stopping=lambda: self.closing or self.broken is not None, write=self._write_journal,
@@ -99,8 +100,9 @@ class Bookie:
             self.view.use_store(self.store)
             self.reaper.host = self.view.host
         # The actors this one owns (they live and die together), or plain objects here.
-        owned = (self.local, self.name, self.store, self.options)
-        self.inker = Inker(own_client(self.store, self.local), self.options, self.epoch, latest)
+        owned = (self.local, self.name, self.store, self.options, self.clock)
+        self.inker = Inker(own_client(self.store, self.local), self.options, self.clock,
+                           self.epoch, latest)
         self.penciller = spawn(Penciller, "penciller", *owned, self.epoch, latest)
         self.pclerk = spawn(PencillerClerk, "pclerk", *owned, self.penciller)
         self._clerk_run = self.pclerk.run.remote()  # polls the Penciller until stopped
@@ -333,18 +335,20 @@ class Bookie:
         self._check_usable()
         if source is None:
             await self.inker.catalog()
-        return await checkpoints.create_checkpoint(self.manifests, lifetime, name, source)
+        return await checkpoints.create_checkpoint(self.manifests, lifetime, name, source,
+                                                   clock=self.clock)
 
     async def list_checkpoints(self) -> list[Checkpoint]:
-        return await checkpoints.list_checkpoints(self.manifests)
+        return await checkpoints.list_checkpoints(self.manifests, self.clock)
 
     async def refresh_checkpoint(self, checkpoint_id: str, lifetime: float | None) -> Checkpoint:
-        return await checkpoints.refresh_checkpoint(self.manifests, checkpoint_id, lifetime)
+        return await checkpoints.refresh_checkpoint(self.manifests, checkpoint_id, lifetime,
+                                                    self.clock)
 
     async def delete_checkpoint(self, checkpoint_id: str) -> None:
         """Delete a checkpoint. The lease is brought up to date first, so a GC pass right
         after this frees what only the checkpoint needed."""
-        await checkpoints.delete_checkpoint(self.manifests, checkpoint_id)
+        await checkpoints.delete_checkpoint(self.manifests, checkpoint_id, self.clock)
         await self.lease.flush()
         self.reaper.wake.set()
 
@@ -361,6 +365,9 @@ class Bookie:
 
     def get_options(self) -> Options:
         return self.options
+
+    def get_clock(self) -> Clock:
+        return self.clock
 
     @property
     def manifests(self) -> ManifestStore:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..admin.gc import check_publishable
+from ..clock import Clock
 from ..codec import LedgerRows
 from ..codec.head_only import SETTING as HEAD_ONLY
 from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
@@ -74,8 +75,9 @@ class JournalView(NamedTuple):
 class Inker(Owner):
     """The Inker's logic, a plain object hosted in the Bookie's process."""
 
-    def __init__(self, store: ObjectStore, options: Options, epoch: int, latest: Versioned):
-        super().__init__(store, options, epoch, latest)
+    def __init__(self, store: ObjectStore, options: Options, clock: Clock, epoch: int,
+                 latest: Versioned):
+        super().__init__(store, options, clock, epoch, latest)
         self.files: list[jfmt.JournalInfo] = list(latest.manifest.journal)
         self.uncatalogued: list[jfmt.JournalInfo] = []
         self.next_slot = latest.manifest.journal_next_slot
@@ -350,14 +352,17 @@ class Inker(Owner):
             result = CompactionResult([])
             # Runs of small files first, oldest first, while each rewrite leaves fewer files.
             while run := self._small_run():
+                started = self.clock()  # the rewrite's files are written after this
                 merged = await self._replace(
-                    await call(self.clerk().rewrite, run, persisted, self.epoch))
+                    await call(self.clerk().rewrite, run, persisted, self.epoch), started)
                 result += merged
                 if len(merged.added) >= len(merged.removed):
                     break
             if not small_only:
+                started = self.clock()
                 result += await self._replace(await call(
-                    self.clerk().compact, self.candidates(persisted), persisted, self.epoch))
+                    self.clerk().compact, self.candidates(persisted), persisted, self.epoch),
+                    started)
             return result
         except Exception as exc:
             self.counters["compaction_failures"] += 1
@@ -366,10 +371,13 @@ class Inker(Owner):
                 self.fenced = exc
             raise
 
-    async def _replace(self, result: CompactionResult) -> CompactionResult:
-        """Commit a compaction's result: its files replace the removed ones."""
+    async def _replace(self, result: CompactionResult,
+                       started: float | None = None) -> CompactionResult:
+        """Commit a compaction's result: its files (written after ``started``, by the clock)
+        replace the removed ones."""
         if result.removed:
-            check_publishable([f.name for f in result.added], self.options, time.time())
+            if started is not None:
+                check_publishable(started, self.options, self.clock())
             await self.commit(replace_journal, tuple(result.removed), tuple(result.added))
             gone = set(result.removed)
             self.files = sorted([f for f in self.files if f.name not in gone]

@@ -11,8 +11,8 @@ it is deleted while the read runs; adopting a new version retires the files it r
 from __future__ import annotations
 
 import contextlib
-import time
 
+from ..clock import Clock, system_clock
 from ..codec import Head, LedgerEntry, entry_to_head, is_live
 from ..files.clerk import ClerkHost, LruCache
 from ..files.journal import JournalInfo
@@ -32,8 +32,9 @@ class LiveView:
     were retired (the reaper then looks for them)."""
 
     def __init__(self, url: str, options: Options, store: ObjectStore, cache: LedgerCache,
-                 retired):
+                 retired, clock: Clock = system_clock):
         self.url, self.options = url, options
+        self.clock = clock
         self.cache = cache
         self.values = LruCache(options.cache_size // 4)  # recent values, by SQN
         self._file_budget = options.cache_size - options.cache_size // 4
@@ -121,7 +122,7 @@ class LiveView:
         cache, with one request per journal file."""
         self.counters["gets"] += len(lkeys)
         with self.host.reading(self.journal_version):  # the values come from these files
-            now_s = time.time()
+            now_s = self.clock()
             sqns = [e.sqn if is_live(e, now_s) else None for e in await self.entries(lkeys)]
             values, fetched = await values_by_sqn(
                 self.host, self.journal, [s for s in sqns if s is not None], self.values)
@@ -132,7 +133,9 @@ class LiveView:
 
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
         self.counters["heads"] += len(lkeys)
-        return [None if e is None else entry_to_head(*e) for e in await self.entries(lkeys)]
+        now_s = self.clock()
+        return [None if e is None else entry_to_head(*e, now_s=now_s)
+                for e in await self.entries(lkeys)]
 
     async def index_query(self, query: dict, sqn: int) -> list:
         """A bounded index query on this view, pinned for the query, with the cached changes
@@ -156,4 +159,4 @@ class LiveView:
     def point_in_time(self, sqn: int) -> PointInTime:
         """This view, frozen (for a snapshot: references to immutable batches, no copy)."""
         return PointInTime(self.url, self.options, self.files, self.journal.files,
-                           self.cache.overlay_batches(), sqn, store=self.store)
+                           self.cache.overlay_batches(), sqn, store=self.store, clock=self.clock)

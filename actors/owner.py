@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from ..clock import Clock
 from ..errors import ObjectStoreError
 from ..files.framing import codec_id
 from ..files.store import ObjectStore
@@ -24,15 +25,17 @@ COMMIT_ATTEMPTS = 3
 
 
 class Owner:
-    def __init__(self, store: ObjectStore, options: Options, epoch: int, latest: Versioned):
+    def __init__(self, store: ObjectStore, options: Options, clock: Clock, epoch: int,
+                 latest: Versioned):
         self.store = store
         self.options = options
+        self.clock = clock
         self.codec = codec_id(options.compression)
         self.epoch = epoch
         self.manifests = ManifestStore(store)
         self.latest: Versioned = latest
         self._commit_lock = asyncio.Lock()
-        self.snapshots = SnapshotRegistry()
+        self.snapshots = SnapshotRegistry(clock)
         self._checkpoints_read = 0.0
         self.tasks = Tasks(type(self).__name__)
 
@@ -80,10 +83,10 @@ class Owner:
         """
         if not self.snapshots.ready_to_delete(removed_in):
             return False
-        if not checkpoints.blocks_delete(self.latest.manifest, removed_in, time.time()):
+        if not checkpoints.blocks_delete(self.latest.manifest, removed_in, self.clock()):
             return True
         if time.monotonic() - self._checkpoints_read > 5.0:
             self._checkpoints_read = time.monotonic()
             async with self._commit_lock:  # so the manifest held only moves forward
                 self.latest = await self.manifests.latest(self.latest)
-        return not checkpoints.blocks_delete(self.latest.manifest, removed_in, time.time())
+        return not checkpoints.blocks_delete(self.latest.manifest, removed_in, self.clock())

@@ -18,6 +18,7 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..clock import Clock
 from ..codec import ACTIVE, LEDGER_SCHEMA
 from ..errors import FencedError, StoreClosedError
 from ..files import sst as sfmt
@@ -52,9 +53,10 @@ def split_rows(table: pa.Table, max_rows: int) -> list[pa.Table]:
 class PencillerClerk:
     """Plain-object logic of the merge worker; the Bookie starts it as a Ray actor."""
 
-    def __init__(self, store: ObjectStore, options: Options, penciller):
+    def __init__(self, store: ObjectStore, options: Options, clock: Clock, penciller):
         self.store = store
         self.options = options
+        self.clock = clock  # expired entries are dropped at the basement by it
         self.penciller = penciller
         self.host = ClerkHost(store, 8 << 20)  # merges read whole files: keep little cached
         self.stopped = False
@@ -101,7 +103,7 @@ class PencillerClerk:
             return job.sources
         started = time.monotonic()
         tables = [await self.host.sst(f).read_table() for f in job.inputs]
-        merged = await asyncio.to_thread(merge_tables, tables, job.basement, time.time())
+        merged = await asyncio.to_thread(merge_tables, tables, job.basement, self.clock())
         outputs = []
         for part in split_rows(merged, self.options.sst_max_keys):
             info = await write_sst(self.store, part, self.options)

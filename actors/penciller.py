@@ -15,7 +15,8 @@ import time
 
 import pyarrow as pa
 
-from ..admin.gc import check_publishable
+from ..admin.gc import check_publishable, named_at
+from ..clock import Clock
 from ..codec import LEDGER_SCHEMA
 from ..errors import ObjectStoreError
 from ..files import sst as sfmt
@@ -38,12 +39,14 @@ _INGESTING = MergeJob(0, (), (), False)
 class Penciller(Owner):
     """Plain-object logic of the Penciller; the Bookie starts it as a Ray actor."""
 
-    def __init__(self, store: ObjectStore, options: Options, epoch: int, latest: Versioned):
-        super().__init__(store, options, epoch, latest)
+    def __init__(self, store: ObjectStore, options: Options, clock: Clock, epoch: int,
+                 latest: Versioned):
+        super().__init__(store, options, clock, epoch, latest)
         self.l0_memory: list[pa.RecordBatch] = []
         self.l0_keys = 0
         self.pushed_sqn = latest.manifest.ledger_sqn
         self._l0_since: float | None = None  # when L0 memory last went from empty to not
+        self._merge_started = 0.0  # when the merge in flight was handed out, by the clock
         self._flush_task: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -145,10 +148,11 @@ class Penciller(Owner):
                     await self.commit(persist_ledger_sqn, upto)
                     self._notify()
                 return
+            started = self.clock()
             table = await asyncio.to_thread(self._sorted, batches)
             info = await write_sst(self.store, table, self.options)
             # An upload GC may already count as an orphan is not published: the flush is redone.
-            check_publishable([info.name], self.options, time.time())
+            check_publishable(started, self.options, self.clock())
             await self.commit(add_l0, info, upto)
             # Only now may the flushed batches leave memory: the manifest holds them.
             del self.l0_memory[: len(batches)]
@@ -183,12 +187,13 @@ class Penciller(Owner):
         if self.merging is not None:
             return None
         self.merging = choose_work(self.latest.manifest.levels, self.rng)
+        self._merge_started = self.clock()  # its outputs are written after this
         return self.merging
 
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
         """Commit a finished merge; returns the manifest version that removed its inputs."""
         try:
-            check_publishable([o.name for o in outputs], self.options, time.time())
+            check_publishable(self._merge_started, self.options, self.clock())
             mid, _ = await self.commit(apply_merge, job, outputs)
         except BaseException as exc:
             self.counters["merge_failures"] += 1
@@ -223,7 +228,8 @@ class Penciller(Owner):
         try:
             self.pushed_sqn = max(self.pushed_sqn, upto)
             await self.flush()
-            check_publishable([f.name for f in journal + ssts], self.options, time.time())
+            check_publishable(named_at(f.name for f in journal + ssts), self.options,
+                              time.time())  # named in wall time by the bulk writers
             await self.commit(ingest, journal, ssts)
             self.pushed_sqn = max(self.pushed_sqn, self.latest.manifest.ledger_sqn)
         finally:
@@ -242,7 +248,7 @@ class Penciller(Owner):
             "l0_files": len(levels[0]),
             "level_files": [len(level) for level in levels],
             "level_bytes": [sum(f.size for f in level) for level in levels],
-            "checkpoints": len(checkpoints.live(self.latest.manifest, time.time())),
+            "checkpoints": len(checkpoints.live(self.latest.manifest, self.clock())),
             "ledger_sqn": self.latest.manifest.ledger_sqn,
             "merging": self.merging is not None,
             "snapshots": len(self.snapshots),

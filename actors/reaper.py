@@ -37,7 +37,7 @@ class Reaper:
         self.host = host
         self.may_delete = may_delete
         self.wake = asyncio.Event()
-        self.counters = {"files_deleted": 0, "reaper_failures": 0}
+        self.counters = {"files_deleted": 0, "reaper_failures": 0, "reaper_sweeps": 0}
 
     async def sweep(self) -> bool:
         """One pass over the files waiting for deletion, one question per manifest version;
@@ -56,6 +56,7 @@ class Reaper:
         deleted = []
         for i in range(0, len(ready), DELETES_AT_ONCE):
             deleted += await asyncio.gather(*map(self._delete, ready[i : i + DELETES_AT_ONCE]))
+        self.counters["reaper_sweeps"] += 1
         return any(deleted)
 
     async def _prove(self, kind: str, removed_in: int, clerks: list) -> Proof:

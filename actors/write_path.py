@@ -10,7 +10,6 @@ while the Ledger falls behind, and wait while an earlier write's outcome is bein
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from itertools import repeat
 
@@ -21,7 +20,6 @@ from ..codec import (
     Change,
     LedgerRows,
     holds_index_entries,
-    now_ms,
 )
 from ..codec.conditions import check_parts
 from ..codec.index_terms import change_entry, resolve_all
@@ -109,7 +107,7 @@ class WritePath:
             if self.writes_open.is_set():
                 break  # else a bulk write is being installed: look again after it
         # From here to the allocation nothing awaits, so no other change can slip in.
-        now_s = time.time()
+        now_s = self.view.clock()
         known = lambda k: self.cache.known_entry(k, stored)  # noqa: E731
         failures: list = [None] * len(counts)
         if conditional:
@@ -138,7 +136,7 @@ class WritePath:
 
     def _allocate(self, changes: list[Change], values: ValueBatch) -> Group:
         """Give the changes SQNs and queue them for the next journal file."""
-        lm = now_ms()
+        lm = int(self.view.clock() * 1000)
         first = self.next_sqn
         self.next_sqn += len(changes)
         sqns = range(first, first + len(changes))

@@ -9,8 +9,8 @@ while the store runs.
 from __future__ import annotations
 
 import contextlib
-import time
 
+from ..clock import Clock, system_clock
 from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.journal_slots import slot_info, tail_slots
 from ..manifest import checkpoints as cp
@@ -37,37 +37,41 @@ async def record_tail(manifests: ManifestStore, current: Versioned | None = None
 
 async def create_checkpoint(manifests: ManifestStore, lifetime: float | None = None,
                             name: str | None = None, source: str | None = None,
-                            current: Versioned | None = None) -> Checkpoint:
+                            current: Versioned | None = None,
+                            clock: Clock = system_clock) -> Checkpoint:
     """Add a checkpoint pinning the newest version (at or after ``current``, and after
     recording the journal tail: every acknowledged write is in it), or the version of the
     checkpoint ``source``."""
-    new = cp.new_checkpoint(lifetime, name, time.time())
+    new = cp.new_checkpoint(lifetime, name, clock())
     if source is None:
         current = await record_tail(manifests, current)
     _, m = await manifests.update(
-        lambda mid, m: cp.add_checkpoint(mid, m, new, source, time.time()), current,
+        lambda mid, m: cp.add_checkpoint(mid, m, new, source, clock()), current,
         with_id=True)
-    return cp.find(m, new.id, time.time())
+    return cp.find(m, new.id, clock())
 
 
 async def refresh_checkpoint(manifests: ManifestStore, checkpoint_id: str,
-                             lifetime: float | None) -> Checkpoint:
+                             lifetime: float | None, clock: Clock = system_clock) -> Checkpoint:
     _, m = await manifests.update(
-        lambda m: cp.refresh_checkpoint(m, checkpoint_id, lifetime, time.time()))
-    return cp.find(m, checkpoint_id, time.time())
+        lambda m: cp.refresh_checkpoint(m, checkpoint_id, lifetime, clock()))
+    return cp.find(m, checkpoint_id, clock())
 
 
-async def delete_checkpoint(manifests: ManifestStore, checkpoint_id: str) -> None:
-    await manifests.update(lambda m: cp.delete_checkpoint(m, checkpoint_id, time.time()))
+async def delete_checkpoint(manifests: ManifestStore, checkpoint_id: str,
+                            clock: Clock = system_clock) -> None:
+    await manifests.update(lambda m: cp.delete_checkpoint(m, checkpoint_id, clock()))
 
 
-async def release_checkpoint(manifests: ManifestStore, checkpoint_id: str) -> None:
+async def release_checkpoint(manifests: ManifestStore, checkpoint_id: str,
+                             clock: Clock = system_clock) -> None:
     """Delete a checkpoint its holder is done with; one that expired or was deleted
     already needs nothing more."""
     with contextlib.suppress(CheckpointNotFoundError):
-        await delete_checkpoint(manifests, checkpoint_id)
+        await delete_checkpoint(manifests, checkpoint_id, clock)
 
 
-async def list_checkpoints(manifests: ManifestStore) -> list[Checkpoint]:
+async def list_checkpoints(manifests: ManifestStore,
+                           clock: Clock = system_clock) -> list[Checkpoint]:
     latest = await manifests.latest()
-    return [] if latest is None else list(cp.live(latest.manifest, time.time()))
+    return [] if latest is None else list(cp.live(latest.manifest, clock()))

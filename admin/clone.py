@@ -20,10 +20,10 @@ grandparent for as long as a checkpoint of its (its child's) references the gran
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..clock import system_clock
 from ..errors import InvalidArgumentError
 from ..files import journal as jfmt
 from ..files.routed import foreign_name, is_foreign
@@ -71,7 +71,8 @@ async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
         raise InvalidArgumentError(f"no store at {parent_url}")
     if existing is None:
         label = f"clone:{url}"
-        pin = next((c for c in cp.live(latest.manifest, time.time()) if c.name == label), None)
+        pin = next((c for c in cp.live(latest.manifest, system_clock()) if c.name == label),
+                   None)
         if pin is None:  # 1. pin the parent's version
             pin = await create_checkpoint(parents, None, label, checkpoint, latest)
         source = await parents.read_pinned(pin.manifest_id)

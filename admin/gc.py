@@ -56,14 +56,21 @@ from ..options import Options, check_number
 from .clone import detach, shares_files
 
 
-def check_publishable(paths: Iterable[str], options: Options, now: float) -> None:
-    """Refuse to publish files written more than half of ``gc_min_age_s`` ago: GC may already
-    treat them as orphans. The merge or compaction is redone instead."""
+def check_publishable(started: float, options: Options, now: float) -> None:
+    """Refuse to publish uploads begun more than half of ``gc_min_age_s`` before ``now`` (by
+    the clock ``started`` was read from): GC may already treat them as orphans. The flush,
+    merge or compaction is redone instead."""
     limit = options.gc_min_age_s / 2
-    old = [p for p in paths if (ulid_age(p, now) or 0.0) > limit]
-    if old:
-        raise ObjectStoreError(f"outputs written over {limit:.0f}s ago are not published "
-                               f"(GC may collect them): {old[:3]}", definite=True)
+    if now - started > limit:
+        raise ObjectStoreError(f"outputs begun {now - started:.0f}s ago (over {limit:.0f}s) "
+                               "are not published: GC may collect them", definite=True)
+
+
+def named_at(paths: Iterable[str]) -> float:
+    """When the oldest of ``paths`` (named by :func:`~leveled_ray.files.names.ulid`, in wall
+    time) was named: the start of an upload made elsewhere (a bulk write's partitions)."""
+    now = time.time()
+    return now - max((ulid_age(p, now) or 0.0 for p in paths), default=0.0)
 
 
 #: Versions GC keeps, and for each the kinds of file it keeps of it (``"sst"``,

@@ -3,8 +3,7 @@ without the store running (checkpoints, garbage collection and destroy).
 """
 from __future__ import annotations
 
-import time
-
+from ..clock import Clock, system_clock
 from ..errors import InvalidArgumentError
 from ..files.journal_slots import write_fence
 from ..files.store import ObjectStore
@@ -28,9 +27,11 @@ from .checkpoints import (
 class Admin:
     """Administration of the store at a URL; every call has an ``*_async`` twin."""
 
-    def __init__(self, url: str, options: Options | None = None):
+    def __init__(self, url: str, options: Options | None = None,
+                 clock: Clock | None = None):
         self.url = url
         self.options = options or Options()
+        self.clock = clock or system_clock
         self.store = ObjectStore.from_url(url, self.options)
         self.manifests = ManifestStore(self.store)
 
@@ -42,23 +43,26 @@ class Admin:
     async def create_checkpoint_async(self, lifetime: float | None = None,
                                       name: str | None = None,
                                       source: str | None = None) -> Checkpoint:
-        return await create_checkpoint(await self._existing(), lifetime, name, source)
+        return await create_checkpoint(await self._existing(), lifetime, name, source,
+                                       clock=self.clock)
 
     async def list_checkpoints_async(self) -> list[Checkpoint]:
-        return await list_checkpoints(await self._existing())
+        return await list_checkpoints(await self._existing(), self.clock)
 
     async def refresh_checkpoint_async(self, checkpoint_id: str,
                                        lifetime: float | None = None) -> Checkpoint:
-        return await refresh_checkpoint(await self._existing(), checkpoint_id, lifetime)
+        return await refresh_checkpoint(await self._existing(), checkpoint_id, lifetime,
+                                        self.clock)
 
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
-        await delete_checkpoint(await self._existing(), checkpoint_id)
+        await delete_checkpoint(await self._existing(), checkpoint_id, self.clock)
 
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:
         await self._existing()
         return await garbage_collection.collect(self.store, self.options, min_age=min_age,
-                                                dry_run=dry_run, progress=progress)
+                                                dry_run=dry_run, progress=progress,
+                                                clock=self.clock)
 
     def gc(self, min_age: float | None = None, dry_run: bool = False,
            progress=None) -> garbage_collection.Plan:
@@ -70,12 +74,12 @@ class Admin:
                            progress=None) -> BackupResult:
         target = ObjectStore.from_url(target_url, target_options or self.options)
         pin = await create_checkpoint(await self._existing(), self.options.long_snapshot_timeout_s,
-                                      name="backup")
+                                      name="backup", clock=self.clock)
         try:
             return await backup_version(self.store, self.options, pin.manifest_id, target,
                                         progress)
         finally:
-            await release_checkpoint(self.manifests, pin.id)
+            await release_checkpoint(self.manifests, pin.id, self.clock)
 
     def backup(self, target_url: str, target_options: Options | None = None,
                progress=None) -> dict:
@@ -86,7 +90,7 @@ class Admin:
         return run_sync(self.backup_async(target_url, target_options, progress)).as_dict()
 
     async def destroy_async(self, soft: bool = True) -> int:
-        return await destroy_store(self.store, self.options, soft)
+        return await destroy_store(self.store, self.options, soft, self.clock)
 
     def destroy(self, soft: bool = True) -> int:
         """Destroy the store (see :func:`destroy_store`)."""
@@ -112,37 +116,40 @@ class Admin:
         run_sync(self.delete_checkpoint_async(checkpoint_id))
 
 
-async def destroy_store(store: ObjectStore, options: Options, soft: bool = True) -> int:
+async def destroy_store(store: ObjectStore, options: Options, soft: bool = True,
+                        clock: Clock = system_clock) -> int:
     """Mark the store destroyed (fencing any writer); ``soft=False`` also deletes every object
     now, and refuses while a live checkpoint exists. Returns the objects deleted."""
     manifests = ManifestStore(store)
     latest = await manifests.latest()
     if latest is None:
         raise InvalidArgumentError(f"no store at {store.url}")
-    if not soft and cp.live(latest.manifest, time.time()):
+    if not soft and cp.live(latest.manifest, clock()):
         raise InvalidArgumentError("the store has live checkpoints (clones or readers may "
                                    "depend on them): delete them first, or destroy softly")
-    _, m = await manifests.update(lambda m: mark_destroyed(m, time.time()))
+    _, m = await manifests.update(lambda m: mark_destroyed(m, clock()))
     await write_fence(store, m.writer_epoch, m.journal_next_slot)  # the writer's next append
     if soft:
         return 0
-    plan = await garbage_collection.collect(store, options, min_age=0.0)
+    plan = await garbage_collection.collect(store, options, min_age=0.0, clock=clock)
     return len(plan.paths)
 
 
-def admin(url: str, options: Options | None = None) -> Admin:
-    """An :class:`Admin` for the store at ``url`` (no store needs to be running)."""
-    return Admin(url, options)
+def admin(url: str, options: Options | None = None, *, clock: Clock | None = None) -> Admin:
+    """An :class:`Admin` for the store at ``url`` (no store needs to be running); ``clock``
+    is the time its checkpoints, GC and destroy read (default: wall time)."""
+    return Admin(url, options, clock)
 
 
 def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
-       options: Options | None = None, progress=None) -> garbage_collection.Plan:
+       options: Options | None = None, progress=None,
+       clock: Clock | None = None) -> garbage_collection.Plan:
     """One garbage-collection pass on the store at ``url`` (running or not): deletes what no
     manifest, checkpoint, clone or snapshot can read and is older than ``min_age`` seconds
     (default ``Options.gc_min_age_s``). While a writer runs, ``min_age`` must be longer than
     any upload takes to be published (the default leaves an hour); ``min_age=0`` is for a
     store nobody writes."""
-    return Admin(url, options).gc(min_age, dry_run, progress)
+    return Admin(url, options, clock).gc(min_age, dry_run, progress)
 
 
 def destroy(url: str, soft: bool = True, *, options: Options | None = None) -> int:

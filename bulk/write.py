@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from ..actors.remote import NAMESPACE, pack
 from ..admin.checkpoints import create_checkpoint, release_checkpoint
-from ..admin.gc import check_publishable
+from ..admin.gc import check_publishable, named_at
 from ..client.ray_connection import ensure_ray
 from ..codec import head_only, holds_index_entries, now_ms, put_change
 from ..codec.index_terms import held_terms, resolve
@@ -320,7 +320,8 @@ async def commit_async(plan: BulkWrite, parts) -> int:
     journal, ssts = _gather(parts)
     try:
         if journal:
-            check_publishable([f.name for f in journal + ssts], plan.options, time.time())
+            check_publishable(named_at(f.name for f in journal + ssts), plan.options,
+                              time.time())
             if plan.store_name is not None:
 
                 await _bookie_call(plan.store_name, plan.ray_address, "ingest",

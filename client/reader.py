@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from ..admin.handle import Admin
+from ..clock import Clock
 from ..errors import (
     CheckpointNotFoundError,
     InvalidArgumentError,
@@ -30,20 +31,21 @@ class Reader(KeyReads, Queries):
 
     def __init__(self, url: str, checkpoint: str | None = None,
                  options: Options | None = None, lifetime: float = 600.0,
-                 _owns: bool | None = None):
+                 _owns: bool | None = None, clock: Clock | None = None):
         self.url = url
         self.options = options or Options()
         self.lifetime = lifetime
         self.checkpoint_id = checkpoint
         self.owns = checkpoint is None if _owns is None else _owns
-        self._admin = Admin(url, self.options)
+        self._admin = Admin(url, self.options, clock)
         self._view: StoreReader | None = None
         self._renew_at = 0.0
         self.renew_failures = 0
         self.closed = False
 
     def __reduce__(self):
-        return (Reader, (self.url, self.checkpoint_id, self.options, self.lifetime, False))
+        return (Reader, (self.url, self.checkpoint_id, self.options, self.lifetime, False,
+                         self._admin.clock))
 
     def __enter__(self) -> Reader:
         return self
@@ -62,7 +64,8 @@ class Reader(KeyReads, Queries):
             if self.checkpoint_id not in pinned:
                 raise CheckpointNotFoundError(f"no live checkpoint {self.checkpoint_id!r}")
             self._view = await StoreReader.open(self._admin.store, self.options,
-                                                manifest_id=pinned[self.checkpoint_id])
+                                                manifest_id=pinned[self.checkpoint_id],
+                                                clock=self._admin.clock)
         if self.owns and time.monotonic() > self._renew_at:
             await self._renew()
         return self._view
@@ -129,10 +132,11 @@ class Reader(KeyReads, Queries):
 
 
 def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
-           lifetime: float = 600.0) -> Reader:
+           lifetime: float = 600.0, clock: Clock | None = None) -> Reader:
     """A :class:`Reader` of the store at ``url``: at the given checkpoint, or at one of its
-    own that it pins for ``lifetime`` seconds and renews while in use."""
-    out = Reader(url, checkpoint, options, lifetime)
+    own that it pins for ``lifetime`` seconds and renews while in use. ``clock`` is the time
+    it reads (TTL expiry, its checkpoint's; default: wall time)."""
+    out = Reader(url, checkpoint, options, lifetime, clock=clock)
     if checkpoint is None:
         out.refresh()
     return out

@@ -14,8 +14,6 @@ timeout passes (``Options.snapshot_timeout_s``, or ``long_snapshot_timeout_s`` f
 
 from __future__ import annotations
 
-import time
-
 from ..errors import InvalidArgumentError, SnapshotExpiredError
 from ..files.sync import run_sync
 from ..read.point_in_time import KeyReads, PointInTime
@@ -61,7 +59,7 @@ class Snapshot(KeyReads, Queries):
         return self._view.sqn
 
     def _view_for(self, needs_values: bool) -> PointInTime:
-        if self.released or time.time() >= self.expires_at:
+        if self.released or self._view.clock() >= self.expires_at:
             raise SnapshotExpiredError(f"snapshot {self.id} was released or has expired")
         if needs_values and not self.values:
             raise InvalidArgumentError(f"snapshot {self.id} was taken with values=False: "

@@ -8,13 +8,13 @@ asyncio applications.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 from ..actors import bookie as bookie_mod
 from ..actors.remote import NAMESPACE, ValueBatch, pack, unwrap
 from ..admin.backup import backup_version
+from ..clock import Clock, system_clock
 from ..codec import (
     Change,
     Delete,
@@ -65,7 +65,7 @@ async def _await(ref):
 
 def open(url: str, options: Options | None = None, *, name: str | None = None,
          detached: bool = False, store: ObjectStore | None = None,
-         head_only: str | None = None) -> Store:
+         head_only: str | None = None, clock: Clock | None = None) -> Store:
     """Open (or create) the store at ``url`` for writing, with its actors on Ray.
 
     ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes the
@@ -76,6 +76,8 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
     example a fault-injecting wrapper). ``head_only`` (``"with_lookup"`` or ``"no_lookup"``)
     creates or opens a store that keeps small values in the Ledger (see
     :mod:`leveled_ray.codec.head_only`); a store is always opened in the mode it was created with.
+    ``clock`` (default: wall time) is the time every part of the store reads: TTL expiry,
+    snapshot, checkpoint and lease expiry, object ages (see :mod:`leveled_ray.clock`).
 
     Cost: about one Ray actor start-up per actor (a few seconds on first use) plus the replay of
     journal entries not yet persisted in the Ledger.
@@ -105,14 +107,18 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
         opts["name"] = name
     if detached:
         opts["lifetime"] = "detached"
+    clock = system_clock if clock is None else clock
+    if not callable(clock):
+        raise InvalidArgumentError(f"clock must be a callable returning Unix seconds, not "
+                                   f"{clock!r}")
     actor = bookie_mod.make_actor().options(**opts).remote(url, options, name, store=store,
-                                                          head_only=head_only)
+                                                          head_only=head_only, clock=clock)
     try:
         info = _get(actor.start.remote())
     except BaseException:
         ray.kill(actor, no_restart=True)
         raise
-    return Store(actor, options, url, name, info)
+    return Store(actor, options, url, name, info, clock)
 
 
 def connect(name: str, *, address: str | None = None) -> Store:
@@ -130,7 +136,7 @@ def connect(name: str, *, address: str | None = None) -> Store:
         raise InvalidArgumentError(f"no running store named {name!r}") from None
     stats = _get(actor.stats.remote())
     return Store(actor, _get(actor.get_options.remote()), stats["url"], name,
-                 {"head_only": stats["head_only"]})
+                 {"head_only": stats["head_only"]}, _get(actor.get_clock.remote()))
 
 
 class _SnapshotReleaser:
@@ -158,9 +164,11 @@ class Store(Queries):
         store.close()
     """
 
-    def __init__(self, actor, options: Options, url: str, name: str | None, info: dict):
+    def __init__(self, actor, options: Options, url: str, name: str | None, info: dict,
+                 clock: Clock = system_clock):
         self._actor = actor
         self.options = options
+        self.clock = clock
         self.url = url
         self.name = name
         self.open_info = info
@@ -170,7 +178,8 @@ class Store(Queries):
             max_bytes=min(COALESCE_MAX_BYTES, options.max_journal_bytes // 2))
 
     def __reduce__(self):
-        return (Store, (self._actor, self.options, self.url, self.name, self.open_info))
+        return (Store, (self._actor, self.options, self.url, self.name, self.open_info,
+                        self.clock))
 
     def __repr__(self) -> str:
         return f"Store({self.url!r}, name={self.name!r})"
@@ -185,7 +194,7 @@ class Store(Queries):
 
     def _put_part(self, bucket, key, value, indexes, ttl, metadata, if_sqn, if_absent,
                   loop=None) -> Future:
-        change, value = put_change(bucket, key, value, self.options, time.time(),
+        change, value = put_change(bucket, key, value, self.options, self.clock(),
                                    indexes=indexes, ttl=ttl, metadata=metadata, if_sqn=if_sqn,
                                    if_absent=if_absent)
         if self.head_only:
@@ -207,7 +216,7 @@ class Store(Queries):
     def _put_many_ref(self, items: Iterable[Put | Delete]):
         if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
             raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
-        now_s = time.time()
+        now_s = self.clock()
         pairs = [make_change(item, self.options, now_s) for item in items]
         if self.head_only:
             limit = self.options.max_head_only_value_bytes

@@ -188,10 +188,11 @@ def unpack_extra(extra: bytes) -> tuple[bytes, tuple, bytes | None]:
     return metadata, tuple((f, t) for f, t in terms), value
 
 
-def entry_to_head(sqn, status, expiry, vhash, size, last_modified_ms, extra,
-                  now_s: float | None = None) -> Head | None:
-    """A :class:`Head` for a Ledger entry, or ``None`` for tombstones and expired entries."""
-    if status != ACTIVE or (expiry and expiry <= (time.time() if now_s is None else now_s)):
+def entry_to_head(sqn, status, expiry, vhash, size, last_modified_ms, extra, *,
+                  now_s: float) -> Head | None:
+    """A :class:`Head` for a Ledger entry, or ``None`` for tombstones and entries expired at
+    ``now_s``."""
+    if status != ACTIVE or (expiry and expiry <= now_s):
         return None
     metadata, terms, value = unpack_extra(extra) if extra else (b"", (), None)
     return Head(

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
+from ..clock import Clock, system_clock
 from ..codec import LEDGER_SCHEMA, Head, LedgerRows, checked_key, checked_keys, entry_to_head
 from ..files.clerk import ClerkHost
 from ..files.journal import JournalInfo
@@ -39,9 +40,10 @@ class PointInTime:
     def __init__(self, url: str, options: Options, files: LedgerFiles,
                  journal: list[JournalInfo], batches: list[pa.RecordBatch], sqn: int,
                  store: ObjectStore | None = None, routes: tuple = (),
-                 host: ClerkHost | None = None):
+                 host: ClerkHost | None = None, clock: Clock = system_clock):
         self.url = url
         self.options = options
+        self.clock = clock  # TTL expiry is judged by it
         self.files = files
         self.journal = JournalIndex(journal)
         self._batches = list(batches)
@@ -83,12 +85,12 @@ class PointInTime:
             batches = [LedgerRows.from_entries(self._overlay.items()).to_batch()]
         return {"url": self.url, "options": self.options, "files": self.files,
                 "journal": self.journal.files, "sqn": self.sqn, "routes": self.routes,
-                "batches": batches}
+                "batches": batches, "clock": self.clock}
 
     def __setstate__(self, state: dict) -> None:
         PointInTime.__init__(self, state["url"], state["options"], state["files"],
                              state["journal"], state["batches"], state["sqn"],
-                             routes=state["routes"])
+                             routes=state["routes"], clock=state["clock"])
 
     @property
     def store(self) -> ObjectStore:
@@ -114,7 +116,9 @@ class PointInTime:
         return await ledger_entries(self.host, self.files, lkeys, self.overlay)
 
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
-        return [None if e is None else entry_to_head(*e) for e in await self.entries(lkeys)]
+        now_s = self.clock()
+        return [None if e is None else entry_to_head(*e, now_s=now_s)
+                for e in await self.entries(lkeys)]
 
     async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
         heads = await self.head_many(lkeys)

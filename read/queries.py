@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import numpy as np
@@ -216,31 +215,31 @@ class Queries:
 
     def _rows_query(self, kind, bucket, start, end, batch_size, convert):
         """A fold of live Ledger rows over an object range, each batch turned by
-        ``convert(table)`` into what the caller gets."""
+        ``convert(table, now_s)`` into what the caller gets (``now_s``: the view's clock when
+        the query started)."""
         batch_size = check_batch_size(batch_size)
         self._check_fold(kind)
 
         def make(view):
             lo, hi = object_range(bucket, start, end, max_key_bytes=view.options.max_key_bytes)
+            now_s = view.clock()
 
             async def gen():
                 async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
                     async for table in rows:
-                        yield convert(table)
+                        yield convert(table, now_s)
             return gen()
         return make
 
     def _keys_query(self, bucket, start, end, batch_size, arrow, binary_names):
-        def convert(table):
+        def convert(table, _now_s):
             return (keys_batch(table, binary_names) if arrow
                     else list(zip(*python_names(table))))
         return False, not arrow, self._rows_query("keys", bucket, start, end, batch_size,
                                                   convert)
 
     def _heads_query(self, bucket, start, end, batch_size, arrow, binary_names):
-        now_s = time.time()
-
-        def convert(table):
+        def convert(table, now_s):
             return heads_batch(table, binary_names) if arrow else python_heads(table, now_s)
         return False, not arrow, self._rows_query("heads", bucket, start, end, batch_size,
                                                   convert)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import time
 from collections import deque
 from collections.abc import AsyncIterator
 
@@ -142,8 +141,9 @@ async def scan(view: PointInTime, lo: bytes, hi: bytes, *, now_s: float | None =
                live: bool = True) -> AsyncIterator[pa.Table]:
     """The newest entry of each Ledger key in ``[lo, hi)`` at ``view``, in key order, as Arrow
     tables of :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows. ``live`` leaves out tombstones and
-    entries expired at ``now_s`` (default: now). Closing the iterator early stops its reads."""
-    now_s = time.time() if now_s is None else now_s
+    entries expired at ``now_s`` (default: the view's clock). Closing the iterator early stops
+    its reads."""
+    now_s = view.clock() if now_s is None else now_s
     runs = sources(view, lo, hi)
     try:
         bufs = list(await asyncio.gather(*(r.next() for r in runs)))

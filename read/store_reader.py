@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ..clock import Clock, system_clock
 from ..codec import LedgerRows
 from ..errors import (
     InvalidArgumentError,
@@ -32,18 +33,18 @@ class StoreReader(PointInTime, Queries):
     :func:`open_reader`. Its queries (folds, index queries) read this one view."""
 
     def __init__(self, store: ObjectStore, manifest_id: int, manifest: Manifest,
-                 tail: list[jfmt.JournalInfo], options: Options):
+                 tail: list[jfmt.JournalInfo], options: Options, clock: Clock = system_clock):
         files = LedgerFiles(manifest_id, manifest.levels, manifest.ledger_sqn)
         journal = list(manifest.journal) + tail
         top = max([manifest.ledger_sqn] + [j.max_sqn for j in journal if j.entries])
-        super().__init__(store.url, options, files, journal, [], top, store=store)
+        super().__init__(store.url, options, files, journal, [], top, store=store, clock=clock)
         self.manifest_id = manifest_id
         self.manifest = manifest
         self.tail = tail  # journal files not yet recorded in the manifest
 
     @classmethod
     async def open(cls, store: ObjectStore, options: Options | None = None, *,
-                   manifest_id: int | None = None) -> StoreReader:
+                   manifest_id: int | None = None, clock: Clock = system_clock) -> StoreReader:
         """The latest manifest and the journal tail after it; or exactly ``manifest_id`` (a
         checkpoint's version: everything it holds is catalogued, so there is no tail)."""
         manifests = ManifestStore(store)
@@ -58,7 +59,7 @@ class StoreReader(PointInTime, Queries):
             m, tail = await manifests.read_pinned(manifest_id), []
         options = options or Options()
         store = store_for(store, m.stores, options)
-        reader = cls(store, manifest_id, m, tail, options)
+        reader = cls(store, manifest_id, m, tail, options, clock)
         await reader._replay()
         return reader
 

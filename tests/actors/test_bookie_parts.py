@@ -188,7 +188,7 @@ def test_the_reaper_deletes_only_what_the_owners_allow():
     assert asyncio.run(reaper.sweep())
     assert old.deleted and not new.deleted and not broken.deleted and not read.deleted
     assert sorted(asked) == [("journal", 2), ("sst", 1)]  # one question per version
-    assert reaper.counters == {"files_deleted": 1, "reaper_failures": 1}
+    assert reaper.counters == {"files_deleted": 1, "reaper_failures": 1, "reaper_sweeps": 1}
 
 
 @pytest.mark.parametrize("answer", [False, RuntimeError("gone")])

@@ -13,7 +13,7 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import ManifestStore
 from leveled_ray.manifest import journal_compaction as jc
 
-from test_merges import TINY, settle, write
+from test_merges import TINY, settle, swept_twice, write
 
 OPTIONS = TINY.replace(journal_compaction_interval_s=0)
 
@@ -98,7 +98,10 @@ def test_compaction_rewrites_dead_runs_and_keeps_every_value(tmp_path):
         result = await bookie.inker.wait_compaction()
         assert len(result.removed) == OPTIONS.max_run_length and len(result.added) == 1
         await settle(bookie)
-        await asyncio.sleep(0.2)
+        for _ in range(200):  # the replaced files are deleted once nothing reads them
+            if len(_journal_names(root)) < len(before):
+                break
+            await asyncio.sleep(0.02)
         after = _journal_names(root)
         assert len(after) < len(before)
         assert all(f"round {7}".encode() == v for v in
@@ -154,7 +157,9 @@ def test_replaced_journal_files_wait_for_the_inkers_snapshots(tmp_path):
         before = _journal_names(root)
         await bookie.compact_journal()
         result = await inker.wait_compaction()
-        await asyncio.sleep(0.5)
+        while not bookie.view.host.pending_deletes():  # the Bookie's view adopted it
+            await asyncio.sleep(0.02)
+        await swept_twice(bookie)
         removed = {os.path.join(root, n) for n in result.removed}
         assert removed <= before and removed <= _journal_names(root)  # still held
         inker.release_snapshot("journal-reader")

@@ -13,16 +13,26 @@ from hypothesis import strategies as st
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.actors.remote import ValueBatch, pack, wait_set
+from leveled_ray.clock import ManualClock
 from leveled_ray.codec import make_change, object_key
 from leveled_ray.manifest.levels import check_level
 
 TINY = lr.Options(l0_max_keys=16, push_keys=4, push_ms=1, sst_max_keys=12, sst_block_bytes=256)
 
 
-async def write(bookie, items, options=TINY):
-    pairs = [make_change(x, options, time.time()) for x in items]
+async def write(bookie, items, options=TINY, clock=time.time):
+    pairs = [make_change(x, options, clock()) for x in items]
     return await bookie.put_many(pack([c for c, _ in pairs]),
                                  ValueBatch(inline=[v for _, v in pairs]))
+
+
+async def swept_twice(bookie, timeout=20.0):
+    """Until the reaper has looked at the files waiting for deletion twice more."""
+    until = bookie.reaper.counters["reaper_sweeps"] + 2
+    deadline = time.monotonic() + timeout
+    while bookie.reaper.counters["reaper_sweeps"] < until:
+        assert time.monotonic() < deadline, "the reaper did not sweep"
+        await asyncio.sleep(0.02)
 
 
 async def settle(bookie, timeout=20.0):
@@ -160,7 +170,7 @@ def test_files_wait_for_the_snapshot_that_reads_them(tmp_path):
                 break
             await asyncio.sleep(0.05)
         assert bookie.view.host.pending_deletes()
-        await asyncio.sleep(0.3)
+        await swept_twice(bookie)
         assert held <= ledger_files_on_disk(root)  # still there: the snapshot may read them
         penciller.release_snapshot("reader")
         await settle(bookie)
@@ -174,9 +184,10 @@ def test_files_wait_for_the_snapshot_that_reads_them(tmp_path):
 
 def test_a_dead_holders_snapshot_expires(tmp_path):
     root = str(tmp_path / "db")
+    clock = ManualClock()
 
     async def run():
-        bookie = Bookie(f"file://{root}", TINY, local=True)
+        bookie = Bookie(f"file://{root}", TINY, local=True, clock=clock)
         await bookie.start()
         await write(bookie, [lr.Put("b", f"k{i}", b"1") for i in range(40)])
         await settle(bookie)
@@ -184,9 +195,12 @@ def test_a_dead_holders_snapshot_expires(tmp_path):
         assert held
         bookie.penciller.local.register_snapshot("holder-that-died", timeout_s=1.0)
         await write(bookie, [lr.Put("b", f"k{i}", b"2") for i in range(40)])
-        await asyncio.sleep(0.3)
+        while not bookie.view.host.pending_deletes():  # the merges that replace them land
+            await asyncio.sleep(0.02)
+        await swept_twice(bookie)
         assert held <= ledger_files_on_disk(root)
-        await settle(bookie)  # the timeout passes; the next check drops it
+        clock.advance(1.0)  # the timeout passes; the next check drops it
+        await settle(bookie)
         assert not held & ledger_files_on_disk(root)
         assert len(bookie.penciller.local.snapshots) == 0
         await bookie.close()
@@ -220,13 +234,16 @@ def test_basement_merges_reap_tombstones_and_expired_entries(tmp_path):
     root = str(tmp_path / "db")
     options = TINY.replace(sst_max_keys=10_000)  # one L1 file: every L0 merge is a basement one
 
+    clock = ManualClock()
+
     async def run():
-        bookie = Bookie(f"file://{root}", options, local=True)
+        bookie = Bookie(f"file://{root}", options, local=True, clock=clock)
         await bookie.start()
         await write(bookie, [lr.Put("b", f"k{i}", b"v") for i in range(30)])
-        await write(bookie, [lr.Put("t", f"e{i}", b"v", ttl=1) for i in range(10)], options)
+        await write(bookie, [lr.Put("t", f"e{i}", b"v", ttl=1) for i in range(10)], options,
+                    clock=clock)
         await write(bookie, [lr.Delete("b", f"k{i}") for i in range(0, 30, 2)])
-        await asyncio.sleep(2.1)  # expiry is rounded up to whole seconds
+        clock.advance(2.1)  # expiry is rounded up to whole seconds
         # Later writes whose range covers both buckets: every file is merged again, at the
         # basement, where tombstones and expired entries have nothing left to hide.
         await write(bookie, [lr.Put("b", f"z{i}", b"v") for i in range(60)]
@@ -313,7 +330,6 @@ def test_close_does_not_wait_for_merges_that_will_not_come(tmp_path):
         await asyncio.sleep(0.1)
         for n in range(6):
             await write(bookie, [lr.Put("b", f"k{n}-{i}", b"v") for i in range(20)], options)
-        await asyncio.sleep(0.3)
         await asyncio.wait_for(bookie.close(), timeout=20)
         again = Bookie(f"file://{root}", options, local=True)
         info = await again.start()

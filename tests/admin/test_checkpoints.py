@@ -93,7 +93,8 @@ def test_a_checkpoint_keeps_its_files_until_deleted(ray_cluster, tmp_url):
             store.put_many([lr.Put("b", f"k{i:04d}", b"round %d" % r) for i in range(300)])
         store.compact_journal()
         wait_until(lambda: held - current_files(url, options), timeout=60)
-        time.sleep(1.0)  # the reaper has had its chances
+        swept = store.stats()["reaper_sweeps"] + 2  # the reaper has had its chances:
+        wait_until(lambda: store.stats()["reaper_sweeps"] >= swept, timeout=30)
         replaced = held - current_files(url, options)
         assert replaced <= stored(url, options)
         assert pinned.get_many([("b", f"k{i:04d}") for i in range(300)]) == [b"first"] * 300

@@ -1,7 +1,6 @@
 """Bulk writes and parallel reads without Spark or Ray: the pieces the Spark data source runs
 in its tasks, the split planner, and ``leveled-ray export``."""
 
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,6 +10,7 @@ import leveled_ray as lr
 from leveled_ray.bulk import read as bulk_read
 from leveled_ray.bulk import write as bulk_write
 from leveled_ray.cli import main as cli
+from leveled_ray.clock import ManualClock
 from leveled_ray.errors import InvalidArgumentError
 from leveled_ray.files.sst import SstInfo
 from leveled_ray.files.store import ObjectStore
@@ -90,8 +90,9 @@ def test_abort_deletes_what_the_partitions_wrote(tmp_url):
 def test_index_terms_and_ttl_from_columns(tmp_url):
     terms = [[{"field": "age_int", "term_bin": None, "term_int": i % 7}] for i in range(100)]
     bulk(tmp_url, [[rows(0, 100, indexes=terms, ttl=[None] * 50 + [0.5] * 50)]])
-    time.sleep(1.6)  # expiries are whole seconds: the second half has expired
-    with lr.reader(tmp_url) as r:
+    clock = ManualClock()
+    clock.advance(1.6)  # expiries are whole seconds: the second half has expired
+    with lr.reader(tmp_url, clock=clock) as r:
         assert sorted(r.index_query("b", "age_int", 3, 3)) == [
             f"k{i:06d}" for i in range(50) if i % 7 == 3]
     # A second write resolves against the first: the listed terms replace the old ones, a row

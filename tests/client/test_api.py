@@ -7,6 +7,7 @@ import threading
 import pytest
 
 import leveled_ray as lr
+from leveled_ray.clock import ManualClock
 
 from conftest import persisted, wait_until
 
@@ -17,7 +18,8 @@ SMALL = lr.Options(l0_max_keys=300, push_keys=50, push_ms=5)
 
 def _open(backend):
     url, options = backend
-    s = lr.open(url, options.replace(l0_max_keys=300, push_keys=50, push_ms=5))
+    s = lr.open(url, options.replace(l0_max_keys=300, push_keys=50, push_ms=5),
+                clock=ManualClock())  # tests advance it instead of sleeping
     yield s
     s.close()
 
@@ -109,12 +111,10 @@ def test_conditions_see_values_persisted_in_ssts(store):
 
 
 def test_ttl_expires_objects(store):
-    import time
-
     store.put("tmp", "k", b"v", ttl=1)
     assert store.get("tmp", "k") == b"v"
     assert store.head("tmp", "k").expires_at is not None
-    time.sleep(2.1)
+    store.clock.advance(2.1)  # expiry is rounded up to whole seconds
     assert store.get("tmp", "k") is None and store.head("tmp", "k") is None
     assert store.put("tmp", "k", b"v2", if_absent=True)  # expired counts as absent
 

@@ -7,13 +7,13 @@ import itertools
 import pickle
 import random
 import re
-import time
 
 import pyarrow as pa
 import pytest
 import ray
 
 import leveled_ray as lr
+from leveled_ray.clock import ManualClock
 from leveled_ray.errors import InvalidArgumentError
 
 from conftest import persisted, wait_until
@@ -174,12 +174,12 @@ def test_a_fold_sees_one_point_in_time(ray_cluster, tmp_url):
 
 
 def test_expired_objects_vanish_from_every_query(ray_cluster, tmp_url):
-    with lr.open(tmp_url, SMALL) as store:
+    with lr.open(tmp_url, SMALL, clock=ManualClock()) as store:
         store.put("b", "short", b"v", ttl=1, indexes=[("add", "f_bin", "x")])
         store.put("gone", "short", b"v", ttl=1)
         store.put("b", "long", b"v", indexes=[("add", "f_bin", "x")])
         assert list(store.index_query("b", "f_bin", "x", "x")) == ["long", "short"]
-        time.sleep(max(0.0, store.head("b", "short").expires_at - time.time()) + 0.1)
+        store.clock.advance(store.head("b", "short").expires_at - store.clock() + 0.1)
         assert store.get("b", "short") is None and store.head("b", "short") is None
         assert list(store.fold_keys()) == [("b", "long")]
         assert [k for _, k, _ in store.fold_heads()] == ["long"]

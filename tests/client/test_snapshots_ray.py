@@ -8,6 +8,7 @@ import pytest
 import ray
 
 import leveled_ray as lr
+from leveled_ray.clock import ManualClock
 
 from conftest import SMALL, current_files, stored, wait_until
 
@@ -50,7 +51,7 @@ def test_a_snapshot_sees_its_moment_from_any_process(ray_cluster, durable_backen
 
 def test_bad_snapshot_calls_are_refused(ray_cluster, tmp_url):
     url, options = tmp_url, lr.Options()
-    store = lr.open(url, options)
+    store = lr.open(url, options, clock=ManualClock())
     try:
         store.put("b", "k", b"v")
         with pytest.raises(lr.InvalidArgumentError):
@@ -64,7 +65,7 @@ def test_bad_snapshot_calls_are_refused(ray_cluster, tmp_url):
             with pytest.raises(lr.InvalidArgumentError):
                 heads_only.head_many("not pairs")
         short = store.snapshot(timeout_s=0.5)
-        time.sleep(0.6)
+        store.clock.advance(0.6)
         with pytest.raises(lr.SnapshotExpiredError):
             short.get("b", "k")
         assert store.get("b", "k") == b"v"  # the store is unaffected
