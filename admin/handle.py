@@ -7,14 +7,14 @@ from ..clock import Clock, system_clock
 from ..errors import InvalidArgumentError
 from ..files.journal_slots import write_fence
 from ..files.store import ObjectStore
-from ..files.sync import run_sync
+from ..files.sync import with_sync_twins
 from ..manifest import checkpoints as cp
 from ..manifest.model import Checkpoint
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import mark_destroyed
 from ..options import Options
 from . import gc as garbage_collection
-from .backup import BackupResult, backup_version
+from .backup import backup_version
 from .checkpoints import (
     create_checkpoint,
     delete_checkpoint,
@@ -24,8 +24,10 @@ from .checkpoints import (
 )
 
 
+@with_sync_twins
 class Admin:
-    """Administration of the store at a URL; every call has an ``*_async`` twin."""
+    """Administration of the store at a URL. Each operation is defined once, as ``*_async``;
+    its synchronous form (``gc`` for ``gc_async``) runs it."""
 
     def __init__(self, url: str, options: Options | None = None,
                  clock: Clock | None = None):
@@ -43,77 +45,52 @@ class Admin:
     async def create_checkpoint_async(self, lifetime: float | None = None,
                                       name: str | None = None,
                                       source: str | None = None) -> Checkpoint:
+        """Pin the newest manifest version (or ``source``'s) for ``lifetime`` seconds
+        (``None``: until deleted)."""
         return await create_checkpoint(await self._existing(), lifetime, name, source,
                                        clock=self.clock)
 
     async def list_checkpoints_async(self) -> list[Checkpoint]:
+        """The live (unexpired) checkpoints."""
         return await list_checkpoints(await self._existing(), self.clock)
 
     async def refresh_checkpoint_async(self, checkpoint_id: str,
                                        lifetime: float | None = None) -> Checkpoint:
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
         return await refresh_checkpoint(await self._existing(), checkpoint_id, lifetime,
                                         self.clock)
 
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint; the files only it pinned may then be deleted."""
         await delete_checkpoint(await self._existing(), checkpoint_id, self.clock)
 
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:
+        """One garbage-collection pass (see :mod:`leveled_ray.admin.gc`); returns
+        the :class:`~leveled_ray.admin.gc.Plan` it carried out."""
         await self._existing()
         return await garbage_collection.collect(self.store, self.options, min_age=min_age,
                                                 dry_run=dry_run, progress=progress,
                                                 clock=self.clock)
 
-    def gc(self, min_age: float | None = None, dry_run: bool = False,
-           progress=None) -> garbage_collection.Plan:
-        """One garbage-collection pass (see :mod:`leveled_ray.admin.gc`); returns
-        the :class:`~leveled_ray.admin.gc.Plan` it carried out."""
-        return run_sync(self.gc_async(min_age, dry_run, progress))
-
     async def backup_async(self, target_url: str, target_options: Options | None = None,
-                           progress=None) -> BackupResult:
-        target = ObjectStore.from_url(target_url, target_options or self.options)
-        pin = await create_checkpoint(await self._existing(), self.options.long_snapshot_timeout_s,
-                                      name="backup", clock=self.clock)
-        try:
-            return await backup_version(self.store, self.options, pin.manifest_id, target,
-                                        progress)
-        finally:
-            await release_checkpoint(self.manifests, pin.id, self.clock)
-
-    def backup(self, target_url: str, target_options: Options | None = None,
-               progress=None) -> dict:
+                           progress=None) -> dict:
         """Incremental hot backup to ``target_url`` (see :mod:`leveled_ray.admin.backup`),
         running or not, without Ray: a checkpoint made here pins what is copied, and holds
         every write acknowledged before the call. ``progress(done, total)`` follows the
         copies. Returns ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``."""
-        return run_sync(self.backup_async(target_url, target_options, progress)).as_dict()
+        target = ObjectStore.from_url(target_url, target_options or self.options)
+        pin = await create_checkpoint(await self._existing(), self.options.long_snapshot_timeout_s,
+                                      name="backup", clock=self.clock)
+        try:
+            return (await backup_version(self.store, self.options, pin.manifest_id, target,
+                                         progress)).as_dict()
+        finally:
+            await release_checkpoint(self.manifests, pin.id, self.clock)
 
     async def destroy_async(self, soft: bool = True) -> int:
-        return await destroy_store(self.store, self.options, soft, self.clock)
-
-    def destroy(self, soft: bool = True) -> int:
         """Destroy the store (see :func:`destroy_store`)."""
-        return run_sync(self.destroy_async(soft))
-
-    def create_checkpoint(self, lifetime: float | None = None, name: str | None = None,
-                          source: str | None = None) -> Checkpoint:
-        """Pin the newest manifest version (or ``source``'s) for ``lifetime`` seconds
-        (``None``: until deleted)."""
-        return run_sync(self.create_checkpoint_async(lifetime, name, source))
-
-    def list_checkpoints(self) -> list[Checkpoint]:
-        """The live (unexpired) checkpoints."""
-        return run_sync(self.list_checkpoints_async())
-
-    def refresh_checkpoint(self, checkpoint_id: str,
-                           lifetime: float | None = None) -> Checkpoint:
-        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
-        return run_sync(self.refresh_checkpoint_async(checkpoint_id, lifetime))
-
-    def delete_checkpoint(self, checkpoint_id: str) -> None:
-        """Delete a checkpoint; the files only it pinned may then be deleted."""
-        run_sync(self.delete_checkpoint_async(checkpoint_id))
+        return await destroy_store(self.store, self.options, soft, self.clock)
 
 
 async def destroy_store(store: ObjectStore, options: Options, soft: bool = True,

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..admin.checkpoints import create_checkpoint, refresh_checkpoint, release_checkpoint
+from ..admin.checkpoint_lease import CheckpointLease
+from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..codec import TAG_INDEX, LedgerRows, decode_key, object_key
-from ..errors import CheckpointNotFoundError, InvalidArgumentError, ObjectStoreError
+from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.store import ObjectStore
 from ..files.sync import run_sync
 from ..manifest import checkpoints as cp
@@ -199,7 +200,7 @@ def begin_read(url: str, query: ReadQuery, options: Options | None = None, *,
 
 _VIEWS: dict = {}
 _VIEWS_LOCK = threading.Lock()
-_RENEWED: dict[str, float] = {}
+_LEASES: dict = {}  # checkpoint id -> CheckpointLease: this process renews the reads' own
 _MAX_VIEWS = 8
 
 
@@ -221,20 +222,18 @@ async def _view(plan: ReadPlan):
 
 async def _check_pinned(plan: ReadPlan) -> None:
     """The checkpoint must still be live (its files may be gone otherwise); a read that owns
-    it renews it, at most every quarter of its lifetime per process."""
-
+    it renews it (a :class:`CheckpointLease` per process)."""
     manifests = ManifestStore(ObjectStore.from_url(plan.url, plan.options))
-    last = _RENEWED.get(plan.checkpoint_id, 0.0)
     try:
-        if plan.owns and time.monotonic() - last > plan.lifetime / 4:
-            try:
-                await refresh_checkpoint(manifests, plan.checkpoint_id, plan.lifetime)
-            except ObjectStoreError:
-                return  # three quarters of the lifetime are left: the next split renews it
-            if len(_RENEWED) > 1000:
-                _RENEWED.clear()
-            _RENEWED[plan.checkpoint_id] = time.monotonic()
-        elif not plan.owns:
+        if plan.owns:
+            lease = _LEASES.get(plan.checkpoint_id)
+            if lease is None:  # this process renews at its first split, then as it is due
+                if len(_LEASES) > 1000:
+                    _LEASES.clear()
+                lease = _LEASES[plan.checkpoint_id] = CheckpointLease(
+                    manifests, plan.checkpoint_id, plan.lifetime, renewed_at=-plan.lifetime)
+            await lease.keep()
+        else:
             latest = await manifests.latest()
             cp.find(latest.manifest, plan.checkpoint_id, time.time())
     except CheckpointNotFoundError:

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..actors.remote import NAMESPACE, pack
 from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..admin.gc import check_publishable, named_at
-from ..client.ray_connection import ensure_ray
+from ..client.store import Store, connect
 from ..codec import head_only, holds_index_entries, now_ms, put_change
 from ..codec.index_terms import held_terms, resolve
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, StoreClosedError
 from ..files import journal as jfmt
 from ..files.clerk import write_sst
 from ..files.framing import codec_id
@@ -133,7 +132,7 @@ async def begin_async(url: str, options: Options | None = None, *,
         raise InvalidArgumentError("bulk writes to a head_only store are not supported: write "
                                    "through its Store (put_many)")
     if store_name is not None:
-        reserved = await _bookie_call(store_name, ray_address, "reserve_bulk")
+        reserved = await (await _running(store_name, ray_address)).reserve_bulk_async()
         base, indexed = reserved["base"], reserved["indexed"]
     else:
         tail = [await slot_info(store, s)
@@ -323,9 +322,8 @@ async def commit_async(plan: BulkWrite, parts) -> int:
             check_publishable(named_at(f.name for f in journal + ssts), plan.options,
                               time.time())
             if plan.store_name is not None:
-
-                await _bookie_call(plan.store_name, plan.ray_address, "ingest",
-                                   pack((journal, ssts)))
+                running = await _running(plan.store_name, plan.ray_address, began=True)
+                await running.ingest_async(journal, ssts)
             else:
                 await _install_offline(plan, journal, ssts)
     finally:
@@ -374,14 +372,14 @@ async def _release(plan: BulkWrite) -> None:
                                  plan.checkpoint)
 
 
-async def _bookie_call(store_name: str, ray_address: str | None, method: str, *args):
-    """Call the running store's Bookie (named ``store_name``) from this process."""
-    import ray
-
-
-    ensure_ray(ray_address, join=True)
+async def _running(store_name: str, ray_address: str | None, began: bool = False) -> Store:
+    """The client's handle on the running store ``store_name``: its calls raise the client's
+    typed errors. A Bookie that is gone raises ``StoreClosedError``, also when it is gone by
+    the time a write that ``began`` with it commits (its name no longer resolves)."""
     try:
-        actor = ray.get_actor(store_name, namespace=NAMESPACE)
-    except ValueError:
-        raise InvalidArgumentError(f"no running store named {store_name!r}") from None
-    return await getattr(actor, method).remote(*args)
+        return await asyncio.to_thread(connect, store_name, address=ray_address)
+    except InvalidArgumentError:
+        if not began:
+            raise
+        raise StoreClosedError(f"the store {store_name!r} this bulk write began with is no "
+                               "longer running: open it again, and write again") from None

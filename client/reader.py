@@ -3,23 +3,22 @@ Ray (see :class:`~leveled_ray.read.store_reader.StoreReader`).
 """
 from __future__ import annotations
 
-import time
-
+from ..admin.checkpoint_lease import CheckpointLease
 from ..admin.handle import Admin
 from ..clock import Clock
 from ..errors import (
     CheckpointNotFoundError,
     InvalidArgumentError,
-    ObjectStoreError,
     SnapshotExpiredError,
 )
-from ..files.sync import run_sync
+from ..files.sync import with_sync_twins
 from ..options import Options
 from ..read.point_in_time import KeyReads
 from ..read.queries import Queries
 from ..read.store_reader import StoreReader
 
 
+@with_sync_twins
 class Reader(KeyReads, Queries):
     """A read-only handle on a store at one checkpoint, usable from any process (no Ray).
 
@@ -39,8 +38,7 @@ class Reader(KeyReads, Queries):
         self.owns = checkpoint is None if _owns is None else _owns
         self._admin = Admin(url, self.options, clock)
         self._view: StoreReader | None = None
-        self._renew_at = 0.0
-        self.renew_failures = 0
+        self._lease: CheckpointLease | None = None  # of the checkpoint it owns
         self.closed = False
 
     def __reduce__(self):
@@ -66,22 +64,13 @@ class Reader(KeyReads, Queries):
             self._view = await StoreReader.open(self._admin.store, self.options,
                                                 manifest_id=pinned[self.checkpoint_id],
                                                 clock=self._admin.clock)
-        if self.owns and time.monotonic() > self._renew_at:
-            await self._renew()
+        if self._lease is not None:
+            await self._lease.keep()
         return self._view
 
-    async def _renew(self) -> None:
-        """Extend the reader's own checkpoint, a third of the way through its lifetime. A
-        renewal the object store fails is counted and tried again, with backoff: the read
-        goes on, since two thirds of the lifetime are still left."""
-        try:
-            await self._admin.refresh_checkpoint_async(self.checkpoint_id, self.lifetime)
-        except ObjectStoreError:
-            self.renew_failures += 1
-            self._renew_at = time.monotonic() + min(self.lifetime / 10,
-                                                    0.5 * 2 ** min(self.renew_failures, 10))
-            return
-        self._renew_at = time.monotonic() + self.lifetime / 3
+    @property
+    def renew_failures(self) -> int:
+        return 0 if self._lease is None else self._lease.failures
 
     async def refresh_async(self) -> None:
         """Move to the newest manifest (readers that own their checkpoint only)."""
@@ -91,14 +80,13 @@ class Reader(KeyReads, Queries):
         old = self.checkpoint_id
         new = await self._admin.create_checkpoint_async(self.lifetime, name="reader")
         self.checkpoint_id, self._view = new.id, None
-        self._renew_at = time.monotonic() + self.lifetime / 3
+        self._lease = CheckpointLease(self._admin.manifests, new.id, self.lifetime,
+                                      self._admin.clock)
         if old is not None:
             await self._admin.delete_checkpoint_async(old)
 
-    def refresh(self) -> None:
-        run_sync(self.refresh_async())
-
     async def close_async(self) -> None:
+        """Stop reading; an owned checkpoint is deleted (``close`` is its synchronous form)."""
         if not self.closed:
             self.closed = True
             if self.owns and self.checkpoint_id is not None:
@@ -106,10 +94,6 @@ class Reader(KeyReads, Queries):
                     await self._admin.delete_checkpoint_async(self.checkpoint_id)
                 except CheckpointNotFoundError:
                     pass  # expired already
-
-    def close(self) -> None:
-        """Stop reading; an owned checkpoint is deleted."""
-        run_sync(self.close_async())
 
     @property
     def manifest_id(self) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from typing import NamedTuple
 
 from ..actors import bookie as bookie_mod
 from ..actors.remote import NAMESPACE, ValueBatch, pack, unwrap
@@ -30,7 +31,7 @@ from ..codec import (
 from ..codec import head_only as head_only_mode
 from ..errors import InvalidArgumentError, StoreClosedError
 from ..files.store import ObjectStore, parse_url
-from ..files.sync import run_sync
+from ..files.sync import with_sync_twins
 from ..manifest.model import Checkpoint
 from ..options import Options
 from ..read.queries import Queries, check_index_query
@@ -124,10 +125,11 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
 def connect(name: str, *, address: str | None = None) -> Store:
     """A handle on a running store that was opened with ``name`` (from any driver).
 
-    ``address`` joins that Ray cluster first (else ``RAY_ADDRESS``, else this process's):
+    ``address`` joins that Ray cluster first (else ``RAY_ADDRESS``, else this process's, else
+    the one running on this machine; none is ever started):
     ``"ray://host:10001"`` reaches a cluster's Ray Client server from a remote app, with token
     authentication set up from this machine's token (see :func:`ensure_ray`)."""
-    ensure_ray(address, join=address is not None)
+    ensure_ray(address, join=True)  # a store that runs is on a cluster that runs: never start one
     import ray
 
     try:
@@ -137,6 +139,66 @@ def connect(name: str, *, address: str | None = None) -> Store:
     stats = _get(actor.stats.remote())
     return Store(actor, _get(actor.get_options.remote()), stats["url"], name,
                  {"head_only": stats["head_only"]}, _get(actor.get_clock.remote()))
+
+
+class Call(NamedTuple):
+    """What a :func:`bookie_call` method returns: the Bookie call's ref, what to make of its
+    result, and whether a store already gone counts as done (closing it)."""
+
+    ref: object
+    finish: Callable = lambda result: result
+    closing: bool = False
+
+
+def bookie_call(build):
+    """Mark a method as one Bookie call: ``build(self, ...)`` checks its arguments and returns
+    the call's ref (or a :class:`Call`). :func:`with_call_twins` makes the method wait for it
+    and adds ``<name>_async``, which awaits it: one definition of each operation."""
+    build.bookie_call = True
+    return build
+
+
+def with_call_twins(cls):
+    for name, build in list(vars(cls).items()):
+        if getattr(build, "bookie_call", False):
+            setattr(cls, name, _call_twin(build, False))
+            setattr(cls, f"{name}_async", _call_twin(build, True))
+    return cls
+
+
+def _call_twin(build, is_async: bool):
+    def parts(self, args, kwargs) -> Call:
+        made = build(self, *args, **kwargs)
+        return made if isinstance(made, Call) else Call(made)
+
+    if is_async:
+        async def method(self, *args, **kwargs):
+            call = parts(self, args, kwargs)
+            try:
+                return call.finish(await _await(call.ref))
+            except StoreClosedError:
+                if not call.closing:
+                    raise
+                return call.finish(None)
+        method.__name__ = f"{build.__name__}_async"
+        method.__doc__ = f"Awaitable :meth:`{build.__name__}`."
+    else:
+        def method(self, *args, **kwargs):
+            call = parts(self, args, kwargs)
+            try:
+                return call.finish(_get(call.ref))
+            except StoreClosedError:
+                if not call.closing:
+                    raise
+                return call.finish(None)
+        method.__name__ = build.__name__
+        method.__doc__ = build.__doc__
+    return method
+
+
+async def _iterate(ref):
+    for item in await _await(ref):
+        yield item
 
 
 class _SnapshotReleaser:
@@ -152,6 +214,8 @@ class _SnapshotReleaser:
             pass  # a closed store has no registrations left to release
 
 
+@with_sync_twins
+@with_call_twins
 class Store(Queries):
     """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
 
@@ -234,7 +298,7 @@ class Store(Queries):
         head_only_mode.refuse(self.head_only, what)
         return checked_key(bucket, key, self.options)
 
-    # -- synchronous API --
+    # -- the API: each operation defined once; its sync and async forms come from it --
 
     def put(self, bucket, key, value: bytes, *, indexes=(), ttl: float | None = None,
             metadata: dict | None = None, if_sqn: int | None = None,
@@ -253,34 +317,51 @@ class Store(Queries):
         return self._put_part(bucket, key, value, indexes, ttl, metadata, if_sqn,
                               if_absent).result()
 
+    async def put_async(self, bucket, key, value: bytes, *, indexes=(), ttl=None, metadata=None,
+                        if_sqn=None, if_absent=False) -> int:
+        """Awaitable :meth:`put` (the same part, woken on this loop)."""
+        return await self._put_part(bucket, key, value, indexes, ttl, metadata, if_sqn,
+                                    if_absent, asyncio.get_running_loop())
+
     def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
         """Delete ``(bucket, key)`` (writes a tombstone); returns the change's SQN."""
         return self._delete_part(bucket, key, indexes, if_sqn).result()
 
+    async def delete_async(self, bucket, key, *, indexes=(), if_sqn=None) -> int:
+        """Awaitable :meth:`delete` (the same part, woken on this loop)."""
+        return await self._delete_part(bucket, key, indexes, if_sqn, asyncio.get_running_loop())
+
+    @bookie_call
     def put_many(self, items: Iterable[Put | Delete]) -> list[int]:
         """Write many changes as one atomic, durable group (one journal file); returns SQNs.
 
         If any item's condition fails, nothing is written. The group must fit in
         ``max_journal_bytes``. Cost: one round trip and one journal write for the whole group.
         """
-        return _get(self._put_many_ref(items))
+        return self._put_many_ref(items)
 
+    @bookie_call
     def get(self, bucket, key) -> bytes | None:
         """The value of ``(bucket, key)``, or ``None``. Cost: one round trip; inside the Bookie,
         at most one ranged GET per candidate SST plus one for the value (footers cached)."""
-        return _get(self._actor.get.remote(self._key(bucket, key, "get")))
+        return self._actor.get.remote(self._key(bucket, key, "get"))
 
+    @bookie_call
     def head(self, bucket, key) -> Head | None:
         """The object's :class:`Head` (SQN, size, last modified, hash, ...) without its value."""
-        return _get(self._actor.head.remote(self._key(bucket, key, "head")))
+        return self._actor.head.remote(self._key(bucket, key, "head"))
 
+    @bookie_call
     def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """Values of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
-        return _get(self._actor.get_many.remote(self._keys(pairs, "get")))
+        return self._actor.get_many.remote(self._keys(pairs, "get"))
 
+    @bookie_call
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        return _get(self._actor.head_many.remote(self._keys(pairs, "head")))
+        """Heads of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
+        return self._actor.head_many.remote(self._keys(pairs, "head"))
 
+    @bookie_call
     def snapshot(self, long_running: bool = False, *, values: bool = True,
                  timeout_s: float | None = None) -> Snapshot:
         """A :class:`~leveled_ray.client.snapshot.Snapshot`: the store as of now, readable from any
@@ -293,9 +374,6 @@ class Store(Queries):
         travel as the Bookie's Arrow batches (at most ``max_unpersisted_keys``); no file is
         copied.
         """
-        return self._wrap_snapshot(_get(self._snapshot_ref(long_running, values, timeout_s)))
-
-    def _snapshot_ref(self, long_running, values, timeout_s):
         if timeout_s is None:
             timeout_s = (self.options.long_snapshot_timeout_s if long_running
                          else self.options.snapshot_timeout_s)
@@ -305,12 +383,14 @@ class Store(Queries):
         if timeout_s > self.options.long_snapshot_timeout_s:  # GC protects no longer than this
             raise InvalidArgumentError(f"timeout_s={timeout_s} is over long_snapshot_timeout_s="
                                        f"{self.options.long_snapshot_timeout_s}")
-        return self._actor.snapshot.remote(float(timeout_s), bool(values))
+        return Call(self._actor.snapshot.remote(float(timeout_s), bool(values)),
+                    self._wrap_snapshot)
 
     def _wrap_snapshot(self, taken: dict) -> Snapshot:
         return Snapshot(taken["view"], taken["id"], taken["expires_at"], taken["values"],
                         _SnapshotReleaser(self._actor))
 
+    @bookie_call
     def checkpoint(self, lifetime: float | None = None, name: str | None = None,
                    source: str | None = None) -> Checkpoint:
         """A durable checkpoint: a pin of the store as of now, kept in the manifest, that
@@ -318,38 +398,45 @@ class Store(Queries):
         until deleted). It holds every write acknowledged before the call (no flush needed).
         ``source`` copies an existing checkpoint's pin instead. Returns
         ``Checkpoint(id, manifest_id, expires_at, created_at, name)``."""
-        return _get(self._actor.checkpoint.remote(lifetime, name, source))
+        return self._actor.checkpoint.remote(lifetime, name, source)
 
+    @bookie_call
     def list_checkpoints(self) -> list[Checkpoint]:
         """The live (unexpired) checkpoints."""
-        return _get(self._actor.list_checkpoints.remote())
+        return self._actor.list_checkpoints.remote()
 
+    @bookie_call
     def refresh_checkpoint(self, checkpoint_id: str,
                            lifetime: float | None = None) -> Checkpoint:
         """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
-        return _get(self._actor.refresh_checkpoint.remote(checkpoint_id, lifetime))
+        return self._actor.refresh_checkpoint.remote(checkpoint_id, lifetime)
 
+    @bookie_call
     def delete_checkpoint(self, checkpoint_id: str) -> None:
-        """Delete a checkpoint (``CheckpointNotFoundError`` if there is no such live one)."""
-        _get(self._actor.delete_checkpoint.remote(checkpoint_id))
+        """Delete a checkpoint (``CheckpointNotFoundError`` if there is no such live one). The
+        store's snapshot lease is brought up to date first, so a GC pass right after frees what
+        only the checkpoint needed."""
+        return self._actor.delete_checkpoint.remote(checkpoint_id)
 
-    def backup(self, target_url: str, *, target_options: Options | None = None,
-               progress: bool | Callable[[int, int], None] = True) -> dict:
+    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
+                           progress: bool | Callable[[int, int], None] = True) -> dict:
         """Incremental hot backup (see :mod:`leveled_ray.admin.backup`): bring the backup at
         ``target_url`` (an empty location, or an earlier backup of this store) up to every
         write acknowledged before the call, copying only the journal files it lacks; opening
         ``target_url`` restores the store. The copy runs in this process, with a progress line
         on stderr (or calls to ``progress(done, total)``; ``False``: none). Returns
-        ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``."""
+        ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``. ``backup`` is its
+        synchronous form."""
         parse_url(target_url)
         target = ObjectStore.from_url(target_url, target_options or self.options)
-        pin = self.checkpoint(lifetime=self.options.long_snapshot_timeout_s, name="backup")
+        pin = await self.checkpoint_async(lifetime=self.options.long_snapshot_timeout_s,
+                                          name="backup")
         try:
             source = ObjectStore.from_url(self.url, self.options)
-            return run_sync(backup_version(source, self.options, pin.manifest_id, target,
-                                           progress_of(progress, "backup"))).as_dict()
+            return (await backup_version(source, self.options, pin.manifest_id, target,
+                                         progress_of(progress, "backup"))).as_dict()
         finally:
-            self.delete_checkpoint(pin.id)
+            await self.delete_checkpoint_async(pin.id)
 
     # -- queries (see leveled_ray.read.queries): each runs on a snapshot of its own --
 
@@ -382,6 +469,17 @@ class Store(Queries):
                                        max_results=max_results)
         return iter(_get(self._actor.index_query.remote(query)))
 
+    def index_query_async(self, bucket, field: str, start, end, *, return_terms=False,
+                          term_regex=None, start_key=None, max_results=None):
+        """Async iterator form of :meth:`index_query`, with the same one-round-trip path."""
+        query = self._bookie_query(bucket, field, start, end, return_terms, term_regex,
+                                   start_key, max_results)
+        if query is None:
+            return super().index_query_async(
+                bucket, field, start, end, return_terms=return_terms, term_regex=term_regex,
+                start_key=start_key, max_results=max_results)
+        return _iterate(self._actor.index_query.remote(query))
+
     def _bookie_query(self, bucket, field, start, end, return_terms, term_regex, start_key,
                       max_results) -> dict | None:
         """A query small enough for the Bookie to answer in one round trip, or ``None``."""
@@ -393,18 +491,21 @@ class Store(Queries):
                 "return_terms": return_terms, "term_regex": term_regex,
                 "start_key": start_key, "max_results": max_results}
 
+    @bookie_call
     def trim_journal(self) -> str:
         """head_only stores: delete the journal files whose entries the Ledger holds now
         (it also happens on its own as the Ledger persists). ``"started"`` or ``"busy"``."""
         if not self.head_only:
             raise InvalidArgumentError("trim_journal is for head_only stores: the Journal of "
                                        "this store holds its values")
-        return self.compact_journal()
+        return self._actor.compact_journal.remote()
 
+    @bookie_call
     def stats(self) -> dict:
         """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests)."""
-        return _get(self._actor.stats.remote())
+        return self._actor.stats.remote()
 
+    @bookie_call
     def compact_journal(self) -> str:
         """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running.
 
@@ -412,90 +513,30 @@ class Store(Queries):
         run of up to ``max_run_length`` files if it beats its target, and deletes the old files
         once no snapshot needs them. It also runs every ``journal_compaction_interval_s``.
         """
-        return _get(self._actor.compact_journal.remote())
+        return self._actor.compact_journal.remote()
 
+    @bookie_call
     def close(self) -> None:
         """Finish writes, persist the Ledger's memory and stop the store's actors.
 
         A clean close means the next open replays nothing. Closing twice is harmless.
         """
+        return Call(self._actor.close.remote(), self._killed, closing=True)
+
+    def _killed(self, _result=None) -> None:
         import ray
 
-        try:
-            _get(self._actor.close.remote())
-        except StoreClosedError:
-            pass
         ray.kill(self._actor, no_restart=True)
 
-    # -- asyncio API --
+    # -- for bulk writes (see leveled_ray.bulk.write) --
 
-    async def put_async(self, bucket, key, value: bytes, *, indexes=(), ttl=None, metadata=None,
-                        if_sqn=None, if_absent=False) -> int:
-        """Awaitable :meth:`put`."""
-        return await self._put_part(bucket, key, value, indexes, ttl, metadata, if_sqn,
-                                    if_absent, asyncio.get_running_loop())
+    async def reserve_bulk_async(self) -> dict:
+        """Reserve a window of SQNs for a bulk write: ``{"base", "indexed", "epoch"}``."""
+        return await _await(self._actor.reserve_bulk.remote())
 
-    async def delete_async(self, bucket, key, *, indexes=(), if_sqn=None) -> int:
-        """Awaitable :meth:`delete`."""
-        return await self._delete_part(bucket, key, indexes, if_sqn, asyncio.get_running_loop())
-
-    async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
-        """Awaitable :meth:`put_many`."""
-        return await _await(self._put_many_ref(items))
-
-    async def get_async(self, bucket, key) -> bytes | None:
-        """Awaitable :meth:`get`."""
-        return await _await(self._actor.get.remote(self._key(bucket, key, "get")))
-
-    async def head_async(self, bucket, key) -> Head | None:
-        """Awaitable :meth:`head`."""
-        return await _await(self._actor.head.remote(self._key(bucket, key, "head")))
-
-    async def get_many_async(self, pairs) -> list[bytes | None]:
-        """Awaitable :meth:`get_many`."""
-        return await _await(self._actor.get_many.remote(self._keys(pairs, "get")))
-
-    async def head_many_async(self, pairs) -> list[Head | None]:
-        """Awaitable :meth:`head_many`."""
-        return await _await(self._actor.head_many.remote(self._keys(pairs, "head")))
-
-    async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
-                             timeout_s: float | None = None) -> Snapshot:
-        """Awaitable :meth:`snapshot`."""
-        return self._wrap_snapshot(
-            await _await(self._snapshot_ref(long_running, values, timeout_s)))
-
-    async def checkpoint_async(self, lifetime=None, name=None, source=None) -> Checkpoint:
-        """Awaitable :meth:`checkpoint`."""
-        return await _await(self._actor.checkpoint.remote(lifetime, name, source))
-
-    async def list_checkpoints_async(self) -> list[Checkpoint]:
-        return await _await(self._actor.list_checkpoints.remote())
-
-    async def refresh_checkpoint_async(self, checkpoint_id, lifetime=None) -> Checkpoint:
-        return await _await(self._actor.refresh_checkpoint.remote(checkpoint_id,
-                                                                lifetime))
-
-    async def delete_checkpoint_async(self, checkpoint_id) -> None:
-        await _await(self._actor.delete_checkpoint.remote(checkpoint_id))
-
-    async def stats_async(self) -> dict:
-        """Awaitable :meth:`stats`."""
-        return await _await(self._actor.stats.remote())
-
-    async def compact_journal_async(self) -> str:
-        """Awaitable :meth:`compact_journal`."""
-        return await _await(self._actor.compact_journal.remote())
-
-    async def close_async(self) -> None:
-        """Awaitable :meth:`close`."""
-        import ray
-
-        try:
-            await _await(self._actor.close.remote())
-        except StoreClosedError:
-            pass
-        ray.kill(self._actor, no_restart=True)
+    async def ingest_async(self, journal: tuple, ssts: tuple) -> int:
+        """Install a bulk write's files through the Bookie; returns the manifest version."""
+        return await _await(self._actor.ingest.remote(pack((journal, ssts))))
 
     # -- for operators and tests --
 

@@ -17,11 +17,12 @@ def run_sync(coro):
 
 
 def with_sync_twins(cls):
-    """Give a class a synchronous twin of each of its ``*_async`` methods (``get`` for
-    ``get_async``), each running the async one: one implementation of every operation."""
-    for name in [n for n in dir(cls) if n.endswith("_async")]:
+    """Give a class a synchronous twin of each of its public ``*_async`` methods (``get`` for
+    ``get_async``) that it lacks, each running the async one: one implementation of every
+    operation."""
+    for name in [n for n in dir(cls) if n.endswith("_async") and not n.startswith("_")]:
         plain = name.removesuffix("_async")
-        if plain not in cls.__dict__:
+        if not hasattr(cls, plain):  # a form written (or inherited) already stays
             setattr(cls, plain, _twin(name))
     return cls
 

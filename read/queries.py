@@ -326,6 +326,28 @@ class Queries:
         return self._run(self._objects_query(bucket, start, end, batch_size, True,
                                              binary_names, order, with_indexes))
 
+    def fold_keys_batches_async(self, bucket=None, start=None, end=None, *,
+                                batch_size: int = 1000,
+                                binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
+        """Async iterator form of :meth:`fold_keys_batches`."""
+        return self._run_async(self._keys_query(bucket, start, end, batch_size, True,
+                                                binary_names))
+
+    def fold_heads_batches_async(self, bucket=None, start=None, end=None, *,
+                                 batch_size: int = 1000,
+                                 binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
+        """Async iterator form of :meth:`fold_heads_batches`."""
+        return self._run_async(self._heads_query(bucket, start, end, batch_size, True,
+                                                 binary_names))
+
+    def fold_objects_batches_async(self, bucket=None, start=None, end=None, *,
+                                   order: str = "key", batch_size: int = 1000,
+                                   binary_names: bool = False, with_indexes: bool = False
+                                   ) -> AsyncIterator[pa.RecordBatch]:
+        """Async iterator form of :meth:`fold_objects_batches`."""
+        return self._run_async(self._objects_query(bucket, start, end, batch_size, True,
+                                                   binary_names, order, with_indexes))
+
     def fold_keys_async(self, bucket=None, start=None, end=None, *,
                         batch_size: int = 1000) -> AsyncIterator[tuple]:
         """Async iterator form of :meth:`fold_keys`."""

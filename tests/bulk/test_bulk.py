@@ -2,6 +2,8 @@
 in its tasks, the split planner, and ``leveled-ray export``."""
 
 
+import uuid
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -187,3 +189,18 @@ def test_bad_export_and_read_arguments_are_refused(tmp_url, tmp_path):
     with pytest.raises(InvalidArgumentError, match="no store at"):
         bulk_read.begin_read(f"file://{tmp_path}/none", bulk_read.ReadQuery())
     assert lr.admin(tmp_url).list_checkpoints() == []  # nothing pinned by refused calls
+
+
+@pytest.mark.ray
+def test_a_bookie_that_died_mid_write_is_a_closed_store(ray_cluster, tmp_url):
+    import ray
+
+    name = f"bulk-{uuid.uuid4().hex[:8]}"
+    store = lr.open(tmp_url, name=name)
+    plan = bulk_write.begin(tmp_url, store_name=name)  # SQNs reserved through the Bookie
+    part = bulk_write.write_partition(plan, 0, [rows(0, 10)])
+    ray.kill(store.actors()[0], no_restart=True)  # the Bookie (its actors go with it)
+    with pytest.raises(lr.StoreClosedError):
+        bulk_write.commit(plan, [part])
+    with pytest.raises(lr.InvalidArgumentError):  # a new write finds no store of that name
+        bulk_write.begin(tmp_url, store_name=name)

@@ -133,7 +133,32 @@ def test_async_api(store):
         assert (await store.stats_async())["changes"] >= 52
         with pytest.raises(lr.InvalidArgumentError):
             await store.put_async("", "k", b"v")
+        await store.put_async("a", "i1", b"v", indexes=[("add", "f_bin", "x")])
+        assert [k async for k in store.index_query_async("a", "f_bin", "a", "z",
+                                                          max_results=10)] == ["i1"]
+        batches = [b async for b in store.fold_keys_batches_async("a")]
+        assert sum(b.num_rows for b in batches) == 51  # 50 puts, one delete, z and i1
+        done = await store.backup_async(store.url.rstrip("/") + "-backup", progress=False)
+        assert done["files"] >= 1 and done["max_sqn"] >= max(sqns)
+        with pytest.raises(lr.InvalidArgumentError):  # not a head_only store
+            await store.trim_journal_async()
     asyncio.run(run())
+
+
+def test_every_operation_has_a_sync_and_an_async_form():
+    """Each comes from one definition (``*_async`` or a Bookie call); a form never drifts
+    away by being missing. (``actors()`` and a reader's ``stats()`` do no I/O.)"""
+    from leveled_ray.admin.handle import Admin
+    from leveled_ray.client.reader import Reader
+
+    for cls in (lr.Store, Admin, Reader):
+        for name in dir(cls):
+            if name.startswith("_"):
+                continue
+            twin = name.removesuffix("_async") if name.endswith("_async") else f"{name}_async"
+            method = getattr(cls, name)
+            if callable(method) and name not in ("actors", "stats"):  # local, no I/O
+                assert hasattr(cls, twin), f"{cls.__name__}.{name} has no {twin}"
 
 
 def test_concurrent_writers_share_calls_and_journal_groups(store):
