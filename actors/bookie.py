@@ -79,7 +79,7 @@ class Bookie:
         self._loops: list[asyncio.Task] = []
         self._pusher_task: asyncio.Task | None = None
         self.counters = {"replayed": 0, "gc_deleted": 0, "gc_failures": 0, "gc_stopped": 0,
-                         "gc_stopped_reason": None}
+                         "gc_stopped_reason": None, "gc_failed_deletes": 0}
 
     # -- start-up ------------------------------------------------------------------------------
 

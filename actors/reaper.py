@@ -105,7 +105,8 @@ async def gc_loop(store: ObjectStore, options: Options, counters: dict,
         try:
             await prepare()
             plan = await gc.collect(store, options, clock=clock)
-            counters["gc_deleted"] += len(plan.paths)
+            counters["gc_deleted"] += len(plan.deleted)
+            counters["gc_failed_deletes"] += len(plan.failed)  # tried again next pass
         except (ObjectStoreError, CorruptObjectError) as exc:
             counters["gc_stopped"] += 1
             counters["gc_stopped_reason"] = str(exc)

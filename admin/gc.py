@@ -161,10 +161,17 @@ class Plan:
     kept: dict[str, int] = field(default_factory=dict)  # reason -> count
     doubts: tuple[str, ...] = ()
     detached: bool = False  # a clone that stopped sharing its ancestors' files
+    failed: list[str] = field(default_factory=list)  # deletes the object store failed
 
     @property
     def paths(self) -> list[str]:
         return self.files + self.leases + self.manifests
+
+    @property
+    def deleted(self) -> list[str]:
+        """The planned deletes that went through (all but ``failed``)."""
+        failed = set(self.failed)
+        return [p for p in self.paths if p not in failed]
 
 
 def plan(metas: list[ObjectMeta], known: Known, now: float, min_age: float,
@@ -314,8 +321,23 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
     if latest.manifest.parent is not None and complete and not shares_files(known.referenced()):
         out.detached = dry_run or await detach(store, options, latest.manifest)
     if not dry_run:
-        for n, path in enumerate(out.paths):
-            await store.delete_async(path)
-            if progress is not None:
-                progress(n + 1, len(out.paths))
+        await _delete(store, out, manifest_name(latest.id), progress)
     return out
+
+
+async def _delete(store: ObjectStore, out: Plan, newest: str, progress) -> None:
+    """Carry out a plan. A delete the object store fails is left for the next pass (every
+    planned object was proven unneeded, and a delete can be repeated); the newest manifest
+    (a destroyed store's last object) goes only after every other delete went through, so
+    that an interrupted pass can be resumed."""
+    paths = out.paths
+    for n, path in enumerate(paths):
+        if path == newest and out.failed:
+            out.failed.append(path)
+            continue
+        try:
+            await store.delete_async(path)
+        except ObjectStoreError:
+            out.failed.append(path)
+        if progress is not None:
+            progress(n + 1, len(paths))

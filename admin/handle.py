@@ -109,7 +109,7 @@ async def destroy_store(store: ObjectStore, options: Options, soft: bool = True,
     if soft:
         return 0
     plan = await garbage_collection.collect(store, options, min_age=0.0, clock=clock)
-    return len(plan.paths)
+    return len(plan.deleted)  # a delete that failed is left for GC (the store stays destroyed)
 
 
 def admin(url: str, options: Options | None = None, *, clock: Clock | None = None) -> Admin:

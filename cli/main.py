@@ -287,12 +287,17 @@ def cmd_gc(args) -> int:
     admin = Admin(args.url, parse_options(args.option))
     plan = admin.gc(args.min_age, dry_run=args.dry_run, progress=progress_bar("deleting"))
     verb = "would delete" if args.dry_run else "deleted"
+    done = plan.paths if args.dry_run else plan.deleted
     if args.json:
-        print(json.dumps({verb.replace(" ", "_"): plan.paths, "kept": plan.kept}, indent=2))
+        print(json.dumps({verb.replace(" ", "_"): done, "failed": plan.failed,
+                          "kept": plan.kept}, indent=2))
     else:
-        print(f"{verb} {len(plan.files)} file(s) and {len(plan.manifests)} manifest(s); kept: "
-              + (", ".join(f"{n} {why}" for why, n in sorted(plan.kept.items())) or "nothing"))
-        for path in plan.paths if args.verbose else []:
+        print(f"{verb} {len(done)} object(s) of {len(plan.files)} file(s), "
+              f"{len(plan.leases)} lease(s) and {len(plan.manifests)} manifest(s); kept: "
+              + (", ".join(f"{n} {why}" for why, n in sorted(plan.kept.items())) or "nothing")
+              + (f"; {len(plan.failed)} delete(s) failed, left for the next pass"
+                 if plan.failed else ""))
+        for path in done if args.verbose else []:
             print("  " + path)
     return 0
 

@@ -68,6 +68,15 @@ class Reader(KeyReads, Queries):
             await self._lease.keep()
         return self._view
 
+    async def _explain(self, damage):
+        """A missing file of a checkpoint that was deleted or expired is not damage: say so."""
+        if self.checkpoint_id is not None and not any(
+                c.id == self.checkpoint_id for c in await self._admin.list_checkpoints_async()):
+            return CheckpointNotFoundError(f"checkpoint {self.checkpoint_id!r} that this reader "
+                                           f"follows was deleted or expired; its files may be "
+                                           f"gone ({damage.path})")
+        return damage
+
     @property
     def renew_failures(self) -> int:
         return 0 if self._lease is None else self._lease.failures

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..clock import Clock, system_clock
 from ..codec import LEDGER_SCHEMA, Head, LedgerRows, checked_key, checked_keys, entry_to_head
+from ..errors import CorruptObjectError, LeveledError
 from ..files.clerk import ClerkHost
 from ..files.journal import JournalInfo
 from ..files.routed import store_for
@@ -158,18 +159,26 @@ class KeyReads:
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         return run_sync(self.head_many_async(pairs))
 
+    async def _explain(self, damage: CorruptObjectError) -> LeveledError:
+        """The error to raise for a missing or corrupt object this view needed (a reader whose
+        checkpoint is gone says so instead)."""
+        return damage
+
+    async def _read(self, needs_values: bool, read):
+        view = await self._view_async(needs_values)
+        try:
+            return await read(view)
+        except CorruptObjectError as exc:
+            raise await self._explain(exc) from None
+
     async def get_async(self, bucket, key) -> bytes | None:
-        view = await self._view_async(needs_values=True)
-        return await view.get(checked_key(bucket, key, view.options))
+        return await self._read(True, lambda v: v.get(checked_key(bucket, key, v.options)))
 
     async def head_async(self, bucket, key) -> Head | None:
-        view = await self._view_async(needs_values=False)
-        return await view.head(checked_key(bucket, key, view.options))
+        return await self._read(False, lambda v: v.head(checked_key(bucket, key, v.options)))
 
     async def get_many_async(self, pairs) -> list[bytes | None]:
-        view = await self._view_async(needs_values=True)
-        return await view.get_many(checked_keys(pairs, view.options))
+        return await self._read(True, lambda v: v.get_many(checked_keys(pairs, v.options)))
 
     async def head_many_async(self, pairs) -> list[Head | None]:
-        view = await self._view_async(needs_values=False)
-        return await view.head_many(checked_keys(pairs, view.options))
+        return await self._read(False, lambda v: v.head_many(checked_keys(pairs, v.options)))

@@ -158,3 +158,24 @@ def test_destroy_soft_and_hard(ray_cluster, durable_backend):
     store.close()
     assert lr.destroy(other, soft=False, options=options) > 0
     assert everything(ObjectStore.from_url(other, options)) == set()
+
+
+def test_a_failed_delete_is_left_for_the_next_pass(tmp_path):
+    import asyncio
+
+    from leveled_ray.files.faults import Fault, FaultInjectingStore
+    from leveled_ray.manifest import ManifestStore
+
+    url = f"file://{tmp_path}/db"
+    objects = ObjectStore.from_url(url)
+    asyncio.run(ManifestStore(objects).create_initial(Manifest.new()))
+    orphans = sorted(sst_name() for _ in range(3))
+    for name in orphans:
+        objects.put(name, b"never published")
+    options = lr.Options(max_retries=0)
+    faulty = FaultInjectingStore.wrap(url, Fault("delete", orphans[1]), options=options)
+    plan = asyncio.run(gcm.collect(faulty, options, min_age=0))  # no error: nothing in doubt
+    assert plan.failed == [orphans[1]] and plan.deleted == [orphans[0], orphans[2]]
+    assert stored(url, options) == {orphans[1]}
+    assert asyncio.run(gcm.collect(objects, options, min_age=0)).deleted == [orphans[1]]
+    assert stored(url, options) == set()

@@ -131,13 +131,13 @@ def test_gc_passes_under_faults_lose_nothing(ray_cluster, moto_endpoint):
             for n in range(PASSES):
                 act(rng, n, store, url, options, held)
                 try:
-                    deleted += len(lr.gc(url, min_age=MIN_AGE, options=gc_options).paths)
+                    deleted += len(lr.gc(url, min_age=MIN_AGE, options=gc_options).deleted)
                 except lr.ObjectStoreError as exc:
                     assert exc.definite  # a pass that stopped deleted nothing
                     stopped += 1
                 passes += 1
             proxy.heal()
-            deleted += len(lr.gc(url, min_age=MIN_AGE, options=options).paths)
+            deleted += len(lr.gc(url, min_age=MIN_AGE, options=options).deleted)
             # Healed: every live point in time reads every value it held.
             reads(store, held.now())
             for snap, expected in held.snapshots:

@@ -204,3 +204,20 @@ def test_a_bookie_that_died_mid_write_is_a_closed_store(ray_cluster, tmp_url):
         bulk_write.commit(plan, [part])
     with pytest.raises(lr.InvalidArgumentError):  # a new write finds no store of that name
         bulk_write.begin(tmp_url, store_name=name)
+
+
+def test_a_readers_missing_files_are_damage_unless_its_checkpoint_is_gone(tmp_url):
+    bulk(tmp_url, [[rows(0, 4000, value=b"x" * 1000)]])  # many blocks, few cached at once
+    pin = lr.admin(tmp_url).create_checkpoint()
+    r = lr.reader(tmp_url, pin.id)
+    assert r.get("b", "k000000") == b"x" * 1000 + b"0"  # opened
+    objects = ObjectStore.from_url(tmp_url)
+    for prefix in ("ledger/", "journal/"):
+        for meta in objects.list(prefix):
+            objects.delete(meta.path)
+    with pytest.raises(lr.CorruptObjectError) as damaged:  # the checkpoint is live: damage
+        r.get_many([("b", f"k{i:06d}") for i in range(1000, 4000, 100)])
+    assert damaged.value.path.startswith(("ledger/", "journal/"))
+    lr.admin(tmp_url).delete_checkpoint(pin.id)
+    with pytest.raises(lr.CheckpointNotFoundError):  # gone: the reader says so
+        r.get_many([("b", f"k{i:06d}") for i in range(1050, 4000, 100)])
