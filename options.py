@@ -209,10 +209,6 @@ class Options:
         fields = ", ".join(f"{f.name}={shown(f.name)}" for f in dataclasses.fields(self))
         return f"Options({fields})"
 
-    def secrets(self) -> tuple[str, ...]:
-        """The credentials these options hold, to be kept out of any text shown."""
-        return tuple(v for v in (getattr(self, n) for n in SECRET_FIELDS) if v)
-
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSIONS:
             raise InvalidArgumentError(

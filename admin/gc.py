@@ -29,6 +29,7 @@ loses everything once its grace period has passed and no checkpoint is left.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -54,6 +55,9 @@ from ..manifest.snapshot_leases import SnapshotLease
 from ..manifest.store import ManifestStore
 from ..options import Options, check_number
 from .clone import detach, shares_files
+
+#: Manifest versions a pass reads at once.
+READS_AT_ONCE = 8
 
 
 def check_publishable(started: float, options: Options, now: float) -> None:
@@ -256,22 +260,23 @@ async def _read_versions(manifests: ManifestStore, known: Known, wanted: Iterabl
     Returns whether every wanted version was read (a clone detaches only then)."""
     latest_id, manifest = known.latest
     pinned = {c.manifest_id for c in cp.live(manifest, now)}
-    complete = True
-    for mid in sorted(wanted):
-        if mid == latest_id:
-            known.versions[mid] = manifest
-            continue
-        try:
-            known.versions[mid] = await manifests.read(mid)
-        except NotFound:
-            complete = False
-            if mid in pinned:
-                doubts.append(CorruptObjectError(manifest_name(mid), 0, "a live checkpoint "
-                                                 "pins this manifest version, but it is missing"))
-        except (ObjectStoreError, CorruptObjectError) as exc:
-            complete = False
-            doubts.append(exc)
-    return complete
+    known.versions[latest_id] = manifest
+    reading = asyncio.Semaphore(READS_AT_ONCE)
+
+    async def read(mid: int) -> bool:
+        async with reading:
+            try:  # a pinned version that is missing is damage (CorruptObjectError)
+                get = manifests.read_pinned if mid in pinned else manifests.read
+                known.versions[mid] = await get(mid)
+                return True
+            except NotFound:  # no checkpoint pins it: nothing can open it any more
+                return False
+            except (ObjectStoreError, CorruptObjectError) as exc:
+                doubts.append(exc)
+                return False
+
+    return all(await asyncio.gather(*(read(mid) for mid in sorted(wanted)
+                                      if mid != latest_id)))
 
 
 def stopped(doubts: list[LeveledError]) -> LeveledError:
@@ -287,7 +292,7 @@ def stopped(doubts: list[LeveledError]) -> LeveledError:
 
 
 async def collect(store: ObjectStore, options: Options, *, min_age: float | None = None,
-                  dry_run: bool = False, now: float | None = None, progress=None,
+                  dry_run: bool = False, progress=None,
                   clock: Callable[[], float] = time.time) -> Plan:
     """One GC pass over the store: list, read what must be kept, delete the rest (unless
     ``dry_run``). The listing comes first, so an object created during the pass is never in
@@ -298,7 +303,7 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
     ``dry_run``, the plan lists the doubts instead)."""
     min_age = options.gc_min_age_s if min_age is None else check_number("min_age", min_age,
                                                                          minimum=0.0)
-    now = clock() if now is None else now
+    now = clock()
     metas = [m for prefix in (MANIFEST_PREFIX, LEDGER_PREFIX, JOURNAL_PREFIX, LEASE_PREFIX)
              for m in await store.list_async(prefix)]
     manifests = ManifestStore(store)

@@ -159,6 +159,8 @@ def bookie_call(build):
 
 
 def with_call_twins(cls):
+    """Replace each :func:`bookie_call` method of ``cls`` by its waiting form, and add its
+    awaiting form as ``<name>_async``."""
     for name, build in list(vars(cls).items()):
         if getattr(build, "bookie_call", False):
             setattr(cls, name, _call_twin(build, False))
@@ -171,15 +173,18 @@ def _call_twin(build, is_async: bool):
         made = build(self, *args, **kwargs)
         return made if isinstance(made, Call) else Call(made)
 
+    def gone(call: Call, exc: StoreClosedError):
+        if not call.closing:
+            raise exc
+        return call.finish(None)  # closing a store that is gone already: done
+
     if is_async:
         async def method(self, *args, **kwargs):
             call = parts(self, args, kwargs)
             try:
                 return call.finish(await _await(call.ref))
-            except StoreClosedError:
-                if not call.closing:
-                    raise
-                return call.finish(None)
+            except StoreClosedError as exc:
+                return gone(call, exc)
         method.__name__ = f"{build.__name__}_async"
         method.__doc__ = f"Awaitable :meth:`{build.__name__}`."
     else:
@@ -187,10 +192,8 @@ def _call_twin(build, is_async: bool):
             call = parts(self, args, kwargs)
             try:
                 return call.finish(_get(call.ref))
-            except StoreClosedError:
-                if not call.closing:
-                    raise
-                return call.finish(None)
+            except StoreClosedError as exc:
+                return gone(call, exc)
         method.__name__ = build.__name__
         method.__doc__ = build.__doc__
     return method

@@ -165,18 +165,19 @@ class FileClerk:
     async def _footer_bytes(self, span) -> bytes:
         """The file's last bytes, covering its footer: one ranged GET, or two when the footer
         is larger than the speculative read. ``span(size, tail, path)`` locates the footer."""
-        tail = await self._read("get_range_async", max(0, self.size - FOOTER_READ), self.size)
+        get_range = self.host.store.get_range_async
+        tail = await self._read(get_range, max(0, self.size - FOOTER_READ), self.size)
         foff, _ = span(self.size, tail, self.name)
         if self.size - foff > len(tail):
-            tail = await self._read("get_range_async", foff, self.size)
+            tail = await self._read(get_range, foff, self.size)
         return tail
 
-    async def _read(self, method: str, *args):
-        """A read of this file. It is listed in a manifest version that something reads, so
-        a missing object is damage (:class:`CorruptObjectError` naming it), not a request
-        that a retry could mend."""
+    async def _read(self, read, *args):
+        """``read(name, *args)``, a read of this file. It is listed in a manifest version that
+        something reads, so a missing object is damage (:class:`CorruptObjectError` naming
+        it), not a request that a retry could mend."""
         try:
-            return await getattr(self.host.store, method)(self.name, *args)
+            return await read(self.name, *args)
         except NotFound:
             raise CorruptObjectError(self.name, 0, "listed in the manifest, but missing from "
                                      "the object store") from None
@@ -205,7 +206,7 @@ class SstClerk(FileClerk):
 
         async def load():
             lo, hi = footer.block_range(i)
-            raw = await self._read("get_range_async", lo, hi)
+            raw = await self._read(self.host.store.get_range_async, lo, hi)
             return sfmt.decode_block(raw, footer.checksums[i], self.name, lo)
 
         return await self._cached(("block", i), load, lambda b: b.nbytes)
@@ -224,13 +225,14 @@ class SstClerk(FileClerk):
         """Blocks ``first`` to ``end - 1`` as Arrow batches, read with one ranged GET and
         decoded in a thread, without filling the cache (scans read each block once)."""
         footer = await self.footer()
-        raw = await self._read("get_range_async", footer.offsets[first], footer.offsets[end])
+        raw = await self._read(self.host.store.get_range_async, footer.offsets[first],
+                               footer.offsets[end])
         return await asyncio.to_thread(sfmt.decode_blocks, raw, footer, first, self.name)
 
     async def read_table(self):
         """Every entry of the file, validated (bulk reads: merges, verification)."""
         self._check_readable()
-        data = await self._read("get_async")
+        data = await self._read(self.host.store.get_async)
         return sfmt.read_all(data, self.name)[1]
 
 
@@ -287,7 +289,7 @@ class JournalClerk(FileClerk):
         footer = await self.footer()
         blocks = footer.blocks_of(rows)
         wanted = blocks[np.flatnonzero(np.diff(blocks, prepend=-1))]  # rows are ascending
-        raws = await self._read("get_ranges_async", footer.offsets[wanted].tolist(),
+        raws = await self._read(self.host.store.get_ranges_async, footer.offsets[wanted].tolist(),
                                 footer.offsets[wanted + 1].tolist())
 
         def decode() -> pa.Table:
@@ -316,7 +318,7 @@ class JournalClerk(FileClerk):
 
     async def read_records(self, after_sqn: int = 0) -> list[JournalRecord]:
         self._check_readable()
-        data = await self._read("get_async")
+        data = await self._read(self.host.store.get_async)
         return list(jfmt.iter_records(data, self.name, after_sqn))
 
 
