@@ -9,11 +9,15 @@ from .admin.handle import Admin, admin, destroy, gc
 from .client.clone import clone
 from .client.reader import Reader, reader
 from .client.snapshot import Snapshot
-from .client.store import Store, connect, open
+from .client.store import Store
+from .cluster.open import connect, open
+from .cluster.snapshot import ShardedSnapshot
+from .cluster.store import ShardedStore
 from .codec import Delete, Head, Put
 from .errors import (
     CheckpointNotFoundError,
     ConditionFailedError,
+    ConflictError,
     CorruptObjectError,
     FencedError,
     InvalidArgumentError,
@@ -23,13 +27,15 @@ from .errors import (
     StoreClosedError,
 )
 from .manifest.model import Checkpoint
-from .options import Options
+from .options import GcOptions, JournalOptions, LedgerOptions, ObjectStoreOptions, Options
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Admin", "Checkpoint", "Reader", "admin", "clone", "destroy", "gc", "reader",
-    "CheckpointNotFoundError", "ConditionFailedError", "CorruptObjectError", "Delete",
+    "CheckpointNotFoundError", "ConditionFailedError", "ConflictError", "CorruptObjectError",
+    "Delete", "ShardedStore", "ShardedSnapshot",
     "FencedError", "Head", "InvalidArgumentError", "LeveledError", "ObjectStoreError", "Options",
+    "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",
 ]

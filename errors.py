@@ -83,6 +83,11 @@ class ConditionFailedError(LeveledError):
         return (self.args[0], self.failures)
 
 
+class ConflictError(LeveledError):
+    """A cross-shard ``put_many`` met other batches holding some of its keys until its time ran
+    out (``txn_timeout_s``), or a shard decided it aborted; nothing was written. Retry it."""
+
+
 class CorruptObjectError(LeveledError):
     """An object in the store failed validation (magic, version, length or checksum).
 

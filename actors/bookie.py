@@ -40,6 +40,7 @@ from .inker import Inker
 from .ledger_cache import LedgerCache
 from .live_view import LiveView
 from .metrics import Observations, export_every, timed
+from .participant import Participant
 from .pclerk import PencillerClerk
 from .penciller import Penciller
 from .reaper import Reaper, gc_loop
@@ -60,7 +61,7 @@ class Bookie:
         self.head_only = head_only
         self.local = local
         self.store = store if store is not None else ObjectStore.from_url(url, options)
-        self.cache = LedgerCache(options.push_keys)
+        self.cache = LedgerCache(options.ledger.push_keys)
         self.observed = Observations()  # latencies and group sizes, for the metrics
         self.view = LiveView(url, options, self.store, self.cache, lambda: self.reaper.wake.set(),
                              clock)
@@ -73,6 +74,7 @@ class Bookie:
         self.epoch = 0
         self.inker = self.penciller = self.pclerk = self.iclerk = self._clerk_run = None
         self.lease: LeasePublisher | None = None
+        self.participant: Participant | None = None  # cross-shard parts (from start)
         self.broken: BaseException | None = None
         self.closing = self.closed = False
         self.tasks = Tasks("Bookie")
@@ -140,6 +142,8 @@ class Bookie:
         self.writes.next_sqn = max(self.writes.durable_sqn, opened["max_sqn"], m.ledger_sqn) + 1
         self.writes.indexed = self.cache.holds_index_entries() or holds_index_entries(
             f.min_key for level in m.levels for f in level)
+        self.participant = Participant(self.store, self.options, self.writes, self.clock)
+        await self.participant.recover()  # parts prepared before a restart: before any write
         return {"epoch": self.epoch, "manifest_id": mid, "head_only": self.head_only,
                 "replayed": self.counters["replayed"],
                 "replay_s": round(time.monotonic() - started, 3),
@@ -182,6 +186,49 @@ class Bookie:
         changes, counts = unpack(packed)
         return await self.writes.put_parts(changes, counts, ValueBatch(inline=values))
 
+    # -- cross-shard put_many (see .participant) --
+
+    async def prepare(self, txn: str, root_url: str, packed_changes: bytes,
+                      values: list) -> Exception | str | None:
+        """Prepare this shard's part of cross-shard batch ``txn``: ``None`` once durable and
+        locked, ``"busy"``, or its conditions' failure."""
+        return await self.participant.prepare(txn, root_url, unpack(packed_changes), values)
+
+    @timed("leveled_put_latency_seconds")
+    async def commit_part(self, txn: str) -> list[int]:
+        """Apply this shard's prepared part of ``txn``; returns its SQNs."""
+        return await self.participant.commit(txn)
+
+    async def abort_part(self, txn: str) -> None:
+        """Drop this shard's prepared part of ``txn``."""
+        await self.participant.abort(txn)
+
+    # -- cuts of a sharded store (see leveled_ray.cluster.cut) --
+
+    async def freeze(self, cut_id: str, hold_s: float) -> list[str] | str:
+        """Hold writes for cut ``cut_id`` (every admitted one durable first), at most
+        ``hold_s`` seconds; returns the cross-shard batches whose parts this shard holds
+        prepared, or ``"busy"`` while another cut (or a bulk install) holds writes."""
+        self._check_usable()
+        if not await self.writes.freeze(cut_id):
+            return "busy"
+        self.tasks.start(self._thaw_after(cut_id, hold_s), f"cut {cut_id}")
+        return list(self.participant.parts)
+
+    async def _thaw_after(self, cut_id: str, hold_s: float) -> None:
+        await asyncio.sleep(hold_s)
+        self.writes.thaw(cut_id)  # its cutter is gone: never hold writes longer
+
+    async def cut_apply(self, cut_id: str, txns: list[str]) -> None:
+        """Apply the parts of these committed batches while cut ``cut_id`` holds writes, so
+        that the cut holds them."""
+        self.writes.let_in(cut_id, txns)
+        await asyncio.gather(*(self.participant.commit(txn) for txn in txns))
+
+    def thaw(self, cut_id: str) -> None:
+        """Admit writes again after cut ``cut_id``."""
+        self.writes.thaw(cut_id)
+
     def _write_journal(self, groups: list[Group]):
         return self.inker.append([g.records for g in groups], [g.values for g in groups])
 
@@ -217,7 +264,7 @@ class Bookie:
         try:
             await self.cache.run_pusher(
                 lambda: self.writes.durable_sqn, lambda b, upto: call(self.penciller.push, b, upto),
-                self.options.push_ms / 1000.0, lambda: self.closing)
+                self.options.ledger.push_ms / 1000.0, lambda: self.closing)
         except Exception as exc:  # no later push may move the persisted SQN past these
             self.broken = exc
 
@@ -274,11 +321,15 @@ class Bookie:
     @timed("leveled_get_latency_seconds")
     async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
         self._check_readable()
+        if self.writes.locks:  # a key of an undecided cross-shard batch: wait for it
+            await self.writes.wait_unlocked(lkeys)
         return await self.view.get_many(lkeys)
 
     @timed("leveled_get_latency_seconds")
     async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
         self._check_readable()
+        if self.writes.locks:
+            await self.writes.wait_unlocked(lkeys)
         return await self.view.head_many(lkeys)
 
     async def current_sqns(self, lkeys: list[bytes]) -> list[int | None]:
@@ -329,14 +380,15 @@ class Bookie:
         self.reaper.wake.set()
 
     async def checkpoint(self, lifetime: float | None, name: str | None,
-                         source: str | None) -> Checkpoint:
+                         source: str | None, checkpoint_id: str | None = None) -> Checkpoint:
         """A durable checkpoint holding every write acknowledged before the call: the Inker
-        first records every journal file written so far in the manifest."""
+        first records every journal file written so far in the manifest. ``checkpoint_id``
+        (a sharded store's) gives it that id instead of a new one."""
         self._check_usable()
         if source is None:
             await self.inker.catalog()
         return await checkpoints.create_checkpoint(self.manifests, lifetime, name, source,
-                                                   clock=self.clock)
+                                                   clock=self.clock, checkpoint_id=checkpoint_id)
 
     async def list_checkpoints(self) -> list[Checkpoint]:
         return await checkpoints.list_checkpoints(self.manifests, self.clock)
@@ -390,6 +442,8 @@ class Bookie:
         if self.pclerk is not None:
             await call(self.pclerk.stop)
         await self.tasks.cancel(*self._loops)  # they hold no changes: the writer is idle
+        if self.participant is not None:
+            await self.participant.close()
         try:
             if self.broken is None:
                 await self._push()

@@ -114,18 +114,18 @@ class GroupCommit:
         """While an earlier write's outcome is being settled (the object store does not
         answer), wait for it, at most ``write_resolve_s``; then fail, definitely: nothing was
         sent."""
-        if self.in_doubt and not await wait_set(self.settled, self.options.write_resolve_s):
+        resolve_s = self.options.object_store.write_resolve_s
+        if self.in_doubt and not await wait_set(self.settled, resolve_s):
             raise ObjectStoreError(
-                "not written: the object store has not answered for "
-                f"{self.options.write_resolve_s:g}s, and an earlier write is being settled",
-                definite=True)
+                f"not written: the object store has not answered for {resolve_s:g}s, and an "
+                "earlier write is being settled", definite=True)
 
     def _take(self) -> list[Group]:
         """The next journal file's groups: at least one, up to the file's size limits."""
         taken, size = [], 0
         while self.queue and (not taken or (
-            size + self.queue[0].nbytes <= self.options.max_journal_bytes
-            and size < self.options.journal_flush_bytes
+            size + self.queue[0].nbytes <= self.options.journal.max_file_bytes
+            and size < self.options.journal.flush_bytes
         )):
             group = self.queue.popleft()
             taken.append(group)
@@ -144,8 +144,8 @@ class GroupCommit:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            flush_s = self.options.journal_flush_ms / 1000.0
-            if flush_s and self.queued_bytes < self.options.journal_flush_bytes:
+            flush_s = self.options.journal.flush_ms / 1000.0
+            if flush_s and self.queued_bytes < self.options.journal.flush_bytes:
                 await asyncio.sleep(flush_s)
             taken = self._take()
             try:
@@ -210,7 +210,8 @@ class GroupCommit:
                 if exc.definite:  # sealed: it was not written
                     info = None
                     break
-                if self._closing() and time.monotonic() - started > self.options.write_resolve_s:
+                if (self._closing() and time.monotonic() - started
+                        > self.options.object_store.write_resolve_s):
                     self.stop(groups, exc)
                     return
                 await asyncio.sleep(next(delays))

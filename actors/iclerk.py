@@ -3,7 +3,7 @@
 It samples entries of each candidate journal file and asks the Ledger (through the Bookie's
 view) which are still current, scores the files, and rewrites the best run (see
 :mod:`leveled_ray.manifest.journal_compaction`) into new journal files of up to
-``max_journal_bytes``. A run of small group-commit files the Inker chose is rewritten as one
+``journal.max_file_bytes``. A run of small group-commit files the Inker chose is rewritten as one
 without scoring (:meth:`InkerClerk.rewrite`). The Inker commits the manifest change; the old
 files then go to ``delete_pending``.
 """
@@ -66,7 +66,7 @@ class InkerClerk:
         """100 x the share of a sample of the file's entries that is still current."""
         clerk = self.host.journal(info)
         sqns = (await clerk.footer()).sqns.tolist()
-        sample = self.rng.sample(sqns, min(len(sqns), self.options.compaction_sample))
+        sample = self.rng.sample(sqns, min(len(sqns), self.options.journal.compaction_sample))
         records = list((await clerk.fetch_many(sample)).values())
         current = await self._current([r.lkey for r in records if r.op != OP_KEY_DELTA])
         live = sum(1 for r in records if r.op != OP_KEY_DELTA and current[r.lkey] == r.sqn)
@@ -79,8 +79,8 @@ class InkerClerk:
         started = time.monotonic()
         scores = [await self.score(f) for f in candidates]
         o = self.options
-        run = best_run(scores, o.max_run_length, o.singlefile_compactionpercentage,
-                       o.maxrunlength_compactionpercentage)
+        run = best_run(scores, o.journal.max_run_length, o.journal.singlefile_compactionpercentage,
+                       o.journal.maxrunlength_compactionpercentage)
         if run is None:
             return CompactionResult(scores)
         chosen = candidates[run.start : run.start + run.length]
@@ -116,7 +116,7 @@ class InkerClerk:
         outputs: list[jfmt.JournalInfo] = []
         for r in sorted(records, key=lambda r: r.sqn):
             what = keep_record(r.op, r.sqn, r.indexes, current.get(r.lkey), persisted_sqn,
-                               self.options.recovery_strategy)
+                               self.options.journal.recovery_strategy)
             if what is None:
                 continue
             op, keep_value, indexes = what
@@ -124,7 +124,7 @@ class InkerClerk:
             self.counters["key_deltas"] += op == OP_KEY_DELTA and r.op != OP_KEY_DELTA
             entry = (r.sqn, op, r.lkey, value, indexes, r.expiry, r.extra, r.last_modified)
             entry_size = len(r.lkey) + len(value or b"") + 64
-            if kept and size + entry_size > self.options.max_journal_bytes:
+            if kept and size + entry_size > self.options.journal.max_file_bytes:
                 outputs.append(await self._write(kept, epoch))
                 kept, size = [], 0
             kept.append(entry)

@@ -203,8 +203,8 @@ class Inker(Owner):
 
     def _maybe_catalog(self) -> None:
         if self.uncatalogued and (
-                len(self.uncatalogued) >= self.options.catalog_files
-                or time.monotonic() - self._oldest_uncatalogued >= self.options.catalog_s):
+                len(self.uncatalogued) >= self.options.journal.catalog_files
+                or time.monotonic() - self._oldest_uncatalogued >= self.options.journal.catalog_s):
             self.tasks.start(self._catalog_background(), "catalog")
 
     async def _catalog_background(self) -> None:
@@ -290,7 +290,7 @@ class Inker(Owner):
         """Take the compaction worker (``clerk()`` gives its handle, starting it the first
         time), and start the schedule if one is set."""
         self.clerk = clerk
-        interval = self.options.journal_compaction_interval_s
+        interval = self.options.journal.compaction_interval_s
         if interval > 0 and self._schedule is None:
             self._schedule = self.tasks.start(self._scheduled(interval), "compaction schedule")
 
@@ -333,8 +333,8 @@ class Inker(Owner):
         """The oldest run of small files due for a merge (see :func:`small_run`), or none. A
         merge keeps every entry above the persisted SQN, so it need not wait for the Ledger."""
         files, o = self._catalogued(), self.options
-        run = small_run([f.size for f in files], o.small_journal_bytes, o.small_journal_files,
-                        o.max_journal_bytes)
+        run = small_run([f.size for f in files], o.journal.small_bytes, o.journal.small_files,
+                        o.journal.max_file_bytes)
         return [] if run is None else files[run[0] : run[0] + run[1]]
 
     def small_files_due(self) -> bool:

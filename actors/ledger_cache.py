@@ -106,13 +106,13 @@ class LedgerCache:
         to the backlog above half of ``max_unpersisted_keys`` (at most ``max_write_delay_ms``),
         and a wait for the Penciller at the limit. Returns the milliseconds waited, or
         ``None`` if the writer was not slowed."""
-        limit = options.max_unpersisted_keys
+        limit = options.ledger.max_unpersisted_keys
         if self.backlog < limit // 2:
             return None
         started = time.monotonic()
         if self.backlog < limit:
             share = (self.backlog - limit // 2) / max(1, limit - limit // 2)
-            await asyncio.sleep(options.max_write_delay_ms / 1000.0 * share)
+            await asyncio.sleep(options.ledger.max_write_delay_ms / 1000.0 * share)
         while self.backlog >= limit and not stopping():
             self.wake_pusher.set()  # make sure everything reached the Penciller
             self.persisted.clear()

@@ -105,7 +105,7 @@ class PencillerClerk:
         tables = [await self.host.sst(f).read_table() for f in job.inputs]
         merged = await asyncio.to_thread(merge_tables, tables, job.basement, self.clock())
         outputs = []
-        for part in split_rows(merged, self.options.sst_max_keys):
+        for part in split_rows(merged, self.options.ledger.sst_max_keys):
             info = await write_sst(self.store, part, self.options)
             outputs.append(info)
             self.counters["files_written"] += 1

@@ -77,7 +77,7 @@ class Penciller(Owner):
             self._l0_changed()
         self.pushed_sqn = max(self.pushed_sqn, max_sqn)
         self.counters["pushes"] += 1
-        if self.l0_keys >= self.options.l0_max_keys:
+        if self.l0_keys >= self.options.ledger.l0_max_keys:
             self._start_flush()
         return self.l0_keys
 
@@ -91,7 +91,7 @@ class Penciller(Owner):
             self.tasks.start(self._flush_when_old(since), "L0 age flush")
 
     async def _flush_when_old(self, since: float) -> None:
-        await asyncio.sleep(self.options.l0_max_age_s)
+        await asyncio.sleep(self.options.ledger.l0_max_age_s)
         if self._l0_since == since and not self.closing:
             self.counters["age_flushes"] += 1
             self._start_flush(force=True)
@@ -112,9 +112,9 @@ class Penciller(Owner):
         with backoff: the changes stay in L0 memory, and in the Journal, until a flush
         succeeds. Fencing is final."""
         delay = 0.05
-        while self.l0_keys >= self.options.l0_max_keys or (force and self.l0_keys):
+        while self.l0_keys >= self.options.ledger.l0_max_keys or (force and self.l0_keys):
             l0_files = len(self.latest.manifest.levels[0])
-            if l0_files >= self.options.max_l0_files and not self.closing:
+            if l0_files >= self.options.ledger.max_l0_files and not self.closing:
                 # Merges are behind: keep the changes in memory; the Bookie sees the backlog
                 # grow and slows writers down. (At close, no merge will come: flush anyway.)
                 await self._merged.wait()

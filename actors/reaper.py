@@ -96,10 +96,10 @@ class Reaper:
 
 async def gc_loop(store: ObjectStore, options: Options, counters: dict,
                   prepare: Callable[[], Awaitable[None]], clock: Callable[[], float]) -> None:
-    """Garbage collection every ``gc_interval_s``, after ``prepare()`` (the Bookie brings its
+    """Garbage collection every ``gc.interval_s``, after ``prepare()`` (the Bookie brings its
     snapshot lease up to date). Counts what it deleted, its failures, and the passes that
     stopped on doubt (``gc_stopped``: they deleted nothing)."""
-    interval = options.gc_interval_s
+    interval = options.gc.interval_s
     while interval > 0:
         await asyncio.sleep(interval)
         try:

@@ -17,21 +17,28 @@ NAMESPACE = "leveled"
 
 
 def process_stats() -> dict:
-    """This process's id and memory: resident, and private (resident less the file-backed
-    pages, such as shared libraries, that other processes share)."""
+    """This process's id, its Ray node (``None`` outside Ray) and memory: resident, and
+    private (resident less the file-backed pages, such as shared libraries, that other
+    processes share)."""
     import os
 
+    out = {"pid": os.getpid(), "node": _node_id()}
     try:
         with open("/proc/self/statm") as f:
             _, resident, shared = (int(x) for x in f.read().split()[:3])
         page = os.sysconf("SC_PAGE_SIZE")
-        return {"pid": os.getpid(), "rss_bytes": resident * page,
-                "private_bytes": (resident - shared) * page}
+        return {**out, "rss_bytes": resident * page, "private_bytes": (resident - shared) * page}
     except OSError:  # not Linux: the peak is what the platform offers
         import resource
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        return {"pid": os.getpid(), "rss_bytes": peak, "private_bytes": peak}
+        return {**out, "rss_bytes": peak, "private_bytes": peak}
+
+
+def _node_id() -> str | None:
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def unwrap(exc: BaseException) -> BaseException:
@@ -162,14 +169,19 @@ class LocalHandle:
 
 
 def spawn(cls, role: str, local: bool, owner_name: str | None, *args):
-    """``cls(*args)`` as a Ray actor created by the calling actor (named
+    """``cls(*args)`` as a Ray actor created by the calling actor on its own node (named
     ``<owner_name>.<role>`` when the owner has a name), or as a plain object in a
     :class:`LocalHandle` when running without Ray."""
     if local:
         return LocalHandle(cls(*args))
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     name = f"{owner_name}.{role}" if owner_name else None
-    return as_actor(cls, max_concurrency=64).options(namespace=NAMESPACE,
-                                                      name=name).remote(*args)
+    # On the owner's node: a store's actors run together (a shard's stay on its node).
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return as_actor(cls, max_concurrency=64).options(namespace=NAMESPACE, name=name,
+                                                      scheduling_strategy=here).remote(*args)
 
 
 def own_client(store, local: bool):

@@ -67,14 +67,14 @@ class LeasePublisher:
         epochs = [lease_epoch_of(m.path) for m in await self.store.list_async(LEASE_PREFIX)]
         earlier = [e for e in epochs if e is not None and e < self.epoch]
         if self.epoch > 1 and not earlier:
-            self.legacy = (start_version, self.clock() + self.options.long_snapshot_timeout_s)
+            self.legacy = (start_version, self.clock() + self.options.gc.long_snapshot_timeout_s)
         await self.write()
 
     async def write(self, closed: bool = False) -> sl.SnapshotLease:
         async with self._lock:
             lease = sl.SnapshotLease(
-                epoch=self.epoch, written_at=self.clock(), renew_s=self.options.lease_renew_s,
-                max_timeout_s=self.options.long_snapshot_timeout_s, floors=self._floors(),
+                epoch=self.epoch, written_at=self.clock(), renew_s=self.options.gc.lease_renew_s,
+                max_timeout_s=self.options.gc.long_snapshot_timeout_s, floors=self._floors(),
                 closed=closed, snapshots=self._live(),
                 legacy_below=self.legacy[0], legacy_until=self.legacy[1])
             await self.store.put_async(self.name, sl.encode(lease))
@@ -101,7 +101,7 @@ class LeasePublisher:
         (raising the object store's error if it cannot be)."""
         if self.written is None or self.clock() > (self.written.written_at
                                                    + (sl.STALE_RENEWALS - 1)
-                                                   * self.options.lease_renew_s):
+                                                   * self.options.gc.lease_renew_s):
             await self.write()
 
     async def run(self) -> None:
@@ -109,7 +109,7 @@ class LeasePublisher:
         while True:
             await asyncio.sleep(CHECK_S)
             due = (self._state() != self._written_state()
-                   or self.clock() >= self.written.written_at + self.options.lease_renew_s)
+                   or self.clock() >= self.written.written_at + self.options.gc.lease_renew_s)
             if not due:
                 continue
             try:

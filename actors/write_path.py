@@ -10,6 +10,7 @@ while the Ledger falls behind, and wait while an earlier write's outcome is bein
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from itertools import repeat
 
@@ -67,25 +68,36 @@ class WritePath:
         #: Whether any object may hold index terms: then every change is resolved against
         #: the object's current entry (see :mod:`leveled_ray.codec.index_terms`).
         self.indexed = False
-        # Closed while a bulk write is installed: no change gets an SQN meanwhile.
-        self.writes_open = asyncio.Event()
-        self.writes_open.set()
+        # Closed while a bulk write is installed, or a cut holds writes: no change gets an SQN
+        # meanwhile (but the parts a cut lets in). ``_gate`` wakes waiters when either changes.
+        self.writes_open = True
+        self.cut_lets_in: set[str] = set()
+        self._gate = asyncio.Event()
         self._install_lock = asyncio.Lock()
         self.reserved_upto = 0  # end of the SQN windows reserved for bulk writes
+        #: Ledger key -> the cross-shard batch whose prepared part holds it (see
+        #: :mod:`.participant`): other writes, and reads, of the key wait until it is decided.
+        self.locks: dict[bytes, str] = {}
+        self._unlocked = asyncio.Event()
+        #: The cut that froze admissions (see leveled_ray.cluster.cut), and since when.
+        self.frozen: tuple[str, float] | None = None
         self.observations = observations
-        self.counters = {"changes": 0, "put_bytes": 0, "throttled_writes": 0, "throttle_ms": 0}
+        self.counters = {"changes": 0, "put_bytes": 0, "throttled_writes": 0, "throttle_ms": 0,
+                         "cuts": 0, "cut_pause_ms_max": 0.0}
 
-    async def put_many(self, changes: list[Change], values: ValueBatch) -> list[int]:
-        """Write changes as one atomic, durable group; returns their SQNs in order."""
+    async def put_many(self, changes: list[Change], values: ValueBatch,
+                       txn: str | None = None) -> list[int]:
+        """Write changes as one atomic, durable group; returns their SQNs in order. ``txn``
+        names the cross-shard batch applying its prepared part (its own locks let it pass)."""
         if not changes:
             return []
-        (first,) = await self.put_parts(changes, [len(changes)], values)
+        (first,) = await self.put_parts(changes, [len(changes)], values, txn)
         if isinstance(first, Exception):
             raise first
         return list(range(first, first + len(changes)))
 
-    async def put_parts(self, changes: list[Change], counts: list[int],
-                        values: ValueBatch) -> list[int | Exception]:
+    async def put_parts(self, changes: list[Change], counts: list[int], values: ValueBatch,
+                        txn: str | None = None) -> list[int | Exception]:
         """Write several callers' parts (``counts`` changes each, in order) in one step. Each
         part's conditions are checked on its own; the parts that pass are written as one
         durable group. Returns each part's first SQN, or the error of that part alone."""
@@ -97,15 +109,17 @@ class WritePath:
         await self.writer.wait_settled()
         self.check_usable()
         while True:
-            await self.writes_open.wait()
+            await self._admission(txn)
+            await self.wait_unlocked([c.lkey for c in changes] if self.locks else (), txn)
             await self._backpressure()
             stored: dict[bytes, tuple | None] = {}
             if conditional or self.indexed:
                 stored = await self.view.current_entries(
                     {c.lkey for c in changes} if self.indexed else set(conditional))
                 self.check_usable()
-            if self.writes_open.is_set():
-                break  # else a bulk write is being installed: look again after it
+            if self._admits(txn) and not (
+                    self.locks and self.locked([c.lkey for c in changes], txn)):
+                break  # else a bulk write or a cut holds writes, or a key was locked: again
         # From here to the allocation nothing awaits, so no other change can slip in.
         now_s = self.view.clock()
         known = lambda k: self.cache.known_entry(k, stored)  # noqa: E731
@@ -126,6 +140,58 @@ class WritePath:
             results.append(failure or sqn)
             sqn += 0 if failure else count
         return results
+
+    # -- admission: closed by a bulk install or a cut --
+
+    def _admits(self, txn: str | None) -> bool:
+        return self.writes_open or txn in self.cut_lets_in
+
+    async def _admission(self, txn: str | None) -> None:
+        while not self._admits(txn):
+            await self._gate.wait()
+
+    def _set_gate(self, open_: bool, lets_in: set[str] = frozenset()) -> None:
+        self.writes_open, self.cut_lets_in = open_, set(lets_in)
+        woken, self._gate = self._gate, asyncio.Event()
+        woken.set()
+
+    # -- locks of prepared cross-shard parts --
+
+    def locked(self, lkeys, txn: str | None = None) -> bool:
+        """Whether a cross-shard batch other than ``txn`` holds any of ``lkeys``."""
+        locks = self.locks
+        return bool(locks) and any(locks.get(k, txn) != txn for k in lkeys)
+
+    async def wait_unlocked(self, lkeys, txn: str | None = None) -> None:
+        """Wait until no batch other than ``txn`` holds any of ``lkeys``."""
+        while self.locked(lkeys, txn):
+            await self._unlocked.wait()
+
+    def lock(self, lkeys, txn: str) -> bool:
+        """Lock ``lkeys`` for ``txn``, all or none: ``False`` if another batch holds one."""
+        if self.locked(lkeys, txn):
+            return False
+        self.locks.update((k, txn) for k in lkeys)
+        return True
+
+    def unlock(self, txn: str) -> None:
+        """Release ``txn``'s keys, and wake whoever waits for a key."""
+        self.locks = {k: t for k, t in self.locks.items() if t != txn}
+        woken, self._unlocked = self._unlocked, asyncio.Event()
+        woken.set()
+
+    async def check(self, changes: list[Change]) -> Exception | None:
+        """The failure of ``changes``' conditions against every change before them, durable
+        or pending, or ``None``: a prepared part's check (its keys are locked already, so no
+        other write can change them until it is decided)."""
+        if all(c.condition == NO_CONDITION for c in changes):
+            return None
+        await self.writer.wait_settled()
+        conditional = {c.lkey for c in changes if c.condition != NO_CONDITION}
+        stored = await self.view.current_entries(conditional)
+        self.check_usable()
+        known = lambda k: self.cache.known_entry(k, stored)  # noqa: E731
+        return check_parts(changes, [len(changes)], known, self.next_sqn, self.view.clock())[0]
 
     async def _backpressure(self) -> None:
         waited_ms = await self.cache.backpressure(self.options, self.stopping)
@@ -163,6 +229,36 @@ class WritePath:
             self.counters["changes"] += len(group.sqns)
             self.counters["put_bytes"] += group.nbytes
 
+    # -- cuts of a sharded store (see leveled_ray.cluster.cut) --
+
+    async def freeze(self, cut_id: str) -> bool:
+        """Stop admitting writes for cut ``cut_id`` and wait until every admitted one is
+        durable; ``False`` (nothing done) while another cut or a bulk install holds them."""
+        if self._install_lock.locked():
+            return False
+        await self._install_lock.acquire()
+        self.frozen = (cut_id, time.monotonic())
+        self._set_gate(False)
+        await self.writer.idle.wait()
+        return True
+
+    def let_in(self, cut_id: str, txns: list[str]) -> None:
+        """While cut ``cut_id`` holds writes, admit the parts of these committed batches."""
+        if self.frozen is not None and self.frozen[0] == cut_id:
+            self._set_gate(False, self.cut_lets_in | set(txns))
+
+    def thaw(self, cut_id: str) -> None:
+        """Admit writes again, if cut ``cut_id`` still holds them."""
+        if self.frozen is None or self.frozen[0] != cut_id:
+            return
+        paused_ms = (time.monotonic() - self.frozen[1]) * 1000
+        self.frozen = None
+        self._set_gate(True)
+        self._install_lock.release()
+        self.counters["cuts"] += 1
+        self.counters["cut_pause_ms_max"] = round(max(self.counters["cut_pause_ms_max"],
+                                                      paused_ms), 3)
+
     # -- bulk writes (see leveled_ray.bulk.write) ---
 
     def reserve_bulk(self) -> int:
@@ -177,7 +273,7 @@ class WritePath:
         """Install a bulk write's files with ``install()``, between two groups: writes pause
         until every admitted change is durable, and resume once the files are in."""
         async with self._install_lock:
-            self.writes_open.clear()
+            self._set_gate(False)
             try:
                 await self.writer.idle.wait()
                 self.check_usable()
@@ -190,4 +286,4 @@ class WritePath:
                 self.indexed = self.indexed or holds_index_entries(s.min_key for s in ssts)
                 return files
             finally:
-                self.writes_open.set()
+                self._set_gate(True)

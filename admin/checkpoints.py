@@ -38,11 +38,13 @@ async def record_tail(manifests: ManifestStore, current: Versioned | None = None
 async def create_checkpoint(manifests: ManifestStore, lifetime: float | None = None,
                             name: str | None = None, source: str | None = None,
                             current: Versioned | None = None,
-                            clock: Clock = system_clock) -> Checkpoint:
+                            clock: Clock = system_clock,
+                            checkpoint_id: str | None = None) -> Checkpoint:
     """Add a checkpoint pinning the newest version (at or after ``current``, and after
     recording the journal tail: every acknowledged write is in it), or the version of the
-    checkpoint ``source``."""
-    new = cp.new_checkpoint(lifetime, name, clock())
+    checkpoint ``source``. ``checkpoint_id`` gives it that id (every shard's part of a
+    sharded store's checkpoint has the same)."""
+    new = cp.new_checkpoint(lifetime, name, clock(), checkpoint_id)
     if source is None:
         current = await record_tail(manifests, current)
     _, m = await manifests.update(

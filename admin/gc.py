@@ -61,10 +61,10 @@ READS_AT_ONCE = 8
 
 
 def check_publishable(started: float, options: Options, now: float) -> None:
-    """Refuse to publish uploads begun more than half of ``gc_min_age_s`` before ``now`` (by
+    """Refuse to publish uploads begun more than half of ``gc.min_age_s`` before ``now`` (by
     the clock ``started`` was read from): GC may already treat them as orphans. The flush,
     merge or compaction is redone instead."""
-    limit = options.gc_min_age_s / 2
+    limit = options.gc.min_age_s / 2
     if now - started > limit:
         raise ObjectStoreError(f"outputs begun {now - started:.0f}s ago (over {limit:.0f}s) "
                                "are not published: GC may collect them", definite=True)
@@ -301,7 +301,7 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
     Any doubt (a needed manifest version or a snapshot lease that cannot be read) stops the
     pass before it deletes anything: it raises :func:`stopped`'s typed error (with
     ``dry_run``, the plan lists the doubts instead)."""
-    min_age = options.gc_min_age_s if min_age is None else check_number("min_age", min_age,
+    min_age = options.gc.min_age_s if min_age is None else check_number("min_age", min_age,
                                                                          minimum=0.0)
     now = clock()
     metas = [m for prefix in (MANIFEST_PREFIX, LEDGER_PREFIX, JOURNAL_PREFIX, LEASE_PREFIX)
@@ -316,7 +316,7 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
                                              if m.path.startswith(LEASE_PREFIX)], doubts))
     known.needs.update(needed_versions(
         [m for m in metas if m.path.startswith(MANIFEST_PREFIX)], known.latest, now, min_age,
-        options.long_snapshot_timeout_s, known.leases))
+        options.gc.long_snapshot_timeout_s, known.leases))
     complete = await _read_versions(manifests, known, known.needs, now, doubts)
     out = plan(metas, known, now, min_age, grace=min_age, doubts=map(str, doubts))
     if doubts:

@@ -43,12 +43,13 @@ class Admin:
         return self.manifests
 
     async def create_checkpoint_async(self, lifetime: float | None = None,
-                                      name: str | None = None,
-                                      source: str | None = None) -> Checkpoint:
+                                      name: str | None = None, source: str | None = None, *,
+                                      checkpoint_id: str | None = None) -> Checkpoint:
         """Pin the newest manifest version (or ``source``'s) for ``lifetime`` seconds
-        (``None``: until deleted)."""
+        (``None``: until deleted). ``checkpoint_id`` gives it that id (a sharded store's
+        checkpoint has the same in every shard)."""
         return await create_checkpoint(await self._existing(), lifetime, name, source,
-                                       clock=self.clock)
+                                       clock=self.clock, checkpoint_id=checkpoint_id)
 
     async def list_checkpoints_async(self) -> list[Checkpoint]:
         """The live (unexpired) checkpoints."""
@@ -80,7 +81,8 @@ class Admin:
         every write acknowledged before the call. ``progress(done, total)`` follows the
         copies. Returns ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``."""
         target = ObjectStore.from_url(target_url, target_options or self.options)
-        pin = await create_checkpoint(await self._existing(), self.options.long_snapshot_timeout_s,
+        pin = await create_checkpoint(await self._existing(),
+                                      self.options.gc.long_snapshot_timeout_s,
                                       name="backup", clock=self.clock)
         try:
             return (await backup_version(self.store, self.options, pin.manifest_id, target,
@@ -123,7 +125,7 @@ def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
        clock: Clock | None = None) -> garbage_collection.Plan:
     """One garbage-collection pass on the store at ``url`` (running or not): deletes what no
     manifest, checkpoint, clone or snapshot can read and is older than ``min_age`` seconds
-    (default ``Options.gc_min_age_s``). While a writer runs, ``min_age`` must be longer than
+    (default ``Options.gc.min_age_s``). While a writer runs, ``min_age`` must be longer than
     any upload takes to be published (the default leaves an hour); ``min_age=0`` is for a
     store nobody writes."""
     return Admin(url, options, clock).gc(min_age, dry_run, progress)
@@ -131,6 +133,6 @@ def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
 
 def destroy(url: str, soft: bool = True, *, options: Options | None = None) -> int:
     """Destroy the store at ``url``. ``soft`` marks it destroyed and fences its writer; GC then
-    deletes everything after a grace period (``gc_min_age_s``) once no checkpoint is left.
+    deletes everything after a grace period (``gc.min_age_s``) once no checkpoint is left.
     ``soft=False`` deletes everything now, and refuses while live checkpoints exist."""
     return Admin(url, options).destroy(soft)

@@ -33,11 +33,12 @@ from put_get import percentile, start_moto  # noqa: E402
 
 
 def options(endpoint, timeout, hedge):
-    return lr.Options(s3_endpoint=endpoint, s3_region="us-east-1", s3_access_key_id="bench",
-                      s3_secret_access_key="bench", request_timeout_s=timeout,
-                      connect_timeout_s=timeout, write_resolve_s=10 * timeout,
-                      retry_max_backoff_s=0.5, hedge_requests=hedge, gc_interval_s=0,
-                      journal_compaction_interval_s=0)
+    return lr.Options(
+        object_store=dict(s3_endpoint=endpoint, s3_region="us-east-1", s3_access_key_id="bench",
+                          s3_secret_access_key="bench", request_timeout_s=timeout,
+                          connect_timeout_s=timeout, write_resolve_s=10 * timeout,
+                          retry_max_backoff_s=0.5, hedge_requests=hedge),
+        gc=dict(interval_s=0), journal=dict(compaction_interval_s=0))
 
 
 def run_rate(endpoint, proxy, rate, args):

@@ -54,7 +54,7 @@ def load(store, keys: int) -> None:
     while time.monotonic() < deadline:  # let merges settle: the cache holds one L0's worth
         s = store.stats()
         if (not s["penciller"]["merging"]
-                and s["backlog"]["unpersisted"] <= store.options.l0_max_keys):
+                and s["backlog"]["unpersisted"] <= store.options.ledger.l0_max_keys):
             return
         time.sleep(0.5)
 

@@ -176,7 +176,7 @@ def main() -> None:
     args = parser.parse_args()
     keys, index_keys = PRESETS[args.preset]
     keys, index_keys = args.keys or keys, args.index_keys or index_keys
-    options = lr.Options(journal_compaction_interval_s=0, gc_interval_s=0)
+    options = lr.Options(journal=dict(compaction_interval_s=0), gc=dict(interval_s=0))
     root = tempfile.mkdtemp(prefix="lr-bench-queries-")
     ensure_ray()
     try:

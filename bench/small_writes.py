@@ -169,8 +169,9 @@ def bench_backend(kind, args, endpoint, root):
         url, options = f"file://{root}/leveled", lr.Options()
     else:
         url = "s3://bench/leveled"
-        options = lr.Options(s3_endpoint=endpoint, s3_region="us-east-1",
-                             s3_access_key_id="bench", s3_secret_access_key="bench")
+        options = lr.Options(object_store=dict(
+            s3_endpoint=endpoint, s3_region="us-east-1", s3_access_key_id="bench",
+            s3_secret_access_key="bench"))
     scale = 1 if kind == "file" else 4
     slate = SlateRun(kind, root, endpoint)
     asyncio.run(slate.open())

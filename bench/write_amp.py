@@ -95,7 +95,7 @@ def settle(store, timeout: float = 600.0) -> None:
 
 
 def leveled_write_amp(url, args) -> dict:
-    options = lr.Options(journal_compaction_interval_s=args.compaction_interval)
+    options = lr.Options(journal=dict(compaction_interval_s=args.compaction_interval))
     store = lr.open(url, options)
     ingested = 0
     started = time.perf_counter()
@@ -144,7 +144,7 @@ def leveled_requests(url, writes: int, concurrency: int) -> dict:
 
 
 def penciller_memory(url, keys: int) -> dict:
-    options = lr.Options(journal_compaction_interval_s=3600)
+    options = lr.Options(journal=dict(compaction_interval_s=3600))
     store = lr.open(url, options)
     try:
         idle = store.stats()["penciller"]["process"]

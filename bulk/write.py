@@ -146,7 +146,7 @@ async def begin_async(url: str, options: Options | None = None, *,
         indexed = holds_index_entries(f.min_key for f in latest.manifest.sst_files())
     checkpoint = manifest_id = None
     if indexed:  # rows are resolved against this view (see write_partition)
-        pin = await create_checkpoint(manifests, options.gc_min_age_s / 2, name="bulk-write")
+        pin = await create_checkpoint(manifests, options.gc.min_age_s / 2, name="bulk-write")
         checkpoint, manifest_id = pin.id, pin.manifest_id
     return BulkWrite(url, options, base, store_name, indexed, checkpoint, manifest_id,
                      ray_address)
@@ -261,7 +261,7 @@ class _PartitionWriter:
                                                  block_bytes=JOURNAL_BLOCK_BYTES)
             await self.store.put_if_absent_async(name, data, unique=True)
             self.journal.append(info)
-        step = self.plan.options.sst_max_keys
+        step = self.plan.options.ledger.sst_max_keys
         for start in range(0, ledger.num_rows, step):
             self.ssts.append(await write_sst(self.store, ledger.slice(start, step),
                                              self.plan.options))

@@ -47,7 +47,8 @@ def parse_options(pairs: list[str]) -> Options:
     for pair in pairs or []:
         name, sep, raw = pair.partition("=")
         if not sep:
-            raise SystemExit(f"--option takes name=value with a name from lr.Options: {pair!r}")
+            raise SystemExit(f"--option takes name=value with a name from lr.Options "
+                             f"(group.field for a group's): {pair!r}")
         values[name] = raw
     try:
         return Options.from_text(values)
@@ -306,7 +307,7 @@ def cmd_destroy(args) -> int:
     deleted = Admin(args.url, parse_options(args.option)).destroy(soft=not args.now)
     print(f"destroyed: {deleted} object(s) deleted" if args.now else
           "marked destroyed: the writer is fenced, and GC deletes everything after the grace "
-          "period (gc_min_age_s) once no checkpoint is left")
+          "period (gc.min_age_s) once no checkpoint is left")
     return 0
 
 
@@ -377,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="store URL: memory://name, file:///path or s3://bucket/prefix "
                                 "(default: ./data)")
         p.add_argument("--option", action="append", metavar="NAME=VALUE",
-                       help="an lr.Options field, e.g. --option s3_endpoint=http://127.0.0.1:9000")
+                       help="an lr.Options setting, a group's as group.field, e.g. "
+                            "--option object_store.s3_endpoint=http://127.0.0.1:9000")
         p.set_defaults(fn=fn)
         return p
 
@@ -436,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="pin this checkpoint's version instead (create)")
     p.add_argument("--json", action="store_true")
     p = add("gc", cmd_gc, "delete objects that no manifest, checkpoint or snapshot can read")
-    p.add_argument("--min-age", type=float, help="seconds (default: gc_min_age_s)")
+    p.add_argument("--min-age", type=float, help="seconds (default: gc.min_age_s)")
     p.add_argument("--dry-run", action="store_true", help="only report what would go")
     p.add_argument("--verbose", action="store_true", help="list every path")
     p.add_argument("--json", action="store_true")

@@ -7,7 +7,7 @@ copy of it: Ray tasks, Spark executors), so they see exactly the store as of the
 whatever is written, merged or compacted afterwards.
 
 A snapshot ends with :meth:`Snapshot.release`, at the end of a ``with`` block, or when its
-timeout passes (``Options.snapshot_timeout_s``, or ``long_snapshot_timeout_s`` for
+timeout passes (``Options.gc.snapshot_timeout_s``, or ``long_snapshot_timeout_s`` for
 ``long_running=True``). After that its files may be deleted, so reads raise
 :class:`~leveled_ray.errors.SnapshotExpiredError`.
 """

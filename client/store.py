@@ -83,6 +83,16 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
     Cost: about one Ray actor start-up per actor (a few seconds on first use) plus the replay of
     journal entries not yet persisted in the Ledger.
     """
+    options, clock = check_open(url, options, name, detached, head_only, clock)
+    ensure_ray()
+    refuse_running(name)
+    (opened,) = start_bookies([BookieSpec(url, name, store)], options, detached=detached,
+                              head_only=head_only, clock=clock)
+    return opened
+
+
+def check_open(url, options, name, detached, head_only, clock) -> tuple[Options, Clock]:
+    """The checked arguments of an open: ``(options, clock)``, or InvalidArgumentError."""
     options = options if options is not None else Options()
     if not isinstance(options, Options):
         raise InvalidArgumentError(f"options must be an lr.Options, not {type(options).__name__}")
@@ -92,34 +102,63 @@ def open(url: str, options: Options | None = None, *, name: str | None = None,
         raise InvalidArgumentError(f"name must be a non-empty str without '/', not {name!r}")
     if detached and name is None:
         raise InvalidArgumentError("a detached store needs a name, so it can be reached again")
-    ensure_ray()
-    import ray
-
-    if name is not None:
-        try:
-            ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            pass
-        else:
-            raise InvalidArgumentError(f"a store named {name!r} is already running: use "
-                                       f"lr.connect({name!r})")
-    opts = {"namespace": NAMESPACE}
-    if name is not None:
-        opts["name"] = name
-    if detached:
-        opts["lifetime"] = "detached"
     clock = system_clock if clock is None else clock
     if not callable(clock):
         raise InvalidArgumentError(f"clock must be a callable returning Unix seconds, not "
                                    f"{clock!r}")
-    actor = bookie_mod.make_actor().options(**opts).remote(url, options, name, store=store,
-                                                          head_only=head_only, clock=clock)
+    return options, clock
+
+
+def refuse_running(*names: str | None) -> None:
+    """InvalidArgumentError if a Bookie runs under any of ``names`` already."""
+    import ray
+
+    for name in names:
+        if name is None:
+            continue
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            continue
+        raise InvalidArgumentError(f"a store named {name!r} is already running: use "
+                                   f"lr.connect({name!r})")
+
+
+class BookieSpec(NamedTuple):
+    """One Bookie to start: its store's URL, its actor name, an object store client that
+    overrides the URL's, and Ray scheduling options (a placement group bundle)."""
+
+    url: str
+    name: str | None = None
+    store: ObjectStore | None = None
+    scheduling: object = None
+
+
+def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bool,
+                  head_only: str | None, clock: Clock) -> list[Store]:
+    """Start one Bookie per spec, all at once, and wait until every one has opened its store.
+    If any fails, every one is stopped and its error raised."""
+    import ray
+
+    actors = []
+    for spec in specs:
+        opts = {"namespace": NAMESPACE}
+        if spec.name is not None:
+            opts["name"] = spec.name
+        if detached:
+            opts["lifetime"] = "detached"
+        if spec.scheduling is not None:
+            opts["scheduling_strategy"] = spec.scheduling
+        actors.append(bookie_mod.make_actor().options(**opts).remote(
+            spec.url, options, spec.name, store=spec.store, head_only=head_only, clock=clock))
     try:
-        info = _get(actor.start.remote())
+        infos = _get([actor.start.remote() for actor in actors])
     except BaseException:
-        ray.kill(actor, no_restart=True)
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
         raise
-    return Store(actor, options, url, name, info, clock)
+    return [Store(actor, options, spec.url, spec.name, info, clock)
+            for actor, spec, info in zip(actors, specs, infos)]
 
 
 def connect(name: str, *, address: str | None = None) -> Store:
@@ -242,7 +281,7 @@ class Store(Queries):
         self.head_only: str | None = info.get("head_only")
         self._writes = WriteCoalescer(
             self._send_parts, max_changes=COALESCE_MAX_CHANGES,
-            max_bytes=min(COALESCE_MAX_BYTES, options.max_journal_bytes // 2))
+            max_bytes=min(COALESCE_MAX_BYTES, options.journal.max_file_bytes // 2))
 
     def __reduce__(self):
         return (Store, (self._actor, self.options, self.url, self.name, self.open_info,
@@ -280,7 +319,8 @@ class Store(Queries):
         return self._actor.put_parts.remote(
             pack((changes, [len(part.changes) for part in parts])), values).future()
 
-    def _put_many_ref(self, items: Iterable[Put | Delete]):
+    def _changes(self, items: Iterable[Put | Delete]) -> tuple[list[Change], list, int]:
+        """A ``put_many``'s checked changes, their values, and its size in bytes."""
         if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
             raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
         now_s = self.clock()
@@ -289,9 +329,11 @@ class Store(Queries):
             limit = self.options.max_head_only_value_bytes
             pairs = [(head_only_mode.ledger_change(c, v, limit), v) for c, v in pairs]
         changes: list[Change] = [c for c, _ in pairs]
-        nbytes = check_put_size(changes, self.options)
-        return self._actor.put_many.remote(pack(changes),
-                                           ValueBatch.pack([v for _, v in pairs], nbytes))
+        return changes, [v for _, v in pairs], check_put_size(changes, self.options)
+
+    def _put_many_ref(self, items: Iterable[Put | Delete]):
+        changes, values, nbytes = self._changes(items)
+        return self._actor.put_many.remote(pack(changes), ValueBatch.pack(values, nbytes))
 
     def _keys(self, pairs: Iterable[Sequence], what: str) -> list[bytes]:
         head_only_mode.refuse(self.head_only, what)
@@ -339,7 +381,7 @@ class Store(Queries):
         """Write many changes as one atomic, durable group (one journal file); returns SQNs.
 
         If any item's condition fails, nothing is written. The group must fit in
-        ``max_journal_bytes``. Cost: one round trip and one journal write for the whole group.
+        ``journal.max_file_bytes``. Cost: one round trip and one journal write for the whole group.
         """
         return self._put_many_ref(items)
 
@@ -371,21 +413,21 @@ class Store(Queries):
         process until released or expired.
 
         It holds every acknowledged write and nothing later. ``long_running`` picks the long
-        timeout (``Options.long_snapshot_timeout_s``) over the short one; ``timeout_s`` sets it
+        timeout (``Options.gc.long_snapshot_timeout_s``) over the short one; ``timeout_s`` sets it
         outright. ``values=False`` registers with the Penciller only (heads, not values).
         Cost: one round trip plus registering with the owners. The changes not yet in an SST
         travel as the Bookie's Arrow batches (at most ``max_unpersisted_keys``); no file is
         copied.
         """
         if timeout_s is None:
-            timeout_s = (self.options.long_snapshot_timeout_s if long_running
-                         else self.options.snapshot_timeout_s)
+            timeout_s = (self.options.gc.long_snapshot_timeout_s if long_running
+                         else self.options.gc.snapshot_timeout_s)
         if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
                 or timeout_s <= 0):
             raise InvalidArgumentError(f"timeout_s must be a number > 0, not {timeout_s!r}")
-        if timeout_s > self.options.long_snapshot_timeout_s:  # GC protects no longer than this
+        if timeout_s > self.options.gc.long_snapshot_timeout_s:  # GC protects no longer than this
             raise InvalidArgumentError(f"timeout_s={timeout_s} is over long_snapshot_timeout_s="
-                                       f"{self.options.long_snapshot_timeout_s}")
+                                       f"{self.options.gc.long_snapshot_timeout_s}")
         return Call(self._actor.snapshot.remote(float(timeout_s), bool(values)),
                     self._wrap_snapshot)
 
@@ -395,13 +437,14 @@ class Store(Queries):
 
     @bookie_call
     def checkpoint(self, lifetime: float | None = None, name: str | None = None,
-                   source: str | None = None) -> Checkpoint:
+                   source: str | None = None, *, checkpoint_id: str | None = None) -> Checkpoint:
         """A durable checkpoint: a pin of the store as of now, kept in the manifest, that
         survives restarts and keeps its files until it expires (``lifetime`` seconds; ``None``:
         until deleted). It holds every write acknowledged before the call (no flush needed).
-        ``source`` copies an existing checkpoint's pin instead. Returns
+        ``source`` copies an existing checkpoint's pin instead. ``checkpoint_id`` gives it that
+        id (a sharded store gives every shard's part the same). Returns
         ``Checkpoint(id, manifest_id, expires_at, created_at, name)``."""
-        return self._actor.checkpoint.remote(lifetime, name, source)
+        return self._actor.checkpoint.remote(lifetime, name, source, checkpoint_id)
 
     @bookie_call
     def list_checkpoints(self) -> list[Checkpoint]:
@@ -432,7 +475,7 @@ class Store(Queries):
         synchronous form."""
         parse_url(target_url)
         target = ObjectStore.from_url(target_url, target_options or self.options)
-        pin = await self.checkpoint_async(lifetime=self.options.long_snapshot_timeout_s,
+        pin = await self.checkpoint_async(lifetime=self.options.gc.long_snapshot_timeout_s,
                                           name="backup")
         try:
             source = ObjectStore.from_url(self.url, self.options)
@@ -445,11 +488,12 @@ class Store(Queries):
 
     def _query_view(self, needs_values: bool):
         snap = self.snapshot(long_running=True, values=needs_values)
+        return snap._view, lambda: self._release_soon(snap)
 
-        def release():  # without waiting: a query's caller need not pay for the release
-            snap.released = True
-            self._actor.release_snapshot.remote(snap.id)
-        return snap._view, release
+    def _release_soon(self, snap: Snapshot) -> None:
+        """Release a snapshot without waiting (a query's caller need not pay for it)."""
+        snap.released = True
+        self._actor.release_snapshot.remote(snap.id)
 
     async def _query_view_async(self, needs_values: bool):
         snap = await self.snapshot_async(long_running=True, values=needs_values)
@@ -514,7 +558,7 @@ class Store(Queries):
 
         It scores journal files by the share of their entries still current, rewrites the best
         run of up to ``max_run_length`` files if it beats its target, and deletes the old files
-        once no snapshot needs them. It also runs every ``journal_compaction_interval_s``.
+        once no snapshot needs them. It also runs every ``journal.compaction_interval_s``.
         """
         return self._actor.compact_journal.remote()
 
@@ -530,6 +574,36 @@ class Store(Queries):
         import ray
 
         ray.kill(self._actor, no_restart=True)
+
+    # -- for cross-shard put_many (see leveled_ray.cluster.txn) --
+
+    async def prepare_async(self, txn: str, root_url: str, items: list[Put | Delete]):
+        """Prepare this shard's part of cross-shard batch ``txn``: ``None`` once it is durable
+        and its keys are locked, ``"busy"``, or the failure of its conditions."""
+        changes, values, _ = self._changes(items)
+        return await _await(self._actor.prepare.remote(txn, root_url, pack(changes), values))
+
+    async def commit_part_async(self, txn: str) -> list[int]:
+        """Apply this shard's prepared part of ``txn``; returns its SQNs."""
+        return await _await(self._actor.commit_part.remote(txn))
+
+    async def abort_part_async(self, txn: str) -> None:
+        """Drop this shard's prepared part of ``txn``."""
+        await _await(self._actor.abort_part.remote(txn))
+
+    # -- for cuts of a sharded store (see leveled_ray.cluster.cut) --
+
+    async def freeze_async(self, cut_id: str, hold_s: float):
+        """Hold this shard's writes for a cut: the batches it holds prepared, or ``"busy"``."""
+        return await _await(self._actor.freeze.remote(cut_id, hold_s))
+
+    async def cut_apply_async(self, cut_id: str, txns: list[str]) -> None:
+        """Apply these committed batches' parts inside the cut."""
+        await _await(self._actor.cut_apply.remote(cut_id, txns))
+
+    async def thaw_async(self, cut_id: str) -> None:
+        """Admit writes again after the cut."""
+        await _await(self._actor.thaw.remote(cut_id))
 
     # -- for bulk writes (see leveled_ray.bulk.write) --
 

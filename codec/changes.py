@@ -136,9 +136,10 @@ def value_hash(value: bytes) -> int:
 def check_put_size(changes: list[Change], options) -> int:
     """The group's size in bytes; one group must fit in one journal file."""
     total = sum(c.size + len(c.lkey) for c in changes)
-    if total > options.max_journal_bytes:
+    limit = options.journal.max_file_bytes
+    if total > limit:
         raise InvalidArgumentError(
-            f"put_many of {total} bytes is over max_journal_bytes={options.max_journal_bytes}: "
+            f"put_many of {total} bytes is over journal.max_file_bytes={limit}: "
             "one group is one journal file; split it or raise the option"
         )
     return total

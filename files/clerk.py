@@ -329,7 +329,8 @@ async def write_sst(store: ObjectStore, table, options) -> SstInfo:
     name = sst_name()
     data, info = await asyncio.to_thread(
         sfmt.build_sst, name, table, codec=codec_id(options.compression),
-        block_bytes=options.sst_block_bytes, bloom_bits_per_key=options.bloom_bits_per_key,
+        block_bytes=options.ledger.sst_block_bytes,
+        bloom_bits_per_key=options.ledger.bloom_bits_per_key,
     )
     await store.put_if_absent_async(name, data, unique=True)
     return info

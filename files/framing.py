@@ -17,11 +17,11 @@ import xxhash
 import zstandard
 
 from ..errors import CorruptObjectError, InvalidArgumentError
+from ..options import CODECS
 
-CODEC_NONE = 0
-CODEC_LZ4 = 1
-CODEC_ZSTD = 2
-CODECS = {"none": CODEC_NONE, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
+CODEC_NONE = CODECS["none"]
+CODEC_LZ4 = CODECS["lz4"]
+CODEC_ZSTD = CODECS["zstd"]
 
 #: No single block, entry or footer may declare more than this many uncompressed bytes.
 MAX_PAYLOAD = 1 << 30

@@ -32,7 +32,7 @@ from obstore.exceptions import (
 from obstore.store import LocalStore, MemoryStore, S3Store
 
 from ..errors import InvalidArgumentError, ObjectStoreError
-from ..options import Options, redact
+from ..options import ObjectStoreOptions, Options, redact
 from .names import file_kind
 from .outcomes import (
     AttemptError,
@@ -328,36 +328,33 @@ def drop_memory_store(name: str) -> None:
 # --- the store ----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class StoreConfig:
-    """Where a store lives (its URL, plus the S3 settings from :class:`Options`) and how its
-    requests are timed out, retried and resolved."""
+    """Where a store lives (its URL), and how its client connects and how its requests are
+    timed out, retried and resolved (:class:`ObjectStoreOptions`, whose ``repr`` hides
+    credentials)."""
 
     url: str
-    s3: dict = field(default_factory=dict, repr=False)  # holds credentials
-    timeout_s: float = 30.0
-    connect_timeout_s: float = 5.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    resolve_s: float = 30.0
-    hedge: bool = True
+    settings: ObjectStoreOptions = field(default_factory=ObjectStoreOptions)
 
     @classmethod
     def from_options(cls, url: str, options: Options | None = None) -> StoreConfig:
-        options = options or Options()
-        s3 = {
-            "endpoint": options.s3_endpoint,
-            "region": options.s3_region,
-            "access_key_id": options.s3_access_key_id,
-            "secret_access_key": options.s3_secret_access_key,
-            "session_token": options.s3_session_token,
-        }
-        s3 = {k: v for k, v in s3.items() if v is not None}
-        if options.s3_allow_http is not None:
-            s3["allow_http"] = options.s3_allow_http
-        retry = RetryPolicy(options.max_retries, options.retry_timeout_s,
-                            options.retry_backoff_s, options.retry_max_backoff_s)
-        return cls(url, s3, options.request_timeout_s, options.connect_timeout_s, retry,
-                   options.write_resolve_s, options.hedge_requests)
+        return cls(url, (options or Options()).object_store)
+
+    @property
+    def s3(self) -> dict:
+        """obstore's S3 settings: only those set (the rest come from ``AWS_*``)."""
+        o = self.settings
+        s3 = {"endpoint": o.s3_endpoint, "region": o.s3_region,
+              "access_key_id": o.s3_access_key_id, "secret_access_key": o.s3_secret_access_key,
+              "session_token": o.s3_session_token, "allow_http": o.s3_allow_http}
+        return {k: v for k, v in s3.items() if v is not None}
+
+    @property
+    def retry(self) -> RetryPolicy:
+        o = self.settings
+        return RetryPolicy(o.max_retries, o.retry_timeout_s, o.retry_backoff_s,
+                           o.retry_max_backoff_s)
 
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
@@ -421,8 +418,10 @@ class ObjectStore:
         self._backend = self._make_backend()
         # Only network requests are hedged: a local one answers before a copy could help.
         # Reads and creates keep apart latencies: their sizes differ.
-        self.latencies = None if self._backend.atomic or not config.hedge else {
-            write: Latencies(HEDGE_FLOOR_S, config.timeout_s / 2) for write in (False, True)}
+        settings = config.settings
+        self.latencies = None if self._backend.atomic or not settings.hedge_requests else {
+            write: Latencies(HEDGE_FLOOR_S, settings.request_timeout_s / 2)
+            for write in (False, True)}
 
     @classmethod
     def from_url(cls, url: str, options: Options | None = None) -> ObjectStore:
@@ -449,12 +448,12 @@ class ObjectStore:
                                 path=exc.path)
 
     def _secrets(self) -> list[str]:
-        return [v for k, v in self.config.s3.items()
-                if k in ("access_key_id", "secret_access_key", "session_token") and v]
+        return self.config.settings.secrets()
 
     def _make_backend(self):
-        client = {"timeout": timedelta(seconds=self.config.timeout_s),
-                  "connect_timeout": timedelta(seconds=self.config.connect_timeout_s)}
+        settings = self.config.settings
+        client = {"timeout": timedelta(seconds=settings.request_timeout_s),
+                  "connect_timeout": timedelta(seconds=settings.connect_timeout_s)}
         if self.scheme == "memory":
             import ray
 
@@ -617,7 +616,7 @@ class ObjectStore:
 
         try:
             created, _ = await settle_create(send, read_back, mine, self.config.retry,
-                                             self.config.resolve_s,
+                                             self.config.settings.write_resolve_s,
                                              on_retry=self._on_retry("put_if_absent", path))
         except Unsettled as exc:
             self.stats.errors += 1

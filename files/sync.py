@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
 
 def run_sync(coro):
@@ -14,6 +15,18 @@ def run_sync(coro):
     coro.close()
     raise RuntimeError("called the synchronous API inside an event loop: use the *_async "
                        "methods there")
+
+
+def run_blocking(coro):
+    """Run a coroutine to its end and return its result, blocking the caller, even from
+    inside a running event loop (then on a thread of its own): for calls that block anyway,
+    as opening a store does."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def with_sync_twins(cls):

@@ -37,12 +37,14 @@ def check_lifetime(lifetime: float | None) -> None:
                                    f"not {lifetime!r}")
 
 
-def new_checkpoint(lifetime: float | None, name: str | None, now: float) -> Checkpoint:
-    """A checkpoint not yet placed: its version is set by :func:`add_checkpoint`."""
+def new_checkpoint(lifetime: float | None, name: str | None, now: float,
+                   checkpoint_id: str | None = None) -> Checkpoint:
+    """A checkpoint not yet placed: its version is set by :func:`add_checkpoint`. Its id is a
+    new ULID, or ``checkpoint_id``."""
     check_lifetime(lifetime)
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidArgumentError(f"checkpoint name must be a non-empty str, not {name!r}")
-    return Checkpoint(id=ulid(), manifest_id=-1,
+    return Checkpoint(id=checkpoint_id or ulid(), manifest_id=-1,
                       expires_at=None if lifetime is None else now + lifetime,
                       created_at=now, name=name)
 

@@ -17,10 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..codec import OP_DELETE, OP_KEY_DELTA
-
-RETAIN = "retain"
-RECOVR = "recovr"
-STRATEGIES = (RETAIN, RECOVR)
+from ..options import RETAIN
 
 
 def file_score(current: int, sampled: int) -> float:

@@ -27,7 +27,7 @@ from ..files.sst import sort_and_dedupe
 from ..files.store import ObjectStore
 from ..files.sync import run_sync
 from ..options import Options
-from .views import JournalIndex, LedgerFiles, ledger_entries, values_by_sqn
+from .views import JournalIndex, LedgerFiles, journal_values, ledger_entries, values_by_sqn
 
 
 class PointInTime:
@@ -132,6 +132,22 @@ class PointInTime:
 
     async def get(self, lkey: bytes) -> bytes | None:
         return (await self.get_many([lkey]))[0]
+
+    # -- range reads (a merged view of several shards answers the same calls) --
+
+    def scan(self, lo: bytes, hi: bytes, **kwargs):
+        """:func:`~.scan.scan` of this view."""
+        from .scan import scan  # the scan reads this class's parts
+
+        return scan(self, lo, hi, **kwargs)
+
+    async def values(self, rows: pa.Table) -> pa.Array:
+        """The values of live Ledger rows (their ``sqn`` column), in row order."""
+        return await journal_values(self.host, self.journal, rows.column("sqn").to_numpy())
+
+    def in_turn(self, make):
+        """``make(view)`` of this view: a stream a merged view chains shard by shard."""
+        return make(self)
 
 
 class KeyReads:

@@ -28,7 +28,6 @@ from .fold import aiterate, iterate
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
 from .point_in_time import PointInTime
 from .query_results import heads_batch, keys_batch, objects_batch, python_heads, python_names
-from .scan import scan
 from .views import journal_values
 
 ORDERS = ("key", "sqn")
@@ -55,7 +54,7 @@ async def fold_rows(view: PointInTime, lo: bytes, hi: bytes,
     """Live Ledger rows in ``[lo, hi)``, ``batch_size`` at a time (fewer only at the end)."""
     held: list[pa.Table] = []
     count = 0
-    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+    async with contextlib.aclosing(view.scan(lo, hi)) as tables:
         async for table in tables:
             held.append(table)
             count += table.num_rows
@@ -74,15 +73,16 @@ async def object_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
                       order: str) -> AsyncIterator[tuple[pa.Table, pa.Array]]:
     """Live objects in ``[lo, hi)`` as ``(Ledger rows, values)``, ``batch_size`` at a time (or
     fewer, when their values pass :data:`BATCH_VALUE_BYTES`)."""
-    if order == "sqn":
-        async with contextlib.aclosing(_objects_by_sqn(view, lo, hi, batch_size)) as found:
-            async for item in found:
+    if order == "sqn":  # a merged view gives its shards' objects one shard after another
+        found = view.in_turn(lambda v: _objects_by_sqn(v, lo, hi, batch_size))
+        async with contextlib.aclosing(found) as items:
+            async for item in items:
                 yield item
         return
     async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
         async for table in rows:
             for part in value_slices(table, BATCH_VALUE_BYTES):
-                yield part, await fetch_values(view, part.column("sqn").to_numpy())
+                yield part, await view.values(part)
 
 
 def value_slices(table: pa.Table, max_bytes: int) -> list[pa.Table]:
@@ -99,7 +99,7 @@ async def live_sqns(view: PointInTime, lo: bytes, hi: bytes) -> np.ndarray:
     """The sorted SQNs of the live objects in ``[lo, hi)`` (up to ``view.sqn``). SQNs may be
     sparse (bulk writes use windows far apart), so they are kept as a sorted array."""
     found = []
-    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+    async with contextlib.aclosing(view.scan(lo, hi)) as tables:
         async for table in tables:
             sqns = table.column("sqn").to_numpy()
             found.append(sqns[sqns <= view.sqn])
@@ -139,7 +139,7 @@ async def index_entries(view: PointInTime, bucket, field: str, start, end, *,
     plen = len(index_prefix(bucket, field))
     pattern = re.compile(term_regex) if isinstance(term_regex, str) else term_regex
     left = max_results
-    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+    async with contextlib.aclosing(view.scan(lo, hi)) as tables:
         async for table in tables:
             out = []
             for lkey in table.column("key").to_pylist():
@@ -176,7 +176,7 @@ def check_index_query(field: str, start, end, term_regex, max_results) -> None:
 
 
 async def first_live_key(view: PointInTime, lo: bytes, hi: bytes) -> bytes | None:
-    async with contextlib.aclosing(scan(view, lo, hi)) as tables:
+    async with contextlib.aclosing(view.scan(lo, hi)) as tables:
         async for table in tables:
             return table.column("key")[0].as_py()
     return None

@@ -15,6 +15,7 @@ import bisect
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,7 +23,9 @@ import pyarrow.compute as pc
 from ..codec import ACTIVE
 from ..files.clerk import ClerkHost
 from ..files.sst import SstInfo, block_span, sort_and_dedupe
-from .point_in_time import PointInTime
+
+if TYPE_CHECKING:  # the point in time calls the scan (PointInTime.scan)
+    from .point_in_time import PointInTime
 
 #: Bytes of SST blocks one scan read fetches (one ranged GET), at most ...
 READ_BYTES = 1 << 20
@@ -137,23 +140,21 @@ def sources(view: PointInTime, lo: bytes, hi: bytes) -> list:
     return out
 
 
-async def scan(view: PointInTime, lo: bytes, hi: bytes, *, now_s: float | None = None,
-               live: bool = True) -> AsyncIterator[pa.Table]:
-    """The newest entry of each Ledger key in ``[lo, hi)`` at ``view``, in key order, as Arrow
-    tables of :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows. ``live`` leaves out tombstones and
-    entries expired at ``now_s`` (default: the view's clock). Closing the iterator early stops
-    its reads."""
-    now_s = view.clock() if now_s is None else now_s
-    runs = sources(view, lo, hi)
+async def merge_sorted(sources: list, combine) -> AsyncIterator[pa.Table]:
+    """Merge sources of key-sorted tables (each with ``async next()``, ``None`` at its end, and
+    ``async close()``) into key-sorted tables, window by window: a window ends at the smallest
+    last key any source holds, every source gives up its rows up to there, and
+    ``combine(parts)`` sorts the window's parts into one table. Sources are closed at the
+    end, or when the caller stops early."""
     try:
-        bufs = list(await asyncio.gather(*(r.next() for r in runs)))
+        bufs = list(await asyncio.gather(*(s.next() for s in sources)))
         while True:
             active = [i for i, b in enumerate(bufs) if b is not None]
             if not active:
                 return
-            if len(active) == 1:  # one source left: its rows are already sorted and unique
+            if len(active) == 1:  # one source left: its rows are already sorted
                 (i,) = active
-                out, bufs[i] = bufs[i], await runs[i].next()
+                out, bufs[i] = bufs[i], await sources[i].next()
             else:
                 bound = min(bufs[i].column("key")[-1].as_py() for i in active)
                 parts, drained = [], []
@@ -166,15 +167,29 @@ async def scan(view: PointInTime, lo: bytes, hi: bytes, *, now_s: float | None =
                         drained.append(i)
                     else:
                         bufs[i] = buf.slice(n)
-                for i, table in zip(drained, await asyncio.gather(*(runs[i].next()
+                for i, table in zip(drained, await asyncio.gather(*(sources[i].next()
                                                                      for i in drained))):
                     bufs[i] = table
-                out = parts[0] if len(parts) == 1 else sort_and_dedupe(
-                    pa.concat_tables(parts).combine_chunks())
+                out = parts[0] if len(parts) == 1 else combine(parts)
+            if out.num_rows:
+                yield out
+    finally:
+        for s in sources:
+            await s.close()
+
+
+async def scan(view: PointInTime, lo: bytes, hi: bytes, *, now_s: float | None = None,
+               live: bool = True) -> AsyncIterator[pa.Table]:
+    """The newest entry of each Ledger key in ``[lo, hi)`` at ``view``, in key order, as Arrow
+    tables of :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows. ``live`` leaves out tombstones and
+    entries expired at ``now_s`` (default: the view's clock). Closing the iterator early stops
+    its reads."""
+    now_s = view.clock() if now_s is None else now_s
+    merged = merge_sorted(sources(view, lo, hi),
+                          lambda parts: sort_and_dedupe(pa.concat_tables(parts).combine_chunks()))
+    async with contextlib.aclosing(merged) as tables:
+        async for out in tables:
             if live:
                 out = live_rows(out, now_s)
             if out.num_rows:
                 yield out
-    finally:
-        for r in runs:
-            await r.close()

@@ -27,7 +27,8 @@ Options (all strings, as Spark passes them):
   pushed down into the key range.
 - writes: ``store_name`` (the name of the store's running Bookie: install through it while
   it serves; without it the store must not be open anywhere), ``ray_address``.
-- any field of :class:`~leveled_ray.options.Options`, such as ``s3_endpoint``.
+- any setting of :class:`~leveled_ray.options.Options` by its text name, such as
+  ``object_store.s3_endpoint``.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ _READ_OPTIONS = ("checkpoint", "bucket", "start_key", "end_key", "index", "index
 _WRITE_OPTIONS = ("store_name", "ray_address")
 
 
-_OPTION_FIELDS = {f.name for f in dataclasses.fields(Options)}
+_OPTION_FIELDS = set(Options.text_names())
 
 
 def register(spark, ray_address: str | None = None) -> None:

@@ -65,22 +65,38 @@ def moto_endpoint():
 
 
 def s3_options(endpoint: str, **changes) -> lr.Options:
-    return lr.Options(s3_endpoint=endpoint, s3_region=S3_REGION, s3_access_key_id=S3_KEY,
-                      s3_secret_access_key=S3_KEY, **changes)
+    """Options for moto's S3 server at ``endpoint``, with ``changes`` (groups as dicts)."""
+    return lr.Options().replace(**changes).replace(object_store=dict(
+        s3_endpoint=endpoint, s3_region=S3_REGION, s3_access_key_id=S3_KEY,
+        s3_secret_access_key=S3_KEY))
+
+
+#: The session's Ray nodes: a head and two workers, 1 CPU each, each with its own resource.
+NODES = ("node0", "node1", "node2")
 
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A local Ray cluster shared by the whole session (starting one takes seconds)."""
+    """A local multi-node Ray cluster shared by the whole session (starting one takes
+    seconds): a head and two worker nodes, as Ray's own tests build them."""
     import ray
+    from ray.cluster_utils import Cluster
 
     tmp = tempfile.mkdtemp(prefix="lr-ray-")
     os.environ["RAY_TMPDIR"] = tmp
-    ray.init(namespace="leveled", include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING", _temp_dir=tmp,
-             _system_config={"metrics_report_interval_ms": 1000})  # metrics tests wait less
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {NODES[0]: 1}, "include_dashboard": False,
+        "object_store_memory": 1 << 30,
+        "_system_config": {"metrics_report_interval_ms": 1000}})  # metrics tests wait less
+    for node in NODES[1:]:
+        cluster.add_node(num_cpus=1, resources={node: 1},
+                         object_store_memory=300 << 20)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="leveled", log_to_driver=False,
+             logging_level="WARNING")
     yield ray
     ray.shutdown()
+    cluster.shutdown()
 
 
 @pytest.fixture
@@ -135,8 +151,8 @@ def persisted(store, sqn: int) -> bool:
 
 
 #: Small Ledger settings, so a test reaches merges and journal compaction quickly.
-SMALL = dict(l0_max_keys=200, push_keys=50, push_ms=5, sst_max_keys=150,
-             journal_compaction_interval_s=0)
+SMALL = dict(ledger=dict(l0_max_keys=200, push_keys=50, push_ms=5, sst_max_keys=150),
+             journal=dict(compaction_interval_s=0))
 
 
 def current_files(url, options) -> set[str]:

@@ -14,7 +14,7 @@ from leveled_ray.codec import ACTIVE, LedgerEntry, LedgerRows
 from leveled_ray.errors import FencedError, InvalidArgumentError, ObjectStoreError
 from leveled_ray.options import Options
 
-OPTIONS = Options(journal_flush_ms=0, write_resolve_s=0.5)
+OPTIONS = Options(journal=dict(flush_ms=0), object_store=dict(write_resolve_s=0.5))
 
 
 def group(first: int, keys: list[bytes]) -> Group:
@@ -153,7 +153,7 @@ def test_the_ledger_cache_sees_pending_then_durable_then_persisted():
 
 def test_backpressure_delays_writers_only_past_half_the_limit():
     cache = LedgerCache(push_keys=1000)
-    options = Options(max_unpersisted_keys=4, max_write_delay_ms=20)
+    options = Options(ledger=dict(max_unpersisted_keys=4, max_write_delay_ms=20))
     assert asyncio.run(cache.backpressure(options, lambda: False)) is None
     cache.add_durable(rows((b"a", 1), (b"b", 2), (b"c", 3)))
     waited = asyncio.run(cache.backpressure(options, lambda: False))

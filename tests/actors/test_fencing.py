@@ -37,7 +37,7 @@ def test_second_open_fences_the_first(ray_cluster, durable_backend):
 
 def test_fencing_while_the_old_writer_is_busy(ray_cluster, tmp_url):
     """Every write the old writer got acknowledged is kept; every fenced one is invisible."""
-    first = lr.open(tmp_url, lr.Options(push_ms=5))
+    first = lr.open(tmp_url, lr.Options(ledger=dict(push_ms=5)))
     acked, fenced = [], []
     started = threading.Event()
 

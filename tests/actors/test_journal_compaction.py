@@ -12,10 +12,11 @@ from leveled_ray.files.names import journal_slot_name
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import ManifestStore
 from leveled_ray.manifest import journal_compaction as jc
+from leveled_ray.options import RECOVR, RETAIN
 
 from test_merges import TINY, settle, swept_twice, write
 
-OPTIONS = TINY.replace(journal_compaction_interval_s=0)
+OPTIONS = TINY.replace(journal=dict(compaction_interval_s=0))
 
 
 async def within(what, awaitable, seconds=30):
@@ -53,13 +54,13 @@ def test_runs_of_small_files():
 def test_what_an_entry_keeps():
     idx = ((0, "a_bin", "x"),)
     # Current, or above the persisted SQN: kept whole.
-    assert jc.keep_record(OP_PUT, 5, idx, 5, 10, jc.RECOVR) == (OP_PUT, True, idx)
-    assert jc.keep_record(OP_PUT, 12, idx, 20, 10, jc.RECOVR) == (OP_PUT, True, idx)
+    assert jc.keep_record(OP_PUT, 5, idx, 5, 10, RECOVR) == (OP_PUT, True, idx)
+    assert jc.keep_record(OP_PUT, 12, idx, 20, 10, RECOVR) == (OP_PUT, True, idx)
     # Replaced: dropped under recovr, a key delta under retain.
-    assert jc.keep_record(OP_PUT, 5, idx, 9, 10, jc.RECOVR) is None
-    assert jc.keep_record(OP_PUT, 5, idx, 9, 10, jc.RETAIN) == (OP_KEY_DELTA, False, idx)
-    assert jc.keep_record(OP_PUT, 5, (), 9, 10, jc.RETAIN) is None
-    assert jc.keep_record(OP_DELETE, 5, idx, 9, 10, jc.RETAIN) == (
+    assert jc.keep_record(OP_PUT, 5, idx, 9, 10, RECOVR) is None
+    assert jc.keep_record(OP_PUT, 5, idx, 9, 10, RETAIN) == (OP_KEY_DELTA, False, idx)
+    assert jc.keep_record(OP_PUT, 5, (), 9, 10, RETAIN) is None
+    assert jc.keep_record(OP_DELETE, 5, idx, 9, 10, RETAIN) == (
         OP_KEY_DELTA, False, ((1, "a_bin", "x"),))
 
 
@@ -96,7 +97,7 @@ def test_compaction_rewrites_dead_runs_and_keeps_every_value(tmp_path):
         before = _journal_names(root)
         assert await bookie.compact_journal() == "started"
         result = await bookie.inker.wait_compaction()
-        assert len(result.removed) == OPTIONS.max_run_length and len(result.added) == 1
+        assert len(result.removed) == OPTIONS.journal.max_run_length and len(result.added) == 1
         await settle(bookie)
         for _ in range(200):  # the replaced files are deleted once nothing reads them
             if len(_journal_names(root)) < len(before):
@@ -116,7 +117,7 @@ def test_ledger_rebuilt_from_the_journal(tmp_path, strategy):
     """leveled's recovery scenario: every Ledger object is deleted, the store is reopened, and
     the Ledger is rebuilt from the Journal: values always, index history under retain."""
     root = str(tmp_path / "db")
-    options = OPTIONS.replace(recovery_strategy=strategy)
+    options = OPTIONS.replace(journal=dict(recovery_strategy=strategy))
 
     async def run():
         bookie = Bookie(f"file://{root}", options, local=True)
@@ -178,7 +179,8 @@ def test_small_files_are_merged_as_they_are_catalogued(tmp_path):
     compaction merges them without being asked, even before the Ledger persists them (every
     entry above its persisted SQN is kept), and every value stays readable."""
     root = str(tmp_path / "db")
-    options = OPTIONS.replace(small_journal_files=8, catalog_files=4, l0_max_keys=100_000)
+    options = OPTIONS.replace(journal=dict(small_files=8, catalog_files=4),
+                              ledger=dict(l0_max_keys=100_000))
     keys = [object_key("b", f"k{i}") for i in range(40)]
 
     async def run():
@@ -197,7 +199,7 @@ def test_small_files_are_merged_as_they_are_catalogued(tmp_path):
         files = inker.data_files()
         merged = [f for f in files if f.entries > 1]
         assert merged and sum(f.entries for f in files) == 40
-        assert len(files) <= options.small_journal_files + len(merged)
+        assert len(files) <= options.journal.small_files + len(merged)
         # The Bookie's view of the Journal lost every replaced file, however many rewrites
         # one compaction committed before it looked.
         view = await inker.wait_journal(-1)

@@ -17,7 +17,8 @@ from leveled_ray.clock import ManualClock
 from leveled_ray.codec import make_change, object_key
 from leveled_ray.manifest.levels import check_level
 
-TINY = lr.Options(l0_max_keys=16, push_keys=4, push_ms=1, sst_max_keys=12, sst_block_bytes=256)
+TINY = lr.Options(ledger=dict(l0_max_keys=16, push_keys=4, push_ms=1, sst_max_keys=12,
+                              sst_block_bytes=256))
 
 
 async def write(bookie, items, options=TINY, clock=time.time):
@@ -44,7 +45,7 @@ async def settle(bookie, timeout=20.0):
         flushing = p._flush_task is not None and not p._flush_task.done()
         pushing = bookie.cache._push_lock.locked()
         if (len(bookie.cache.unpushed) or bookie.writes.writer.queue or pushing or flushing
-                or p.l0_keys >= p.options.l0_max_keys):
+                or p.l0_keys >= p.options.ledger.l0_max_keys):
             await asyncio.sleep(0.02)
             continue
         work = p.merge_work()  # reserve the next merge, if any, then hand it back
@@ -232,7 +233,8 @@ def test_merge_tables_keeps_the_newest_and_reaps_only_at_the_basement():
 
 def test_basement_merges_reap_tombstones_and_expired_entries(tmp_path):
     root = str(tmp_path / "db")
-    options = TINY.replace(sst_max_keys=10_000)  # one L1 file: every L0 merge is a basement one
+    # One L1 file: every L0 merge is a basement one.
+    options = TINY.replace(ledger=dict(sst_max_keys=10_000))
 
     clock = ManualClock()
 
@@ -263,7 +265,8 @@ def test_basement_merges_reap_tombstones_and_expired_entries(tmp_path):
 
 def test_backpressure_slows_then_holds_writers_while_merges_are_stalled(tmp_path):
     root = str(tmp_path / "db")
-    options = TINY.replace(max_unpersisted_keys=120, max_l0_files=1, max_write_delay_ms=20.0)
+    options = TINY.replace(ledger=dict(max_unpersisted_keys=120, max_l0_files=1,
+                                       max_write_delay_ms=20.0))
 
     async def run():
         bookie = Bookie(f"file://{root}", options, local=True)
@@ -283,7 +286,7 @@ def test_backpressure_slows_then_holds_writers_while_merges_are_stalled(tmp_path
             written += 10
         assert held is not None, "writes were never held back"
         stats = await bookie.stats()
-        assert stats["backlog"]["unpersisted"] <= options.max_unpersisted_keys + 10
+        assert stats["backlog"]["unpersisted"] <= options.ledger.max_unpersisted_keys + 10
         assert stats["throttled_writes"] > 0 and stats["throttle_ms"] > 0
         clerk.stopped = False  # merges resume: the held write completes
         resumed = asyncio.ensure_future(clerk.run())
@@ -321,7 +324,7 @@ def test_a_long_poll_passes_on_a_cancel_that_arrives_as_its_event_is_set():
 def test_close_does_not_wait_for_merges_that_will_not_come(tmp_path):
     """L0 full and merges stalled: close still persists L0 memory and returns."""
     root = str(tmp_path / "db")
-    options = TINY.replace(max_l0_files=1)
+    options = TINY.replace(ledger=dict(max_l0_files=1))
 
     async def run():
         bookie = Bookie(f"file://{root}", options, local=True)

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.ray
 
 def test_merges_keep_every_value_and_delete_replaced_files(ray_cluster, durable_backend):
     url, options = durable_backend
-    options = options.replace(l0_max_keys=400, push_keys=100, push_ms=5, sst_max_keys=300)
+    options = options.replace(ledger=dict(l0_max_keys=400, push_keys=100, push_ms=5,
+                                          sst_max_keys=300))
     store = lr.open(url, options)
     rng = random.Random(5)
     model = {}
@@ -60,8 +61,8 @@ def test_merges_keep_every_value_and_delete_replaced_files(ray_cluster, durable_
 
 def test_journal_compaction_through_ray(ray_cluster, durable_backend):
     url, options = durable_backend
-    options = options.replace(l0_max_keys=200, push_keys=50, push_ms=5, sst_max_keys=150,
-                              journal_compaction_interval_s=0)
+    options = options.replace(ledger=dict(l0_max_keys=200, push_keys=50, push_ms=5,
+                                          sst_max_keys=150), journal=dict(compaction_interval_s=0))
     store = lr.open(url, options)
     objects = ObjectStore.from_url(url, options)
     try:

@@ -50,7 +50,9 @@ def test_counters_reach_the_nodes_prometheus_endpoint(ray_cluster, tmp_url):
         assert store.get_many([("b", f"k{i:02d}") for i in range(20)]) == [b"x" * 100] * 20
         store.head("b", "k01")
         stats = store.stats()
-        port = ray_cluster.nodes()[0]["MetricsExportPort"]
+        # The node the Bookie runs on serves its metrics.
+        (port,) = [n["MetricsExportPort"] for n in ray_cluster.nodes()
+                   if n["NodeID"] == stats["process"]["node"]]
         expected = {"leveled_puts": 61, "leveled_gets": 20, "leveled_heads": 1,
                     "leveled_get_bytes": 2000, "leveled_put_latency_seconds_count": 12,
                     "leveled_get_latency_seconds_count": 2}

@@ -13,7 +13,8 @@ from leveled_ray.codec import object_key
 from test_merges import write
 
 KEYS, ROUNDS, VALUE = 2000, 6, 1024
-OPTIONS = lr.Options(l0_max_age_s=0.5, journal_compaction_interval_s=0, gc_interval_s=0)
+OPTIONS = lr.Options(ledger=dict(l0_max_age_s=0.5), journal=dict(compaction_interval_s=0),
+                     gc=dict(interval_s=0))
 
 
 def _bytes_under(root, folder):
@@ -25,7 +26,7 @@ def _bytes_under(root, folder):
 
 def test_a_quiet_store_reclaims_replaced_and_deleted_values(tmp_path):
     root = str(tmp_path / "db")
-    assert OPTIONS.l0_max_keys > KEYS * ROUNDS  # no flush by size: only by age
+    assert OPTIONS.ledger.l0_max_keys > KEYS * ROUNDS  # no flush by size: only by age
 
     async def run():
         bookie = Bookie(f"file://{root}", OPTIONS, local=True)

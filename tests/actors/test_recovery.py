@@ -18,7 +18,8 @@ def kill_all(store, ray):
 
 def test_kill_every_actor_then_reopen(ray_cluster, durable_backend):
     url, options = durable_backend
-    options = options.replace(l0_max_keys=500, push_keys=100, push_ms=5, catalog_files=3)
+    options = options.replace(ledger=dict(l0_max_keys=500, push_keys=100, push_ms=5),
+                              journal=dict(catalog_files=3))
     store = lr.open(url, options)
     expected = {}
     sqns = store.put_many([lr.Put("b", f"k{i}", b"first %d" % i) for i in range(1200)])

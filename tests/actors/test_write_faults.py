@@ -13,9 +13,9 @@ from leveled_ray.files.faults import Fault, FaultInjectingStore
 
 from test_merges import write
 
-OPTIONS = lr.Options(retry_backoff_s=0.001, retry_max_backoff_s=0.01, write_resolve_s=2.0,
-                     max_retries=3, retry_timeout_s=2.0, gc_interval_s=0,
-                     journal_compaction_interval_s=0)
+OPTIONS = lr.Options(object_store=dict(retry_backoff_s=0.001, retry_max_backoff_s=0.01,
+                                       write_resolve_s=2.0, max_retries=3, retry_timeout_s=2.0),
+                     gc=dict(interval_s=0), journal=dict(compaction_interval_s=0))
 #: The first journal create is the fence written at open; data slots come after it.
 DATA = dict(op="put_if_absent", prefix="journal/", after=1)
 
@@ -54,7 +54,7 @@ def test_a_lost_reply_is_a_durable_write(tmp_url):
 
 
 def test_a_write_whose_outcome_stays_unknown_is_sealed_and_fails_definitely(tmp_url):
-    attempts = OPTIONS.max_retries + 1
+    attempts = OPTIONS.object_store.max_retries + 1
 
     async def run():
         bookie = await _open(tmp_url, Fault(**DATA, count=attempts, reply="timeout"))
@@ -71,7 +71,7 @@ def test_a_write_whose_outcome_stays_unknown_is_sealed_and_fails_definitely(tmp_
 
 
 def test_an_unreachable_store_fails_writes_definitely_and_they_resume(tmp_url):
-    refused = 2 * (OPTIONS.max_retries + 1)  # two writes' worth of refused connections
+    refused = 2 * (OPTIONS.object_store.max_retries + 1)  # two writes' worth of refused connections
 
     async def run():
         bookie = await _open(tmp_url, Fault(**DATA, count=refused))
@@ -80,7 +80,7 @@ def test_an_unreachable_store_fails_writes_definitely_and_they_resume(tmp_url):
             with pytest.raises(lr.ObjectStoreError) as err:
                 await write(bookie, [lr.Put("b", key, b"x")], OPTIONS)
             assert err.value.definite
-            assert time.monotonic() - started < OPTIONS.retry_timeout_s + 1
+            assert time.monotonic() - started < OPTIONS.object_store.retry_timeout_s + 1
         await write(bookie, [lr.Put("b", "c", b"3")], OPTIONS)  # answered again: it works
         assert await _values(bookie, ["a", "b", "c"]) == [None, None, b"3"]
         await bookie.close()
@@ -92,7 +92,7 @@ def test_a_write_that_cannot_even_be_sealed_is_settled_before_the_next(tmp_url):
     # Data and seal time out, and read-backs fail, for a while: the caller is told the
     # outcome is unknown; later writes wait, boundedly, and fail definitely; once the store
     # answers, the slot is settled and writing goes on without a reopen.
-    n = 4 * (OPTIONS.max_retries + 1)
+    n = 4 * (OPTIONS.object_store.max_retries + 1)
 
     async def run():
         bookie = await _open(tmp_url, Fault(**DATA, count=n, reply="timeout"),
@@ -122,7 +122,7 @@ def test_a_write_that_cannot_even_be_sealed_is_settled_before_the_next(tmp_url):
 
 def test_queued_writes_of_other_keys_survive_a_failed_group(tmp_url):
     async def run():
-        bookie = await _open(tmp_url, Fault(**DATA, count=OPTIONS.max_retries + 1))
+        bookie = await _open(tmp_url, Fault(**DATA, count=OPTIONS.object_store.max_retries + 1))
         first = asyncio.ensure_future(write(bookie, [lr.Put("b", "x", b"1")], OPTIONS))
         for _ in range(1000):  # until the writer has taken it: the others queue behind it
             await asyncio.sleep(0)

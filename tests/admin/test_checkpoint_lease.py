@@ -39,7 +39,8 @@ def test_a_lease_renews_when_due_rides_out_failures_and_reports_a_gone_checkpoin
 
     # Every manifest read fails: the renewal is counted and retried later; the read goes on.
     faulty = ManifestStore(FaultInjectingStore.wrap(
-        url, Fault("list", "manifest/", count=100), options=lr.Options(max_retries=0)))
+        url, Fault("list", "manifest/",
+                   count=100), options=lr.Options(object_store=dict(max_retries=0))))
     failing = CheckpointLease(faulty, pin.id, LIFETIME, clock, renewed_at=-LIFETIME)
     asyncio.run(failing.keep())
     assert failing.failures == 1 and not failing.due

@@ -115,7 +115,7 @@ def test_an_interrupted_clone_is_finished_by_a_retry(ray_cluster, tmp_path):
 
 def test_a_clone_detaches_once_it_shares_nothing(ray_cluster, tmp_path):
     url, child_url = f"file://{tmp_path}/p", f"file://{tmp_path}/c"
-    options = lr.Options(**SMALL, long_snapshot_timeout_s=1, gc_interval_s=0)
+    options = lr.Options(**SMALL, gc=dict(long_snapshot_timeout_s=1, interval_s=0))
     parent = lr.open(url, options)
     parent.put_many([lr.Put("b", k, b"old") for _, k in keys(300)])
     parent.close()
@@ -146,7 +146,7 @@ def test_a_clone_detaches_once_it_shares_nothing(ray_cluster, tmp_path):
 
 def test_a_clone_made_while_gc_runs_on_its_parent(ray_cluster, tmp_url):
     url, options = tmp_url, lr.Options()
-    options = options.replace(**SMALL, gc_interval_s=0)
+    options = options.replace(**SMALL, gc=dict(interval_s=0))
     parent = lr.open(url, options)
     try:
         for r in range(5):

@@ -79,7 +79,7 @@ def test_a_destroyed_store_goes_after_its_grace_period():
 
 
 def test_old_outputs_are_not_published():
-    options = lr.Options(gc_min_age_s=100)
+    options = lr.Options(gc=dict(min_age_s=100))
     gcm.check_publishable(NOW, options, NOW + 49)
     with pytest.raises(lr.ObjectStoreError):
         gcm.check_publishable(NOW, options, NOW + 51)
@@ -89,10 +89,10 @@ def test_old_outputs_are_not_published():
 @pytest.mark.ray
 def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, durable_backend):
     url, options = durable_backend
-    # Outputs older than gc_min_age_s / 2 by the store's clock are not published: merges that
+    # Outputs older than gc.min_age_s / 2 by the store's clock are not published: merges that
     # the advancing clock overtakes are redone, never collected half-published.
-    options = options.replace(**SMALL, long_snapshot_timeout_s=3, gc_interval_s=0,
-                              gc_min_age_s=4)
+    options = options.replace(**SMALL, gc=dict(long_snapshot_timeout_s=3, interval_s=0,
+                                               min_age_s=4))
     clock = ManualClock()
     store = lr.open(url, options, clock=clock)
     objects = ObjectStore.from_url(url, options)
@@ -172,7 +172,7 @@ def test_a_failed_delete_is_left_for_the_next_pass(tmp_path):
     orphans = sorted(sst_name() for _ in range(3))
     for name in orphans:
         objects.put(name, b"never published")
-    options = lr.Options(max_retries=0)
+    options = lr.Options(object_store=dict(max_retries=0))
     faulty = FaultInjectingStore.wrap(url, Fault("delete", orphans[1]), options=options)
     plan = asyncio.run(gcm.collect(faulty, options, min_age=0))  # no error: nothing in doubt
     assert plan.failed == [orphans[1]] and plan.deleted == [orphans[0], orphans[2]]

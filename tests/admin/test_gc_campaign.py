@@ -24,13 +24,13 @@ pytestmark = [pytest.mark.s3, pytest.mark.ray]
 
 PASSES = 50
 KEYS = [f"k{i:03d}" for i in range(200)]
-TIMING = dict(request_timeout_s=1.0, connect_timeout_s=1.0, retry_timeout_s=10.0,
-              write_resolve_s=8.0, max_retries=8, retry_max_backoff_s=0.3)
+TIMING = dict(object_store=dict(request_timeout_s=1.0, connect_timeout_s=1.0, retry_timeout_s=10.0,
+                                write_resolve_s=8.0, max_retries=8, retry_max_backoff_s=0.3))
 #: A store that merges and compacts often; GC only by hand. Uploads are published within
-#: half of ``gc_min_age_s`` or redone, so GC passes with that ``min_age`` race none.
-SETTINGS = dict(l0_max_keys=150, push_keys=50, push_ms=5, sst_max_keys=120, catalog_s=0.3,
-                journal_compaction_interval_s=0, gc_interval_s=0, gc_min_age_s=16.0,
-                lease_renew_s=1.0, small_journal_files=8)
+#: half of ``gc.min_age_s`` or redone, so GC passes with that ``min_age`` race none.
+SETTINGS = dict(ledger=dict(l0_max_keys=150, push_keys=50, push_ms=5, sst_max_keys=120),
+                journal=dict(catalog_s=0.3, compaction_interval_s=0, small_files=8),
+                gc=dict(interval_s=0, min_age_s=16.0, lease_renew_s=1.0))
 MIN_AGE = 16.0
 
 
@@ -121,9 +121,9 @@ def test_gc_passes_under_faults_lose_nothing(ray_cluster, moto_endpoint):
     rng = random.Random(int(os.environ.get("LR_CAMPAIGN_SEED", "2024")))
     held = Holders()
     with FaultProxy(moto_endpoint, rate=0.0, delay_s=1.2, seed=7) as proxy:
-        options = direct.replace(s3_endpoint=proxy.endpoint)
+        options = direct.replace(object_store=dict(s3_endpoint=proxy.endpoint))
         # GC gets a small retry budget, so that some passes meet a fault they cannot ride out.
-        gc_options = options.replace(max_retries=1, retry_timeout_s=3.0)
+        gc_options = options.replace(object_store=dict(max_retries=1, retry_timeout_s=3.0))
         store = lr.open(url, options)
         proxy.set_faults(0.05)
         passes = stopped = deleted = 0

@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.s3, pytest.mark.ray]
 
 KEYS = [("b", f"k{i:05d}") for i in range(2000)]
 #: Short timeouts, and the retry budget of the finding: a request is tried three times.
-TIMING = dict(request_timeout_s=2.0, connect_timeout_s=1.0, retry_timeout_s=10.0,
-              max_retries=2, retry_max_backoff_s=0.2, gc_interval_s=0)
+TIMING = dict(object_store=dict(request_timeout_s=2.0, connect_timeout_s=1.0, retry_timeout_s=10.0,
+                                max_retries=2, retry_max_backoff_s=0.2), gc=dict(interval_s=0))
 
 
 def everything(objects: ObjectStore) -> set[str]:
@@ -45,7 +45,7 @@ def test_gc_keeps_a_checkpoint_whose_manifest_cannot_be_read(ray_cluster, moto_e
     direct = s3_options(moto_endpoint, **SMALL, **TIMING)
     objects = ObjectStore.from_url(url, direct)
     with FaultProxy(moto_endpoint, seed=24) as proxy:
-        options = direct.replace(s3_endpoint=proxy.endpoint)
+        options = direct.replace(object_store=dict(s3_endpoint=proxy.endpoint))
         # 1. A checkpoint, then every key overwritten four times and the journal compacted.
         store = lr.open(url, options)
         try:

@@ -147,7 +147,7 @@ def test_splits_cut_at_sst_first_keys_by_entries():
 
 
 def test_export_writes_a_checkpoint_as_parquet(tmp_url, tmp_path, capsys):
-    bulk(tmp_url, [[rows(0, 3000)], [rows(3000, 6000)]], lr.Options(sst_max_keys=500))
+    bulk(tmp_url, [[rows(0, 3000)], [rows(3000, 6000)]], lr.Options(ledger=dict(sst_max_keys=500)))
     pin = lr.admin(tmp_url).create_checkpoint(name="export")
     bulk(tmp_url, [[rows(0, 100, b"later")]])  # after the checkpoint: not exported
     out = tmp_path / "out"

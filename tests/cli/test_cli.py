@@ -14,7 +14,7 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture
 def loaded(ray_cluster, tmp_url):
-    store = lr.open(tmp_url, lr.Options(l0_max_keys=100, push_keys=20, push_ms=5))
+    store = lr.open(tmp_url, lr.Options(ledger=dict(l0_max_keys=100, push_keys=20, push_ms=5)))
     store.put_many([lr.Put("b", f"k{i}", b"value %d" % i) for i in range(300)])
     store.put("b", b"\x00raw", b"bytes key")
     store.put("b", "unflushed", b"only in the journal")
@@ -117,7 +117,8 @@ def test_checkpoint_gc_and_destroy_commands(loaded, capsys):
 
 
 def test_keys_buckets_and_index_queries(ray_cluster, tmp_url, capsys):
-    with lr.open(tmp_url, lr.Options(l0_max_keys=100, push_keys=20, push_ms=5)) as store:
+    with lr.open(tmp_url, lr.Options(ledger=dict(l0_max_keys=100, push_keys=20,
+                                                 push_ms=5))) as store:
         store.put_many([lr.Put("b", f"k{i:03d}", b"v", indexes=[("add", "n_int", i % 7)])
                         for i in range(250)])
         store.put("c", b"\x00raw", b"v", indexes=[("add", "t_bin", "x")])
@@ -141,7 +142,8 @@ def test_keys_buckets_and_index_queries(ray_cluster, tmp_url, capsys):
 
 def test_stats_of_a_running_store_and_of_its_manifest(ray_cluster, tmp_url, capsys):
     name = f"stats-{uuid.uuid4().hex[:8]}"
-    store = lr.open(tmp_url, lr.Options(l0_max_keys=100, push_keys=20, push_ms=5), name=name)
+    store = lr.open(tmp_url, lr.Options(ledger=dict(l0_max_keys=100, push_keys=20, push_ms=5)),
+                    name=name)
     try:
         store.put_many([lr.Put("b", f"k{i:03d}", b"v" * 50) for i in range(200)])
         assert len(store.get_many([("b", f"k{i:03d}") for i in range(50)])) == 50

@@ -13,12 +13,12 @@ from conftest import persisted, wait_until
 
 pytestmark = pytest.mark.ray
 
-SMALL = lr.Options(l0_max_keys=300, push_keys=50, push_ms=5)
+SMALL = lr.Options(ledger=dict(l0_max_keys=300, push_keys=50, push_ms=5))
 
 
 def _open(backend):
     url, options = backend
-    s = lr.open(url, options.replace(l0_max_keys=300, push_keys=50, push_ms=5),
+    s = lr.open(url, options.replace(ledger=dict(l0_max_keys=300, push_keys=50, push_ms=5)),
                 clock=ManualClock())  # tests advance it instead of sleeping
     yield s
     s.close()
@@ -151,13 +151,14 @@ def test_every_operation_has_a_sync_and_an_async_form():
     from leveled_ray.admin.handle import Admin
     from leveled_ray.client.reader import Reader
 
-    for cls in (lr.Store, Admin, Reader):
+    local = ("actors", "stats", "shard", "shard_of")  # no I/O
+    for cls in (lr.Store, Admin, Reader, lr.ShardedStore, lr.ShardedSnapshot):
         for name in dir(cls):
             if name.startswith("_"):
                 continue
             twin = name.removesuffix("_async") if name.endswith("_async") else f"{name}_async"
             method = getattr(cls, name)
-            if callable(method) and name not in ("actors", "stats"):  # local, no I/O
+            if callable(method) and name not in local:
                 assert hasattr(cls, twin), f"{cls.__name__}.{name} has no {twin}"
 
 

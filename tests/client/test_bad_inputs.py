@@ -25,7 +25,7 @@ BAD_CALLS = [
     ("put_many one bad", lambda s: s.put_many([lr.Put("b", "ok", b"v"), lr.Put("b", "", b"v")]),
      "key must not be empty"),
     ("put_many too big", lambda s: s.put_many([lr.Put("b", f"k{i}", b"x" * 2000)
-                                               for i in range(40)]), "max_journal_bytes"),
+                                               for i in range(40)]), "journal.max_file_bytes"),
     ("get bad key", lambda s: s.get("b", None), "key must be str or bytes"),
     ("get_many pair", lambda s: s.get_many([("b", "k", "x")]), "pair"),
     ("get_many str", lambda s: s.get_many("bk"), "pairs"),
@@ -45,7 +45,7 @@ BAD_CALLS = [
 @pytest.fixture(scope="module")
 def small_store(ray_cluster, tmp_path_factory):
     url = f"file://{tmp_path_factory.mktemp('bad')}/db"
-    store = lr.open(url, lr.Options(max_value_bytes=2048, max_journal_bytes=64 * 1024))
+    store = lr.open(url, lr.Options(max_value_bytes=2048, journal=dict(max_file_bytes=64 * 1024)))
     store.put("b", "k", b"original")
     yield store
     store.close()
@@ -85,22 +85,46 @@ def test_closed_store_raises_store_closed(ray_cluster, tmp_url):
         store.get("b", "k")
 
 
-@pytest.mark.parametrize("field", ["journal_flush_ms", "push_ms", "request_timeout_s",
-                                   "gc_min_age_s", "write_resolve_s", "snapshot_timeout_s"])
+def nested(name: str, value) -> dict:
+    """``Options`` keywords that set the setting named ``name`` as text (``gc.min_age_s``)."""
+    group, _, leaf = name.rpartition(".")
+    return {group: {leaf: value}} if group else {name: value}
+
+
+@pytest.mark.parametrize("field", ["journal.flush_ms", "ledger.push_ms", "metrics_interval_s",
+                                   "object_store.request_timeout_s", "gc.min_age_s",
+                                   "object_store.write_resolve_s", "gc.snapshot_timeout_s"])
 @pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, "1", None, True])
 def test_every_number_option_refuses_non_finite_and_wrong_values(field, value):
     with pytest.raises(lr.InvalidArgumentError, match=field):
-        lr.Options(**{field: value})
+        lr.Options(**nested(field, value))
     with pytest.raises(lr.InvalidArgumentError, match=field):
-        lr.Options().replace(**{field: value})
+        lr.Options().replace(**nested(field, value))
 
 
 def test_every_option_field_is_validated():
-    import dataclasses
+    names = lr.Options.text_names()
+    assert {"compression", "gc.min_age_s", "journal.max_file_bytes", "ledger.l0_max_keys",
+            "object_store.s3_endpoint"} <= set(names)
+    for name in names:
+        with pytest.raises(lr.InvalidArgumentError, match=name):
+            lr.Options(**nested(name, object()))
 
-    for f in dataclasses.fields(lr.Options):
-        with pytest.raises(lr.InvalidArgumentError, match=f.name):
-            lr.Options(**{f.name: object()})
+
+def test_a_group_is_its_dataclass_or_a_dict_of_its_fields():
+    from leveled_ray.options import GcOptions
+
+    given = lr.Options(gc=GcOptions(min_age_s=5), ledger={"push_keys": 7})
+    assert given.gc.min_age_s == 5 and given.ledger.push_keys == 7
+    changed = given.replace(gc={"interval_s": 0})
+    assert (changed.gc.interval_s, changed.gc.min_age_s, changed.ledger.push_keys) == (0, 5, 7)
+    assert lr.Options.from_text({"gc.min_age_s": "9", "compression": "zstd"}, changed) == \
+        changed.replace(compression="zstd", gc={"min_age_s": 9.0})
+    for bad in ({"gc": 5}, {"gc": {"min_age": 1}}, {"ledger": GcOptions()}):
+        with pytest.raises(lr.InvalidArgumentError, match="gc|ledger"):
+            lr.Options(**bad)
+    with pytest.raises(lr.InvalidArgumentError, match="unknown option 'gc_min_age_s'"):
+        lr.Options.from_text({"gc_min_age_s": "1"})
 
 
 @pytest.mark.parametrize("min_age", [-1, "x", float("nan"), float("inf")])
@@ -119,8 +143,7 @@ def test_gc_refuses_a_bad_min_age_and_deletes_nothing(tmp_path, min_age):
     assert {m.path for prefix in ("ledger/", "manifest/") for m in store.list(prefix)} == before
 
 
-
 def test_small_journal_files_needs_two_files_to_merge():
-    with pytest.raises(lr.InvalidArgumentError, match="small_journal_files"):
-        lr.Options(small_journal_files=1)
-    assert lr.Options(small_journal_files=2).small_journal_files == 2
+    with pytest.raises(lr.InvalidArgumentError, match="journal.small_files"):
+        lr.Options(journal=dict(small_files=1))
+    assert lr.Options(journal=dict(small_files=2)).journal.small_files == 2

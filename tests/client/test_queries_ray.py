@@ -20,8 +20,8 @@ from conftest import persisted, wait_until
 
 pytestmark = pytest.mark.ray
 
-SMALL = lr.Options(l0_max_keys=200, push_keys=50, push_ms=5, sst_max_keys=150,
-                   sst_block_bytes=1024, journal_compaction_interval_s=0)
+SMALL = lr.Options(ledger=dict(l0_max_keys=200, push_keys=50, push_ms=5, sst_max_keys=150,
+                               sst_block_bytes=1024), journal=dict(compaction_interval_s=0))
 WORDS = ["alpha", "apple", "axe", "bravo", "beta", "charlie", "delta", "echo", "eagle", "fox"]
 
 

@@ -36,7 +36,7 @@ def test_a_planted_secret_appears_nowhere(ray_cluster, moto_endpoint, capsys, ca
     token = f"token-{uuid.uuid4().hex}"
     caplog.set_level(logging.DEBUG)
     options = s3_options(moto_endpoint, metrics_interval_s=0.5).replace(
-        s3_secret_access_key=secret, s3_session_token=token)
+        object_store=dict(s3_secret_access_key=secret, s3_session_token=token))
     url = f"s3://{S3_BUCKET}/secret-{uuid.uuid4().hex[:8]}"
     name = f"secret-{uuid.uuid4().hex[:8]}"
     seen = [repr(options), str(options), repr(ObjectStore.from_url(url, options).config)]
@@ -50,19 +50,23 @@ def test_a_planted_secret_appears_nowhere(ray_cluster, moto_endpoint, capsys, ca
         seen.append(error_text(lambda: lr.admin(f"s3://no-such-{uuid.uuid4().hex[:8]}/x",
                                                 options).list_checkpoints()))
         seen.append(error_text(lambda: lr.admin(url, options.replace(
-            s3_endpoint="http://127.0.0.1:9", max_retries=0, retry_timeout_s=1.0)).gc()))
+            object_store=dict(s3_endpoint="http://127.0.0.1:9", max_retries=0,
+                              retry_timeout_s=1.0))).gc()))
         # The command line, with the credentials given as options.
-        args = ["--url", url, "--option", f"s3_endpoint={moto_endpoint}",
-                "--option", f"s3_secret_access_key={secret}",
-                "--option", f"s3_session_token={token}",
-                "--option", f"s3_access_key_id={options.s3_access_key_id}",
-                "--option", "s3_region=us-east-1"]
+        settings = {"s3_endpoint": moto_endpoint, "s3_secret_access_key": secret,
+                    "s3_session_token": token,
+                    "s3_access_key_id": options.object_store.s3_access_key_id,
+                    "s3_region": "us-east-1"}
+        args = ["--url", url] + [arg for name, value in settings.items()
+                                 for arg in ("--option", f"object_store.{name}={value}")]
         for command in (["stats", "--name", name], ["inspect"], ["gc", "--dry-run"],
                         ["checkpoint", "list"]):
             cli.main(command + args)
-        cli.main(["inspect", "--url", url, "--option", "s3_endpoint=http://127.0.0.1:9",
-                  "--option", f"s3_secret_access_key={secret}", "--option", "max_retries=0",
-                  "--option", "retry_timeout_s=1"])
+        cli.main(["inspect", "--url", url,
+                  "--option", "object_store.s3_endpoint=http://127.0.0.1:9",
+                  "--option", f"object_store.s3_secret_access_key={secret}",
+                  "--option", "object_store.max_retries=0",
+                  "--option", "object_store.retry_timeout_s=1"])
         out = capsys.readouterr()
         seen += [out.out, out.err]
         # Metrics, as Ray's Prometheus endpoint serves them.

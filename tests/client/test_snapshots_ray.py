@@ -56,7 +56,7 @@ def test_bad_snapshot_calls_are_refused(ray_cluster, tmp_url):
         with pytest.raises(lr.InvalidArgumentError):
             store.snapshot(timeout_s=0)
         with pytest.raises(lr.InvalidArgumentError):  # longer than GC protects files for
-            store.snapshot(timeout_s=options.long_snapshot_timeout_s + 1)
+            store.snapshot(timeout_s=options.gc.long_snapshot_timeout_s + 1)
         with store.snapshot(values=False) as heads_only:
             assert heads_only.head("b", "k").size == 1
             with pytest.raises(lr.InvalidArgumentError):

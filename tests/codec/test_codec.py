@@ -92,7 +92,7 @@ def test_options_are_validated():
     with pytest.raises(lr.InvalidArgumentError, match="compression"):
         lr.Options(compression="snappy")
     with pytest.raises(lr.InvalidArgumentError, match="push_keys"):
-        lr.Options(push_keys=0)
+        lr.Options(ledger=dict(push_keys=0))
     with pytest.raises(lr.InvalidArgumentError, match="unknown option"):
         lr.Options().replace(colour="blue")
     assert lr.Options().replace(cache_size=0).cache_size == 0

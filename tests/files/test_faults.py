@@ -9,10 +9,10 @@ pytestmark = pytest.mark.ray
 
 
 #: Quick retries, so that a fault outlasts them in a few milliseconds.
-QUICK = lr.Options(retry_backoff_s=0.001, retry_max_backoff_s=0.01, max_retries=3,
-                   write_resolve_s=2.0)
+QUICK = lr.Options(object_store=dict(retry_backoff_s=0.001, retry_max_backoff_s=0.01,
+                                     max_retries=3, write_resolve_s=2.0))
 #: Enough refused requests to fail one write (every retry of it) for sure.
-ONE_WRITE = QUICK.max_retries + 1
+ONE_WRITE = QUICK.object_store.max_retries + 1
 
 
 def test_definite_journal_failure_loses_nothing_else(ray_cluster, tmp_url):
@@ -61,7 +61,7 @@ def test_a_lost_reply_neither_fails_the_write_nor_closes_the_store(ray_cluster, 
 def test_l0_flush_failures_are_retried(ray_cluster, tmp_url):
     faulty = FaultInjectingStore.wrap(tmp_url, Fault("put_if_absent", "ledger/",
                                                      count=2 * ONE_WRITE), options=QUICK)
-    store = lr.open(tmp_url, QUICK.replace(l0_max_keys=100, push_keys=50, push_ms=5),
+    store = lr.open(tmp_url, QUICK.replace(ledger=dict(l0_max_keys=100, push_keys=50, push_ms=5)),
                     store=faulty)
     try:
         store.put_many([lr.Put("b", f"k{i}", b"v") for i in range(300)])

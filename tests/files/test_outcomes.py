@@ -192,8 +192,8 @@ def test_client_errors_are_classified():
 # --- through the in-process fault store -----------------------------------------------------
 
 
-FAST = lr.Options(retry_backoff_s=0.001, retry_max_backoff_s=0.01, write_resolve_s=5.0,
-                  max_retries=3)
+FAST = lr.Options(object_store=dict(retry_backoff_s=0.001, retry_max_backoff_s=0.01,
+                                    write_resolve_s=5.0, max_retries=3))
 
 
 def faulty(tmp_path, *faults, options=FAST):
@@ -210,7 +210,7 @@ def test_reads_retry_transient_failures_then_raise_a_typed_error(tmp_path):
     with pytest.raises(lr.ObjectStoreError) as err:
         store.get("a")
     assert err.value.definite  # a read changes nothing
-    assert store.seen[0] == FAST.max_retries + 1  # bounded
+    assert store.seen[0] == FAST.object_store.max_retries + 1  # bounded
 
 
 def test_put_if_absent_knows_its_own_create_after_an_exists_answer(tmp_path):
@@ -240,7 +240,8 @@ def test_put_if_absent_that_never_reached_the_store_is_definite(tmp_path):
 def test_create_or_seal_seals_a_name_whose_outcome_stays_unknown(tmp_path):
     # Every data attempt times out without landing (and max_retries=3 bounds them); the seal
     # then takes the name, so the data can never land later.
-    store = faulty(tmp_path, Fault("put_if_absent", count=FAST.max_retries + 1, reply="timeout"))
+    store = faulty(tmp_path, Fault("put_if_absent", count=FAST.object_store.max_retries + 1,
+                                   reply="timeout"))
     assert store.create_or_seal("slot", b"DATA-1", lambda: b"SEAL-1", ident=4) is Created.SEALED
     assert store.get("slot") == b"SEAL-1"
     assert store.stats.sealed == 1
@@ -251,8 +252,9 @@ def test_create_or_seal_seals_a_name_whose_outcome_stays_unknown(tmp_path):
 def test_create_or_seal_finds_data_that_landed(tmp_path):
     # The data landed on its first attempt; every reply and every read-back was lost.
     store = faulty(tmp_path, Fault("put_if_absent", applied=True),
-                   Fault("put_if_absent", after=1, count=FAST.max_retries, reply="timeout"),
-                   Fault("get_range", count=FAST.max_retries + 1, reply="timeout"))
+                   Fault("put_if_absent", after=1, count=FAST.object_store.max_retries,
+                         reply="timeout"),
+                   Fault("get_range", count=FAST.object_store.max_retries + 1, reply="timeout"))
     assert store.create_or_seal("slot", b"DATA-1", lambda: b"SEAL-1", ident=4) is Created.MINE
     assert store.get("slot") == b"DATA-1"
 

@@ -32,10 +32,10 @@ from conftest import S3_BUCKET, s3_options
 pytestmark = [pytest.mark.s3, pytest.mark.ray]
 
 #: Short timeouts so that a delayed request costs a second, not thirty.
-TIMING = dict(request_timeout_s=1.0, connect_timeout_s=1.0, retry_timeout_s=15.0,
-              write_resolve_s=10.0, max_retries=8, retry_max_backoff_s=0.5)
-SMALL = dict(l0_max_keys=300, push_keys=60, push_ms=5, catalog_s=0.3, gc_interval_s=0,
-             journal_compaction_interval_s=0, sst_max_keys=500)
+TIMING = dict(object_store=dict(request_timeout_s=1.0, connect_timeout_s=1.0, retry_timeout_s=15.0,
+                                write_resolve_s=10.0, max_retries=8, retry_max_backoff_s=0.5))
+SMALL = dict(ledger=dict(l0_max_keys=300, push_keys=60, push_ms=5, sst_max_keys=500),
+             journal=dict(catalog_s=0.3, compaction_interval_s=0), gc=dict(interval_s=0))
 
 
 class Ledger:
@@ -171,7 +171,8 @@ def test_all_modes_mixed_at_five_percent(ray_cluster, moto_endpoint):
 
 def test_an_unreachable_store_fails_writes_definitely_then_recovers(ray_cluster, moto_endpoint):
     with FaultProxy(moto_endpoint) as proxy:
-        options = s3_options(proxy.endpoint, **TIMING, **SMALL).replace(retry_timeout_s=3.0)
+        options = s3_options(proxy.endpoint, **TIMING,
+                             **SMALL).replace(object_store=dict(retry_timeout_s=3.0))
         url = f"s3://{S3_BUCKET}/unreachable-{uuid.uuid4().hex[:10]}"
         store = lr.open(url, options)
         try:
@@ -182,7 +183,7 @@ def test_an_unreachable_store_fails_writes_definitely_then_recovers(ray_cluster,
                 with pytest.raises(lr.ObjectStoreError) as err:
                     store.put("b", key, b"x")
                 assert err.value.definite  # refused connections: never sent
-                assert time.monotonic() - started < options.retry_timeout_s + 5
+                assert time.monotonic() - started < options.object_store.retry_timeout_s + 5
             proxy.heal()
             store.put("b", "after", b"2")  # no reopen
             assert store.get_many([("b", "before"), ("b", "down-1"), ("b", "after")]) == [

@@ -58,7 +58,7 @@ def test_bad_head_only_modes_are_refused_before_anything_starts(tmp_path):
 
 
 def test_a_head_only_bookie_refuses_changes_without_their_value(tmp_path):
-    options = lr.Options(gc_interval_s=0, journal_compaction_interval_s=0)
+    options = lr.Options(gc=dict(interval_s=0), journal=dict(compaction_interval_s=0))
 
     async def run():
         bookie = Bookie(f"file://{tmp_path}/db", options, local=True, head_only="with_lookup")

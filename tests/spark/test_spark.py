@@ -39,8 +39,8 @@ def source_options(url, options=None):
     if options is not None:
         base = lr.Options()
         for name in ("s3_endpoint", "s3_region", "s3_access_key_id", "s3_secret_access_key"):
-            if getattr(options, name) != getattr(base, name):
-                out[name] = str(getattr(options, name))
+            if getattr(options.object_store, name) != getattr(base.object_store, name):
+                out[f"object_store.{name}"] = str(getattr(options.object_store, name))
     return out
 
 
@@ -118,7 +118,7 @@ def test_index_terms_ttl_and_index_reads(spark, tmp_url):
 
 
 def test_a_read_at_a_checkpoint_sees_exactly_it_while_writes_go_on(spark, ray_cluster, tmp_url):
-    store = lr.open(tmp_url, lr.Options(l0_max_keys=500, push_keys=100, push_ms=5))
+    store = lr.open(tmp_url, lr.Options(ledger=dict(l0_max_keys=500, push_keys=100, push_ms=5)))
     try:
         store.put_many([lr.Put("b", f"k{i:05d}", b"v0-%d" % i) for i in range(3000)])
         pin = store.checkpoint(lifetime=600, name="spark-test")
@@ -153,7 +153,8 @@ def test_a_read_at_a_checkpoint_sees_exactly_it_while_writes_go_on(spark, ray_cl
 
 def test_a_write_installs_through_the_running_bookie(spark, ray_cluster, tmp_url):
     name = f"spark-{uuid.uuid4().hex[:8]}"
-    store = lr.open(tmp_url, lr.Options(l0_max_keys=500, push_keys=100, push_ms=5), name=name)
+    store = lr.open(tmp_url, lr.Options(ledger=dict(l0_max_keys=500, push_keys=100, push_ms=5)),
+                    name=name)
     try:
         store.put_many([lr.Put("b0", f"k{i:07d}", b"old") for i in range(0, 4000, 4)])
         stop, written = threading.Event(), []
@@ -270,12 +271,13 @@ def test_bad_options_and_columns_are_refused(spark, tmp_url):
 
 
 def test_option_text_is_checked_before_any_task_runs():
-    assert spark_mod.store_options({"s3_allow_http": "true", "sst_max_keys": "100",
-                                    "push_ms": "5", "url": "x"}) == lr.Options(
-        s3_allow_http=True, sst_max_keys=100, push_ms=5.0)
+    text = {"object_store.s3_allow_http": "true", "url": "x", "ledger.sst_max_keys": "100",
+            "ledger.push_ms": "5"}
+    assert spark_mod.store_options(text) == lr.Options(
+        object_store=dict(s3_allow_http=True), ledger=dict(sst_max_keys=100, push_ms=5.0))
     with pytest.raises(lr.InvalidArgumentError, match="true or false"):
         spark_mod.read_query({"url": "x", "with_indexes": "yes"})
     with pytest.raises(lr.InvalidArgumentError, match="must be a number"):
-        spark_mod.store_options({"sst_max_keys": "many"})
+        spark_mod.store_options({"ledger.sst_max_keys": "many"})
     with pytest.raises(lr.InvalidArgumentError, match="positive int"):
-        spark_mod.store_options({"sst_max_keys": "0"})
+        spark_mod.store_options({"ledger.sst_max_keys": "0"})

@@ -1,0 +1,170 @@
+"""A shard's side of a cross-shard ``put_many``: prepare, then commit or abort.
+
+1. **Prepare** (:meth:`Participant.prepare`): the part's keys are locked (another batch holding
+   one of them answers ``busy``: the client retries), its conditions are checked against every
+   change before it, and the part is written to the shard's store as ``txn/<id>.part``. Until
+   the batch is decided, other writes of those keys wait, and so do reads: no reader can see a
+   later state of one shard and an earlier state of another.
+2. **Decide**: the client creates the commit record once every shard prepared (see
+   :mod:`leveled_ray.manifest.txn_records`).
+3. **Commit** applies the part as one ordinary durable group (its conditions were checked
+   under the lock), deletes the part object, then unlocks. **Abort** deletes it and unlocks.
+
+A part no one decides within ``txn_timeout_s`` (its client died) is decided here: ``abort``
+unless the record says ``commit`` already. A shard that restarts finds its parts in its store
+and settles each from the record the same way (:meth:`Participant.recover`), before it takes any
+write. A part is deleted before its keys unlock, so a part found at a restart was not
+followed by any other write of its keys: applying it again is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+from ..clock import Clock
+from ..codec import NO_CONDITION, Change
+from ..errors import CorruptObjectError, LeveledError
+from ..files.store import NotFound, ObjectStore
+from ..manifest.txn_records import ABORT, COMMIT, decide, part_name, txn_of_part
+from ..options import Options
+from .remote import ValueBatch
+from .tasks import Tasks
+from .write_path import WritePath
+
+PART_FORMAT = b"LRPART1\n"
+BUSY = "busy"
+
+
+def encode_part(root_url: str, changes: list[Change], values: list) -> bytes:
+    """A prepared part, as written to the shard's store (read only by the shard's own
+    Bookies: the changes were validated by the client and checked here)."""
+    return PART_FORMAT + pickle.dumps((root_url, changes, values), protocol=5)
+
+
+def decode_part(data: bytes, name: str) -> tuple[str, list[Change], list]:
+    if not data.startswith(PART_FORMAT):
+        raise CorruptObjectError(name, 0, "damaged prepared part")
+    try:
+        return pickle.loads(data[len(PART_FORMAT):])
+    except Exception as exc:
+        raise CorruptObjectError(name, 0, f"damaged prepared part: {exc}") from None
+
+
+class Prepared:
+    """A part waiting for its decision."""
+
+    def __init__(self, root_url: str, changes: list[Change], values: list):
+        self.root_url, self.changes, self.values = root_url, changes, values
+        self.settled: asyncio.Future | None = None  # the commit or abort under way
+        self.expiry: asyncio.Task | None = None
+
+
+class Participant:
+    """The prepared parts of one shard, hosted by its Bookie."""
+
+    def __init__(self, store: ObjectStore, options: Options, writes: WritePath, clock: Clock):
+        self.store, self.options, self.writes, self.clock = store, options, writes, clock
+        self.parts: dict[str, Prepared] = {}
+        self.tasks = Tasks("Participant")
+        self._roots: dict[str, ObjectStore] = {}
+        self.counters = {"txn_prepared": 0, "txn_committed": 0, "txn_aborted": 0,
+                         "txn_busy": 0, "txn_decided_here": 0, "txn_recovered": 0}
+
+    def _root(self, url: str) -> ObjectStore:
+        if url not in self._roots:
+            self._roots[url] = ObjectStore.from_url(url, self.options)
+        return self._roots[url]
+
+    async def prepare(self, txn: str, root_url: str, changes: list[Change],
+                      values: list) -> Exception | str | None:
+        """Prepare this shard's part of batch ``txn``: ``None`` once it is durable and its
+        keys locked, ``"busy"`` if another batch holds one of its keys, or the failure of its
+        conditions (then nothing is held)."""
+        self.writes.check_usable()
+        if txn in self.parts:
+            return None  # prepared already (a resent call)
+        if not self.writes.lock([c.lkey for c in changes], txn):
+            self.counters["txn_busy"] += 1
+            return BUSY
+        try:
+            failure = await self.writes.check(changes)
+            if failure is not None:
+                self.writes.unlock(txn)
+                return failure
+            await self.store.put_if_absent_async(
+                part_name(txn), encode_part(root_url, changes, values), unique=True)
+        except BaseException:
+            self.writes.unlock(txn)
+            raise
+        part = self.parts[txn] = Prepared(root_url, changes, values)
+        self.counters["txn_prepared"] += 1
+        part.expiry = self.tasks.start(self._expire(txn), f"txn {txn}")
+        return None
+
+    async def commit(self, txn: str) -> list[int]:
+        """Apply a prepared part; returns its changes' SQNs. A part this shard no longer holds
+        was settled already: ``[]``."""
+        return await self._settle(txn, COMMIT)
+
+    async def abort(self, txn: str) -> None:
+        """Drop a prepared part (nothing of it was ever visible)."""
+        await self._settle(txn, ABORT)
+
+    async def _settle(self, txn: str, decision: str) -> list[int]:
+        part = self.parts.get(txn)
+        if part is None:
+            return []
+        if part.settled is None:
+            part.settled = asyncio.ensure_future(self._apply(txn, part, decision))
+        return await asyncio.shield(part.settled)
+
+    async def _apply(self, txn: str, part: Prepared, decision: str) -> list[int]:
+        sqns: list[int] = []
+        try:
+            if decision == COMMIT:
+                changes = [c._replace(condition=NO_CONDITION) for c in part.changes]
+                sqns = await self.writes.put_many(changes, ValueBatch(inline=part.values), txn)
+            await self.store.delete_async(part_name(txn))  # before the keys unlock
+        except BaseException:
+            part.settled = None  # the next call (or the expiry) tries again
+            raise
+        del self.parts[txn]
+        self.writes.unlock(txn)
+        if part.expiry is not None:
+            part.expiry.cancel()
+        self.counters["txn_committed" if decision == COMMIT else "txn_aborted"] += 1
+        return sqns
+
+    async def _expire(self, txn: str) -> None:
+        """Decide a part no one decided in time: abort, unless the record says commit."""
+        await asyncio.sleep(self.options.txn_timeout_s)
+        while txn in self.parts:
+            try:
+                decision = await decide(self._root(self.parts[txn].root_url), txn, ABORT)
+                self.counters["txn_decided_here"] += 1
+                await self._settle(txn, decision)
+            except LeveledError:
+                await asyncio.sleep(self.options.txn_timeout_s)  # the store answers later
+
+    async def recover(self) -> int:
+        """Settle every part found in the store (after a restart), from its record: applied
+        if it says commit, dropped otherwise (an undecided part is aborted here). Returns how
+        many were found."""
+        found = [m.path for m in await self.store.list_async("txn/")
+                 if txn_of_part(m.path) is not None]
+        for name in found:
+            txn = txn_of_part(name)
+            try:
+                root_url, changes, values = decode_part(await self.store.get_async(name), name)
+            except NotFound:
+                continue
+            self.writes.lock([c.lkey for c in changes], txn)
+            self.parts[txn] = Prepared(root_url, changes, values)
+            await self._settle(txn, await decide(self._root(root_url), txn, ABORT))
+            self.counters["txn_recovered"] += 1
+        return len(found)
+
+    async def close(self) -> None:
+        """Stop deciding parts (a closed shard settles them when it reopens)."""
+        await self.tasks.cancel(*self.tasks.running)

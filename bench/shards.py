@@ -1,0 +1,175 @@
+"""Sharded stores against one shard and against a plain store, in one run, on file://.
+
+Measures (1 KiB values):
+
+- ``put_many`` ingest, 1 000 items a call, from 2 Ray tasks: 1, 2 and 4 shards;
+- sequential single puts from 4 Ray tasks: 1, 2 and 4 shards;
+- CPU seconds per 1 000 puts of each shard's Bookie (from its process's CPU time), which
+  projects the scaling on a machine with a core per shard;
+- single ``get`` and ``put`` p50, a 4-shard store against a plain one (and a bare Ray round
+  trip);
+- a cross-shard ``put_many`` of 1 000 items against a single-shard one of the same size;
+- a consistent checkpoint of 4 shards against a plain store's checkpoint, and the longest
+  write pause a cut caused;
+- a fold of every key, 4 shards against plain.
+
+Prints each figure with its ratio and writes ``bench/shards.png``.
+Run: ``python bench/shards.py`` (``--quick`` for a smaller run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import ray
+
+import leveled_ray as lr
+
+import plots
+
+VALUE = b"v" * 1024
+
+
+@ray.remote(num_cpus=0)
+class Echo:
+    async def ping(self):
+        return None
+
+
+@ray.remote(num_cpus=0)
+def ingest(store, worker: int, calls: int) -> int:
+    for c in range(calls):
+        store.put_many([lr.Put("b", f"w{worker}-{c}-{i}", VALUE) for i in range(1000)])
+    return calls * 1000
+
+
+@ray.remote(num_cpus=0)
+def single_puts(store, worker: int, n: int) -> int:
+    for i in range(n):
+        store.put("s", f"w{worker}-{i}", VALUE)
+    return n
+
+
+def rate(store, task, workers: int, per_worker: int) -> float:
+    """Items per second of ``workers`` Ray tasks running ``task`` on ``store`` at once."""
+    t = time.perf_counter()
+    done = sum(ray.get([task.remote(store, w, per_worker) for w in range(workers)]))
+    return done / (time.perf_counter() - t)
+
+
+def bookie_cpu_s(store) -> list[float]:
+    """CPU seconds so far of each shard's Bookie process."""
+    return [s["process"]["cpu_s"] for s in store.stats()["shards"]]
+
+
+def p50_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def timed(fn, n: int) -> float:
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        fn(i)
+        out.append(time.perf_counter() - t)
+    return p50_ms(out)
+
+
+def keys_in(store, shard: int, count: int, prefix: str) -> list[str]:
+    out, i = [], 0
+    while len(out) < count:
+        if store.shard_of("x", f"{prefix}{i}") == shard:
+            out.append(f"{prefix}{i}")
+        i += 1
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=10, help="put_many calls per task")
+    parser.add_argument("--puts", type=int, default=1500, help="single puts per task")
+    parser.add_argument("--ops", type=int, default=1000, help="single gets/puts for p50")
+    parser.add_argument("--rounds", type=int, default=10, help="timed put_many/checkpoints")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.calls, args.puts, args.ops, args.rounds = 3, 300, 300, 4
+    tmp = tempfile.mkdtemp(prefix="lr-shards-")
+    ray.init(include_dashboard=False, logging_level="ERROR", _temp_dir=tmp)
+    echo = Echo.remote()
+    rtt = timed(lambda _: ray.get(echo.ping.remote()), 1000)
+    rows: list[tuple[str, float, float, str]] = []  # measure, value, peer value, unit
+
+    ingest_rate, single_rate, cpu = {}, {}, {}
+    for shards in (1, 2, 4):
+        store = lr.open(f"file://{tmp}/ingest{shards}", shards=shards)
+        try:
+            before = bookie_cpu_s(store)
+            ingest_rate[shards] = rate(store, ingest, 2, args.calls)
+            single_rate[shards] = rate(store, single_puts, 4, args.puts)
+            used = [a - b for a, b in zip(bookie_cpu_s(store), before)]
+            puts = (2 * args.calls * 1000 + 4 * args.puts) / shards
+            cpu[shards] = statistics.mean(u / puts * 1000 for u in used)
+        finally:
+            store.close()
+    for shards in (2, 4):
+        rows.append((f"put_many ingest, {shards} shards / 1", ingest_rate[shards],
+                     ingest_rate[1], "items/s"))
+        rows.append((f"single puts x4 tasks, {shards} shards / 1", single_rate[shards],
+                     single_rate[1], "puts/s"))
+    for shards in (1, 2, 4):
+        print(f"CPU s per 1 000 puts, per shard's Bookie ({shards} shards): {cpu[shards]:.3f}")
+
+    plain = lr.open(f"file://{tmp}/plain")
+    four = lr.open(f"file://{tmp}/four", shards=4)
+    try:
+        for store in (plain, four):
+            store.put_many([lr.Put("x", f"k{i}", VALUE) for i in range(5000)])
+        get_plain = timed(lambda i: plain.get("x", f"k{i % 5000}"), args.ops)
+        get_four = timed(lambda i: four.get("x", f"k{i % 5000}"), args.ops)
+        put_plain = timed(lambda i: plain.put("y", f"k{i}", VALUE), args.ops)
+        put_four = timed(lambda i: four.put("y", f"k{i}", VALUE), args.ops)
+        rows.append(("get p50, 4 shards / plain", get_four, get_plain, "ms"))
+        rows.append(("put p50, 4 shards / plain", put_four, put_plain, "ms"))
+        one_shard = keys_in(four, 0, 1000 * args.rounds, "one")
+        across = [f"all{i}" for i in range(1000 * args.rounds)]
+        t_one = timed(lambda r: four.put_many(
+            [lr.Put("x", k, VALUE) for k in one_shard[r * 1000:(r + 1) * 1000]]), args.rounds)
+        t_across = timed(lambda r: four.put_many(
+            [lr.Put("x", k, VALUE) for k in across[r * 1000:(r + 1) * 1000]]), args.rounds)
+        rows.append(("put_many 1000, across 4 shards / one shard", t_across, t_one, "ms"))
+        cp_plain = timed(lambda _: plain.checkpoint(lifetime=600), args.rounds)
+        cp_four = timed(lambda _: four.checkpoint(lifetime=600), args.rounds)
+        rows.append(("checkpoint, 4 shards (a cut) / plain", cp_four, cp_plain, "ms"))
+        fold = {}
+        for name, store in (("plain", plain), ("four", four)):
+            t = time.perf_counter()
+            n = sum(1 for _ in store.fold_keys())
+            fold[name] = n / (time.perf_counter() - t)
+        rows.append(("fold of all keys, 4 shards / plain", fold["four"], fold["plain"],
+                     "keys/s"))
+        pause = max(s["cut_pause_ms_max"] for s in four.stats()["shards"])
+    finally:
+        plain.close()
+        four.close()
+
+    print(f"bare Ray round trip p50: {rtt:.3f} ms; longest write pause of a cut: "
+          f"{pause:.2f} ms")
+    print(f"{'measure':<46} {'value':>12} {'peer':>12} {'ratio':>7}  unit")
+    for measure, value, peer, unit in rows:
+        print(f"{measure:<46} {value:>12.2f} {peer:>12.2f} {value / peer:>7.2f}  {unit}")
+    path = plots.save_ratios("shards", f"sharded against one shard / plain, same run "
+                             f"({os.cpu_count()} cores)",
+                             [(m, v / p) for m, v, p, _ in rows],
+                             xlabel="sharded / peer (time rows: lower is better)")
+    if path:
+        print(f"plot: {path}")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""``lr.admin(url)``, ``lr.gc`` and ``lr.destroy`` on a sharded store: each shard's own, plus
+the root's commit records and shard map.
+
+Without Ray there is no cut (see :mod:`.cut`): a checkpoint made here is consistent only when
+no shard is being written and no cross-shard batch is half settled. So it is refused while any
+shard has a live writer (a fresh snapshot lease) or holds a prepared part; take it through the
+running store (``store.checkpoint()``) instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from ..admin import gc as garbage_collection
+from ..admin.handle import Admin
+from ..clock import Clock, system_clock
+from ..errors import InvalidArgumentError, ObjectStoreError
+from ..files.names import LEASE_PREFIX, ulid_age
+from ..files.store import NotFound, ObjectStore
+from ..files.sync import with_sync_twins
+from ..manifest import snapshot_leases
+from ..manifest.model import Checkpoint
+from ..manifest.shard_map import SHARD_MAP_PREFIX, ShardMap
+from ..manifest.txn_records import TXN_PREFIX, txn_of_part
+from ..options import Options
+from . import checkpoints
+from .backup import backup
+
+
+async def check_quiet(admin: Admin, shard: int) -> None:
+    """``InvalidArgumentError`` if shard ``shard`` has a live writer or a prepared part."""
+    now = admin.clock()
+    for meta in await admin.store.list_async(LEASE_PREFIX):
+        with contextlib.suppress(NotFound):
+            lease = snapshot_leases.decode(await admin.store.get_async(meta.path), meta.path)
+            if lease.fresh(now):
+                raise InvalidArgumentError(
+                    f"shard {shard} is being written: a checkpoint without Ray would not be a "
+                    "consistent cut; take it through the running store (store.checkpoint())")
+    if any(txn_of_part(m.path) for m in await admin.store.list_async(TXN_PREFIX)):
+        raise InvalidArgumentError(f"shard {shard} holds a cross-shard batch not yet settled: "
+                                   "open the store once to settle it")
+
+
+async def quiet_cut(store, take) -> tuple[list, float]:
+    """What :func:`.cut.cut` gives, for a store no one writes: each shard as it is."""
+    await asyncio.gather(*(check_quiet(store.shard(s), s) for s in range(store.shards)))
+    return list(await asyncio.gather(*(take(s) for s in range(store.shards)))), 0.0
+
+
+@with_sync_twins
+class ShardedAdmin:
+    """Administration of a sharded store at a URL, without Ray: each shard's :class:`Admin`,
+    checkpoints with one id in every shard, and the root's records."""
+
+    def __init__(self, url: str, shard_map: ShardMap, options: Options | None = None,
+                 clock: Clock | None = None):
+        self.url = url
+        self.shard_map = shard_map
+        self.options = options or Options()
+        self.clock = clock or system_clock
+        self.root = ObjectStore.from_url(url, self.options)
+        self._admins = [Admin(shard_map.shard_url(url, s), self.options, self.clock)
+                        for s in range(shard_map.count)]
+
+    @property
+    def shards(self) -> int:
+        return self.shard_map.count
+
+    def shard(self, index: int) -> Admin:
+        """Shard ``index``'s own :class:`Admin`."""
+        return self._admins[index]
+
+    # -- what :mod:`.checkpoints` needs: a cut, and one shard's part of a checkpoint --
+
+    async def _cut(self, take):
+        return await quiet_cut(self, take)
+
+    async def _checkpoint_part(self, shard: int, lifetime, name, source, checkpoint_id):
+        return await self._admins[shard].create_checkpoint_async(
+            lifetime, name, source, checkpoint_id=checkpoint_id)
+
+    async def create_checkpoint_async(self, lifetime: float | None = None,
+                                      name: str | None = None,
+                                      source: str | None = None) -> Checkpoint:
+        """A checkpoint of every shard, with one id; refused while the store is being written
+        (see the module's note)."""
+        return (await checkpoints.create(self, lifetime, name, source))[0]
+
+    async def list_checkpoints_async(self) -> list[Checkpoint]:
+        return await checkpoints.live(self)
+
+    async def refresh_checkpoint_async(self, checkpoint_id: str,
+                                       lifetime: float | None = None) -> Checkpoint:
+        return checkpoints.whole(await checkpoints.refresh(self, checkpoint_id, lifetime))
+
+    async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
+        await checkpoints.delete(self, checkpoint_id)
+
+    async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
+                       progress=None) -> garbage_collection.Plan:
+        """One GC pass on every shard, then on the root's commit records: a record goes once
+        no shard holds its batch's part (every part was applied or dropped) and it is older
+        than ``min_age``. Returns the shards' plans together (paths under each shard's
+        prefix)."""
+        plans = [await a.gc_async(min_age, dry_run, progress) for a in self._admins]
+        out = garbage_collection.Plan()
+        for prefix, p in zip(self.shard_map.prefixes, plans):
+            out.files += [f"{prefix}/{x}" for x in p.files]
+            out.leases += [f"{prefix}/{x}" for x in p.leases]
+            out.manifests += [f"{prefix}/{x}" for x in p.manifests]
+            out.failed += [f"{prefix}/{x}" for x in p.failed]
+            out.doubts += p.doubts
+            for reason, count in p.kept.items():
+                out.kept[reason] = out.kept.get(reason, 0) + count
+        records = await self._unneeded_records(
+            self.options.gc.min_age_s if min_age is None else min_age)
+        out.files += records
+        if not dry_run:
+            for path in records:
+                try:
+                    await self.root.delete_async(path)
+                except ObjectStoreError:
+                    out.failed.append(path)  # proven unneeded: the next pass deletes it
+        return out
+
+    async def _unneeded_records(self, min_age: float) -> list[str]:
+        """Commit records no shard needs: listed before the shards' parts, so a record whose
+        parts were still being settled is seen with them."""
+        now = self.clock()
+        records = [m.path for m in await self.root.list_async(TXN_PREFIX)
+                   if (ulid_age(m.path, now) or 0) >= min_age]
+        held = {txn_of_part(m.path) for a in self._admins
+                for m in await a.store.list_async(TXN_PREFIX)}
+        return [path for path in records if path.removeprefix(TXN_PREFIX) not in held]
+
+    async def backup_async(self, target_url: str, target_options: Options | None = None,
+                           progress=None) -> dict:
+        """Back up every shard to the same layout at ``target_url``, at a checkpoint made
+        here (refused while the store is being written)."""
+        return await backup(self, target_url, target_options, progress)
+
+    async def destroy_async(self, soft: bool = True) -> int:
+        """Destroy every shard (see :meth:`Admin.destroy_async`); ``soft=False`` also deletes
+        the root's records and, last, its shard map. Returns the objects deleted."""
+        deleted = sum([await a.destroy_async(soft) for a in self._admins])
+        if soft:
+            return deleted
+        for meta in await self.root.list_async(TXN_PREFIX):
+            await self.root.delete_async(meta.path)
+            deleted += 1
+        for meta in await self.root.list_async(SHARD_MAP_PREFIX):
+            await self.root.delete_async(meta.path)
+            deleted += 1
+        return deleted

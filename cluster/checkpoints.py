@@ -1,0 +1,74 @@
+"""Checkpoints of a sharded store: one checkpoint per shard, all with the same id, taken at one
+consistent cut (see :mod:`.cut`; without Ray, :func:`.admin.quiet_cut`).
+
+Each shard's part is created short-lived (:data:`PARTIAL_S` at most) and given its full lifetime
+only once every shard holds one, so a checkpoint whose creator died half-way expires by itself.
+A sharded checkpoint is live while every shard holds its part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+
+from ..errors import CheckpointNotFoundError
+from ..files.names import ulid
+from ..manifest.model import Checkpoint
+
+#: A part's lifetime until every shard holds one.
+PARTIAL_S = 600.0
+#: A sharded checkpoint pins one manifest version per shard: it has no one ``manifest_id``.
+NO_VERSION = -1
+
+
+def whole(parts: list[Checkpoint]) -> Checkpoint:
+    """A sharded checkpoint, as its first part says (its versions are per shard)."""
+    return dataclasses.replace(parts[0], manifest_id=NO_VERSION)
+
+
+async def create(store, lifetime: float | None, name: str | None,
+                 source: str | None) -> tuple[Checkpoint, list[Checkpoint]]:
+    """A checkpoint of every shard at one cut (``store._cut``), or copies of checkpoint
+    ``source``'s parts; returns it and its parts, in shard order. ``store`` is a sharded
+    store or its admin: ``store._checkpoint_part`` makes one shard's part."""
+    checkpoint_id = ulid()
+    first = PARTIAL_S if lifetime is None else min(lifetime, PARTIAL_S)
+
+    def take(shard: int):
+        return store._checkpoint_part(shard, first, name, source, checkpoint_id)
+    if source is None:
+        parts, _ = await store._cut(take)
+    else:  # each part copies its shard's part of a checkpoint that is a cut already
+        parts = await asyncio.gather(*(take(s) for s in range(store.shards)))
+    if first != lifetime:
+        parts = await refresh(store, checkpoint_id, lifetime)
+    return whole(parts), list(parts)
+
+
+async def refresh(store, checkpoint_id: str, lifetime: float | None) -> list[Checkpoint]:
+    return list(await asyncio.gather(*(store.shard(s).refresh_checkpoint_async(
+        checkpoint_id, lifetime) for s in range(store.shards))))
+
+
+async def live(store) -> list[Checkpoint]:
+    """The checkpoints every shard holds a part of."""
+    each = await asyncio.gather(*(store.shard(s).list_checkpoints_async()
+                                  for s in range(store.shards)))
+    common = set.intersection(*({c.id for c in cps} for cps in each))
+    return [whole([c]) for c in each[0] if c.id in common]
+
+
+async def delete(store, checkpoint_id: str) -> None:
+    """Delete every shard's part; ``CheckpointNotFoundError`` if no shard had one."""
+    found = await asyncio.gather(*(_delete_part(store.shard(s), checkpoint_id)
+                                   for s in range(store.shards)))
+    if not any(found):
+        raise CheckpointNotFoundError(f"no live checkpoint {checkpoint_id!r}")
+
+
+async def _delete_part(shard, checkpoint_id: str) -> bool:
+    with contextlib.suppress(CheckpointNotFoundError):
+        await shard.delete_checkpoint_async(checkpoint_id)
+        return True
+    return False

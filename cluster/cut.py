@@ -1,0 +1,70 @@
+"""Consistent cuts of a sharded store: snapshots and checkpoints that hold the same moment of
+every shard.
+
+A cut freezes every shard at once (each stops admitting writes and lets the admitted ones
+become durable), takes what it needs of each (a snapshot, a checkpoint), then thaws them all.
+No shard thaws before every shard froze, so a write sent after another was acknowledged is
+never in a cut without it: if the later one is in, it was admitted before its shard froze, so
+the earlier one was acknowledged before that, and so before its own shard thawed; had it been
+admitted after its shard froze, it could have been acknowledged only after the thaw.
+
+Cross-shard batches: a shard lists the parts it holds prepared when it freezes. The cut reads
+each one's commit record: a committed batch is applied by every shard still holding it before
+the cut is taken (it is in the cut everywhere); an undecided one is in no cut, since no shard
+can apply it while all are frozen. A frozen shard thaws by itself after :data:`HOLD_S`, should
+its cutter die; a shard frozen by another cut answers busy, and the cut tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+from ..errors import ConflictError
+from ..files.names import ulid
+from ..files.store import ObjectStore
+from ..manifest.txn_records import COMMIT, read_decision
+
+#: A frozen shard thaws by itself after this many seconds.
+HOLD_S = 10.0
+BUSY = "busy"
+
+
+async def cut(store, take: Callable[[int], Awaitable]) -> tuple[list, float]:
+    """``take(shard)`` of every shard at one consistent moment; returns what each gave, in
+    shard order, and the longest time a shard was frozen (seconds)."""
+    shards = [store.shard(s) for s in range(store.shards)]
+    deadline = time.monotonic() + HOLD_S
+    backoff = 0.002
+    while True:
+        cut_id = ulid()
+        frozen_at = time.monotonic()
+        answers = await asyncio.gather(*(s.freeze_async(cut_id, HOLD_S) for s in shards),
+                                       return_exceptions=True)
+        if not any(a == BUSY or isinstance(a, BaseException) for a in answers):
+            break
+        await _thaw(shards, cut_id)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        if time.monotonic() + backoff > deadline:
+            raise ConflictError(f"other cuts kept the shards frozen for {HOLD_S:g}s")
+        await asyncio.sleep(random.uniform(0, backoff))
+        backoff = min(2 * backoff, 0.1)
+    try:
+        pending = sorted({txn for held in answers for txn in held})
+        root = ObjectStore.from_url(store.url, store.options)
+        decisions = await asyncio.gather(*(read_decision(root, txn) for txn in pending))
+        committed = {txn for txn, d in zip(pending, decisions) if d == COMMIT}
+        await asyncio.gather(*(s.cut_apply_async(cut_id, [t for t in held if t in committed])
+                               for s, held in zip(shards, answers) if committed & set(held)))
+        taken = await asyncio.gather(*(take(s) for s in range(len(shards))))
+    finally:
+        await _thaw(shards, cut_id)
+    return list(taken), time.monotonic() - frozen_at
+
+
+async def _thaw(shards: list, cut_id: str) -> None:
+    await asyncio.gather(*(s.thaw_async(cut_id) for s in shards), return_exceptions=True)

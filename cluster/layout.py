@@ -1,0 +1,42 @@
+"""Which layout an open finds or creates at a store's root: a plain store, or the shard map
+of a sharded one. Bad input is refused before anything is created."""
+
+from __future__ import annotations
+
+from ..codec.routing import check_route_by, check_shards
+from ..errors import InvalidArgumentError
+from ..files.names import MANIFEST_PREFIX
+from ..files.store import ObjectStore
+from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
+
+
+async def resolve_layout(root: ObjectStore, shards: int | None,
+                         route_by: str | None) -> ShardMap | None:
+    """The shard map an open of ``root`` uses, or ``None`` for a plain store.
+
+    - A sharded store is reopened as it is: ``shards`` and ``route_by``, when given, must
+      match what its shard map records.
+    - Without a shard map, ``shards`` creates one, unless a plain store is there already.
+    - Without either, the store is plain (created if absent, as always).
+    """
+    if shards is not None:
+        check_shards(shards)
+    if route_by is not None:
+        check_route_by(route_by)
+    found = await read_shard_map(root)
+    if found is not None:
+        if shards is not None and shards != found.count:
+            raise InvalidArgumentError(f"shards={shards}, but the store at {root.url} has "
+                                       f"{found.count} shards")
+        if route_by is not None and route_by != found.route_by:
+            raise InvalidArgumentError(f"route_by={route_by!r}, but the store at {root.url} "
+                                       f"routes by {found.route_by!r}")
+        return found
+    if shards is None:
+        if route_by is not None:
+            raise InvalidArgumentError("route_by applies to a sharded store: pass shards= too")
+        return None
+    if await root.list_async(MANIFEST_PREFIX):
+        raise InvalidArgumentError(f"the store at {root.url} is a plain store: it cannot be "
+                                   "opened with shards=")
+    return await create_shard_map(root, ShardMap.new(shards, route_by or "key"))

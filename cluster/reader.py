@@ -1,0 +1,105 @@
+"""``lr.reader(url)`` on a sharded store: one reader per shard, all at the same checkpoint id,
+read as one store without Ray."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+
+from ..admin.checkpoint_lease import CheckpointLease
+from ..client.reader import Reader
+from ..codec import Head, checked_key
+from ..errors import SnapshotExpiredError
+from ..files.sync import with_sync_twins
+from ..read.merged import MergedView
+from ..read.queries import Queries
+from .admin import ShardedAdmin
+from .fanout import per_shard
+
+
+@with_sync_twins
+class ShardedReader(Queries):
+    """A read-only handle on a sharded store at one checkpoint (every shard's part of it),
+    from any process. Without a ``checkpoint`` it makes its own through
+    :class:`~.admin.ShardedAdmin` (so only while no shard is being written), renews it while
+    it reads, and deletes it on :meth:`close`. A pickled copy reads the same checkpoint and
+    owns nothing."""
+
+    def __init__(self, admin: ShardedAdmin, checkpoint: str, owns: bool,
+                 lifetime: float = 600.0):
+        self._admin = admin
+        self.url = admin.url
+        self.shard_map = admin.shard_map
+        self.options = admin.options
+        self.checkpoint_id = checkpoint
+        self.owns = owns
+        self.lifetime = lifetime
+        self.parts = [Reader(self.shard_map.shard_url(self.url, s), checkpoint, self.options,
+                             lifetime, _owns=False, clock=admin.clock)
+                      for s in range(admin.shards)]
+        self._leases = [CheckpointLease(admin.shard(s).manifests, checkpoint, lifetime,
+                                        admin.clock) for s in range(admin.shards)] if owns else []
+        self.closed = False
+
+    def __reduce__(self):
+        return (ShardedReader, (self._admin, self.checkpoint_id, False, self.lifetime))
+
+    def __enter__(self) -> ShardedReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def _using(self) -> None:
+        if self.closed:
+            raise SnapshotExpiredError("the reader is closed")
+        await asyncio.gather(*(lease.keep() for lease in self._leases))
+
+    def _of(self, bucket, key) -> Reader:
+        return self.parts[self.shard_map.shard_of(checked_key(bucket, key, self.options))]
+
+    async def get_async(self, bucket, key) -> bytes | None:
+        await self._using()
+        return await self._of(bucket, key).get_async(bucket, key)
+
+    async def head_async(self, bucket, key) -> Head | None:
+        await self._using()
+        return await self._of(bucket, key).head_async(bucket, key)
+
+    async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        await self._using()
+        return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
+                               "get_many_async")
+
+    async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        await self._using()
+        return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
+                               "head_many_async")
+
+    async def _query_view_async(self, needs_values: bool):
+        await self._using()
+        views = await asyncio.gather(*(part._view_async(needs_values) for part in self.parts))
+        return MergedView(views), None
+
+    async def close_async(self) -> None:
+        """Stop reading; an owned checkpoint is deleted (every shard's part)."""
+        if not self.closed:
+            self.closed = True
+            await asyncio.gather(*(part.close_async() for part in self.parts))
+            if self.owns:
+                await self._admin.delete_checkpoint_async(self.checkpoint_id)
+
+    def stats(self) -> dict:
+        """Each shard's reader's figures (see :meth:`Reader.stats`)."""
+        return {"url": self.url, "checkpoint": self.checkpoint_id,
+                "shards": [part.stats() for part in self.parts],
+                "state": "closed" if self.closed else "open"}
+
+
+async def open_reader(admin: ShardedAdmin, checkpoint: str | None,
+                      lifetime: float) -> ShardedReader:
+    """A reader at ``checkpoint``, or at one of its own made now."""
+    if checkpoint is not None:
+        return ShardedReader(admin, checkpoint, False, lifetime)
+    made = await admin.create_checkpoint_async(lifetime, name="reader")
+    return ShardedReader(admin, made.id, True, lifetime)

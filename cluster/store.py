@@ -1,0 +1,238 @@
+"""The handle of a sharded store: the plain store's API over N shards.
+
+Each key goes to its shard's Bookie directly (one actor hop, as on a plain store); batched
+reads go to every shard involved at once and answer in input order; folds and index queries
+merge the shards' streams in key order (:class:`~leveled_ray.read.merged.MergedView`).
+A ``put_many`` within one shard is that shard's ``put_many``; across shards it commits
+atomically (:mod:`.txn`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+
+from ..client.store import Store
+from ..clock import Clock
+from ..codec import Delete, Head, Put, checked_key
+from ..codec import head_only as head_only_mode
+from ..errors import InvalidArgumentError
+from ..files.sync import with_sync_twins
+from ..manifest.model import Checkpoint
+from ..manifest.shard_map import ShardMap
+from ..options import Options
+from ..read.merged import MergedView
+from ..read.queries import Queries
+from . import checkpoints, placement
+from .backup import backup
+from .cut import cut
+from .fanout import per_shard, shard_groups
+from .snapshot import ShardedSnapshot
+from .totals import totals
+from .txn import put_across
+
+
+@with_sync_twins
+class ShardedStore(Queries):
+    """A handle on an open sharded store. Picklable: pass it to Ray tasks.
+
+    Example::
+
+        store = lr.open("s3://bkt/db", shards=8, name="orders")
+        store.put("users", "alice", b"v1")        # one hop, to alice's shard
+        store.get_many([("users", "alice"), ("users", "bob")])
+    """
+
+    def __init__(self, stores: Sequence[Store], shard_map: ShardMap, url: str,
+                 name: str | None, options: Options, clock: Clock, group=None):
+        self._stores = tuple(stores)
+        self.shard_map = shard_map
+        self.url = url
+        self.name = name
+        self.options = options
+        self.clock = clock
+        self.head_only = self._stores[0].head_only
+        self._group = group  # the placement group this handle made (None in copies)
+
+    def __reduce__(self):
+        return (ShardedStore, (self._stores, self.shard_map, self.url, self.name, self.options,
+                               self.clock))
+
+    def __repr__(self) -> str:
+        return f"ShardedStore({self.url!r}, shards={self.shards}, name={self.name!r})"
+
+    def __enter__(self) -> ShardedStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- routing --
+
+    @property
+    def shards(self) -> int:
+        """The number of shards."""
+        return self.shard_map.count
+
+    def shard_of(self, bucket, key) -> int:
+        """The shard that holds ``(bucket, key)``: a pure function of the key (see
+        :mod:`leveled_ray.codec.routing`)."""
+        return self.shard_map.shard_of(checked_key(bucket, key, self.options))
+
+    def shard(self, index: int) -> Store:
+        """The plain handle of shard ``index`` (operators and tests)."""
+        return self._stores[index]
+
+    def _of(self, bucket, key) -> Store:
+        return self._stores[self.shard_of(bucket, key)]
+
+    # -- one key: its shard's call, nothing more --
+
+    def put(self, bucket, key, value: bytes, **kwargs) -> int:
+        """:meth:`Store.put <leveled_ray.client.store.Store.put>` on the key's shard; the SQN
+        is that shard's."""
+        return self._of(bucket, key).put(bucket, key, value, **kwargs)
+
+    async def put_async(self, bucket, key, value: bytes, **kwargs) -> int:
+        return await self._of(bucket, key).put_async(bucket, key, value, **kwargs)
+
+    def delete(self, bucket, key, **kwargs) -> int:
+        return self._of(bucket, key).delete(bucket, key, **kwargs)
+
+    async def delete_async(self, bucket, key, **kwargs) -> int:
+        return await self._of(bucket, key).delete_async(bucket, key, **kwargs)
+
+    def get(self, bucket, key) -> bytes | None:
+        return self._of(bucket, key).get(bucket, key)
+
+    async def get_async(self, bucket, key) -> bytes | None:
+        return await self._of(bucket, key).get_async(bucket, key)
+
+    def head(self, bucket, key) -> Head | None:
+        return self._of(bucket, key).head(bucket, key)
+
+    async def head_async(self, bucket, key) -> Head | None:
+        return await self._of(bucket, key).head_async(bucket, key)
+
+    # -- many keys: every shard involved at once, answers in input order --
+
+    async def _many(self, pairs, what: str, call: str) -> list:
+        head_only_mode.refuse(self.head_only, what)
+        return await per_shard(self._stores, list(pairs), self.options, self.shard_map, call)
+
+    async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """Values of many ``(bucket, key)`` pairs, ``None`` where absent: one call to each
+        shard involved, all at once."""
+        return await self._many(pairs, "get", "get_many_async")
+
+    async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        """Heads of many ``(bucket, key)`` pairs: one call to each shard involved."""
+        return await self._many(pairs, "head", "head_many_async")
+
+    async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
+        """Write many changes atomically; returns each item's SQN (its shard's).
+
+        Within one shard this is that shard's ``put_many``. Across shards every item becomes
+        visible or none does, and all conditions are checked before any item is visible
+        (see :mod:`.txn`)."""
+        if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
+            raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
+        items = list(items)
+        for item in items:
+            if not isinstance(item, (Put, Delete)):
+                raise InvalidArgumentError(f"put_many takes Put or Delete items, not "
+                                           f"{type(item).__name__}")
+        if not items:
+            return []
+        groups = shard_groups([checked_key(item.bucket, item.key, self.options)
+                               for item in items], self.shard_map)
+        if len(groups) == 1:
+            (shard,) = groups
+            return await self._stores[shard].put_many_async(items)
+        return await put_across(self, items, groups)
+
+    # -- points in time --
+
+    async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
+                             timeout_s: float | None = None) -> ShardedSnapshot:
+        """A snapshot of every shard at one consistent cut (see :mod:`.cut`): it holds every
+        write acknowledged before the call, and of two writes where the first was
+        acknowledged before the second was sent, never the second without the first; of a
+        cross-shard ``put_many``, all or nothing."""
+        taken, _ = await cut(self, lambda s: self._stores[s].snapshot_async(
+            long_running, values=values, timeout_s=timeout_s))
+        return ShardedSnapshot(taken, self.shard_map, self.options)
+
+    async def _cut(self, take):
+        return await cut(self, take)
+
+    async def _checkpoint_part(self, shard: int, lifetime, name, source, checkpoint_id):
+        return await self._stores[shard].checkpoint_async(lifetime, name, source,
+                                                           checkpoint_id=checkpoint_id)
+
+    async def checkpoint_async(self, lifetime: float | None = None, name: str | None = None,
+                               source: str | None = None) -> Checkpoint:
+        """A durable checkpoint of every shard at one consistent cut, with one id (see
+        :mod:`.checkpoints`); its ``manifest_id`` is -1, as each shard pins its own version."""
+        return (await checkpoints.create(self, lifetime, name, source))[0]
+
+    async def list_checkpoints_async(self) -> list[Checkpoint]:
+        """The live checkpoints (those every shard holds a part of)."""
+        return await checkpoints.live(self)
+
+    async def refresh_checkpoint_async(self, checkpoint_id: str,
+                                       lifetime: float | None = None) -> Checkpoint:
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+        return checkpoints.whole(await checkpoints.refresh(self, checkpoint_id, lifetime))
+
+    async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint: every shard's part of it."""
+        await checkpoints.delete(self, checkpoint_id)
+
+    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
+                           progress: bool | Callable[[int, int], None] = True) -> dict:
+        """Incremental hot backup of every shard, at one consistent cut, to ``target_url``
+        (the same layout: a shard map and one prefix per shard); opening ``target_url``
+        restores the store. Returns the totals, and ``shards``: each shard's result."""
+        return await backup(self, target_url, target_options, progress)
+
+    def _query_view(self, needs_values: bool):
+        snap = self.snapshot(long_running=True, values=needs_values)
+
+        def release():
+            for store, part in zip(self._stores, snap.parts):
+                store._release_soon(part)
+        return MergedView([s._view for s in snap.parts]), release
+
+    async def _query_view_async(self, needs_values: bool):
+        snap = await self.snapshot_async(long_running=True, values=needs_values)
+        return MergedView([s._view for s in snap.parts]), snap.release_async
+
+    def _check_fold(self, kind: str) -> None:
+        head_only_mode.refuse(self.head_only, {"objects": "fold_objects",
+                                               "index": "index_query"}.get(kind, "fold"))
+
+    # -- the whole store --
+
+    async def stats_async(self) -> dict:
+        """Totals of every shard's counters, and ``shards``: each shard's own stats."""
+        parts = await asyncio.gather(*(store.stats_async() for store in self._stores))
+        return {**totals(parts), "url": self.url, "name": self.name,
+                "route_by": self.shard_map.route_by, "shards": list(parts)}
+
+    async def compact_journal_async(self) -> list[str]:
+        """Start a journal compaction on every shard: each shard's ``"started"`` or
+        ``"busy"``."""
+        return list(await asyncio.gather(*(s.compact_journal_async() for s in self._stores)))
+
+    async def close_async(self) -> None:
+        """Close every shard (each as :meth:`Store.close`), then free their placement."""
+        try:
+            await asyncio.gather(*(store.close_async() for store in self._stores))
+        finally:
+            group, self._group = self._group, None
+            placement.remove(group if group is not None else placement.named(self.name))
+
+    def actors(self) -> list:
+        """Every shard's Ray actors (Bookie and Penciller), shard by shard."""
+        return [actor for store in self._stores for actor in store.actors()]

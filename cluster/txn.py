@@ -1,0 +1,80 @@
+"""A ``put_many`` across shards: prepare everywhere, decide once, apply everywhere.
+
+1. Every shard involved prepares its part at once (:meth:`Store.prepare_async
+   <leveled_ray.client.store.Store.prepare_async>`): its keys locked, its conditions checked,
+   the part durable in the shard's store. Nothing is visible yet.
+2. If one shard's conditions fail, every prepared part is dropped and the failure raised. If
+   another batch holds a key (``busy``), the parts are dropped and the batch tried again after
+   a short random backoff, up to ``txn_timeout_s``.
+3. Once all are prepared, the commit record is created at the store's root
+   (:func:`~leveled_ray.manifest.txn_records.decide`): from then on the batch is committed,
+   whoever dies.
+4. Every shard applies its part as one durable group, then unlocks its keys.
+
+A client that dies before step 3 leaves parts that their shards abort after
+``txn_timeout_s``; after it, parts that their shards apply (at once, or when they reopen).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+from ..errors import ConflictError, StoreClosedError
+from ..files.names import ulid
+from ..files.store import ObjectStore
+from ..manifest.txn_records import COMMIT, decide, record_name
+
+BUSY = "busy"
+FIRST_BACKOFF_S = 0.002
+MAX_BACKOFF_S = 0.2
+
+
+async def put_across(store, items: list, groups: dict) -> list[int]:
+    """Write ``items`` (``groups``: each shard's item positions) atomically across shards;
+    returns each item's SQN (its shard's), in input order."""
+    shards = {shard: store.shard(shard) for shard in groups}
+    parts = {shard: [items[i] for i in where] for shard, where in groups.items()}
+    deadline = time.monotonic() + store.options.txn_timeout_s
+    backoff = FIRST_BACKOFF_S
+    while True:
+        txn = ulid()
+        answers = await asyncio.gather(*(shards[s].prepare_async(txn, store.url, part)
+                                         for s, part in parts.items()), return_exceptions=True)
+        if all(a is None for a in answers):
+            break
+        await _abort(shards, [s for s, a in zip(parts, answers) if a is None], txn)
+        for answer in answers:
+            if answer is not None and answer != BUSY:
+                raise answer
+        if time.monotonic() + backoff > deadline:
+            raise ConflictError(f"not written: other cross-shard batches held its keys for "
+                                f"{store.options.txn_timeout_s:g}s")
+        await asyncio.sleep(random.uniform(0, backoff))
+        backoff = min(2 * backoff, MAX_BACKOFF_S)
+    root = ObjectStore.from_url(store.url, store.options)
+    if await decide(root, txn, COMMIT) != COMMIT:  # a shard gave up waiting and aborted
+        await _abort(shards, list(parts), txn)
+        raise ConflictError("not written: a shard aborted the batch after waiting "
+                            f"{store.options.txn_timeout_s:g}s for its decision")
+    applied = await asyncio.gather(*(shards[s].commit_part_async(txn) for s in parts),
+                                   return_exceptions=True)
+    failed = [s for s, a in zip(parts, applied) if isinstance(a, BaseException)]
+    if failed:
+        raise StoreClosedError(f"the batch is committed, but shard(s) {failed} could not apply "
+                               f"it yet ({applied[list(parts).index(failed[0])]}); each applies "
+                               "it when it reopens")
+    await root.delete_async(record_name(txn))  # every part is applied: no one reads it again
+    out = [0] * len(items)
+    for where, sqns in zip(groups.values(), applied):
+        for i, sqn in zip(where, sqns):
+            out[i] = sqn
+    return out
+
+
+async def _abort(shards: dict, prepared: list[int], txn: str) -> None:
+    """Drop the parts prepared so far (a shard that cannot be reached drops its own part once
+    ``txn_timeout_s`` passes, or when it reopens)."""
+    await asyncio.gather(*(shards[s].abort_part_async(txn) for s in prepared),
+                         return_exceptions=True)

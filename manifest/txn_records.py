@@ -1,0 +1,69 @@
+"""Commit records of cross-shard ``put_many``: whoever creates the record first decides.
+
+A batch whose items fall in several shards is prepared in each (see
+:mod:`leveled_ray.actors.participant`), then decided by one small object at the store's root,
+``txn/<id>``, created with create-if-absent: ``commit`` by the client once every shard has
+prepared its part, or ``abort`` by a shard whose part waited too long for a decision (its
+client may be dead). Whichever create lands first is the decision, for everyone: the client
+and every shard read it back when their own create finds the name taken. This is the idea
+of Percolator's primary lock and of persist's txn-wal, on create-if-absent alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import CorruptObjectError
+from ..files.store import NotFound, ObjectStore
+
+TXN_PREFIX = "txn/"
+COMMIT, ABORT = "commit", "abort"
+
+
+def record_name(txn_id: str) -> str:
+    """The commit record, at the store's root."""
+    return f"{TXN_PREFIX}{txn_id}"
+
+
+def part_name(txn_id: str) -> str:
+    """A shard's prepared part, in the shard's own store."""
+    return f"{TXN_PREFIX}{txn_id}.part"
+
+
+def txn_of_part(path: str) -> str | None:
+    """The batch id of a prepared part's object name (``None`` for other names)."""
+    if path.startswith(TXN_PREFIX) and path.endswith(".part"):
+        return path[len(TXN_PREFIX):-len(".part")]
+    return None
+
+
+def encode_record(decision: str) -> bytes:
+    return json.dumps({"decision": decision}).encode()
+
+
+def decode_record(data: bytes, name: str) -> str:
+    try:
+        decision = json.loads(data)["decision"]
+    except (ValueError, KeyError, TypeError):
+        decision = None
+    if decision not in (COMMIT, ABORT):
+        raise CorruptObjectError(name, 0, "damaged commit record")
+    return decision
+
+
+async def decide(root: ObjectStore, txn_id: str, decision: str) -> str:
+    """Create the record with ``decision`` unless one exists; returns the decision that holds
+    (ours, or the one created first)."""
+    name = record_name(txn_id)
+    if await root.put_if_absent_async(name, encode_record(decision)):
+        return decision
+    return decode_record(await root.get_async(name), name)
+
+
+async def read_decision(root: ObjectStore, txn_id: str) -> str | None:
+    """The decision recorded for ``txn_id``, or ``None`` if none is (yet, or any longer)."""
+    name = record_name(txn_id)
+    try:
+        return decode_record(await root.get_async(name), name)
+    except NotFound:
+        return None

@@ -1,0 +1,125 @@
+"""A cross-shard put_many is all or nothing when the client is killed (-9) at each phase of its
+commit, and when a shard's Bookie is killed at each phase."""
+
+import asyncio
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.cluster.fanout import shard_groups
+from leveled_ray.codec import checked_key
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest.txn_records import COMMIT, decide
+
+from conftest import REPO_ROOT, wait_until
+
+pytestmark = pytest.mark.ray
+
+KEYS = [("b", f"k{i:02d}") for i in range(16)]
+OPTIONS = lr.Options(txn_timeout_s=1.0)
+
+#: A client that runs the commit protocol up to a phase, says so, and waits to be killed:
+#: ``prepared`` (every part prepared, undecided), ``decided`` (the record says commit, nothing
+#: applied) or ``partly`` (one shard applied its part).
+CLIENT = """
+import asyncio, sys, time
+import leveled_ray as lr
+from leveled_ray.cluster.fanout import shard_groups
+from leveled_ray.codec import checked_key
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest.txn_records import COMMIT, decide
+
+name, address, txn, phase = sys.argv[1:5]
+store = lr.connect(name, address=address)
+items = [lr.Put("b", f"k{i:02d}", b"new") for i in range(16)]
+groups = shard_groups([checked_key(i.bucket, i.key, store.options) for i in items],
+                      store.shard_map)
+
+async def run():
+    for shard, where in groups.items():
+        part = [items[i] for i in where]
+        assert await store.shard(shard).prepare_async(txn, store.url, part) is None
+    if phase != "prepared":
+        await decide(ObjectStore.from_url(store.url, store.options), txn, COMMIT)
+    if phase == "partly":
+        await store.shard(next(iter(groups))).commit_part_async(txn)
+
+asyncio.run(run())
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def settled(store) -> bool:
+    return all(s["txn_prepared_now"] == 0 for s in store.stats()["shards"])
+
+
+def no_parts_left(url: str, shards: int) -> bool:
+    return all(not ObjectStore.from_url(f"{url}/shard-{s:03d}").list("txn/")
+               for s in range(shards))
+
+
+@pytest.mark.parametrize("phase,visible", [("prepared", False), ("decided", True),
+                                           ("partly", True)])
+def test_a_client_killed_at_any_phase_leaves_all_or_nothing(ray_cluster, tmp_url, phase,
+                                                            visible):
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    store = lr.open(tmp_url, OPTIONS, shards=2, name=name)
+    try:
+        store.put_many([lr.Put(b, k, b"old") for b, k in KEYS])
+        client = subprocess.Popen(
+            [sys.executable, "-c", CLIENT, name, ray_cluster.get_runtime_context().gcs_address,
+             f"t{uuid.uuid4().hex}", phase],
+            stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT.parent)
+        try:
+            assert client.stdout.readline().strip() == "READY"
+        finally:
+            client.kill()  # SIGKILL: no cleanup of any kind
+            client.wait()
+        # Reads of a key held by an undecided part wait for its decision: never half of it.
+        assert store.get_many(KEYS) == [b"new" if visible else b"old"] * len(KEYS)
+        wait_until(lambda: settled(store), timeout=30)
+        assert no_parts_left(tmp_url, 2)
+        assert [v for _, _, v in store.fold_objects("b")] == [b"new" if visible
+                                                               else b"old"] * len(KEYS)
+        store.put("b", "k00", b"later")  # the keys take writes again
+        assert store.get("b", "k00") == b"later"
+    finally:
+        store.close()
+
+
+def _prepare(store, txn: str, shards) -> None:
+    items = [lr.Put(b, k, b"new") for b, k in KEYS]
+    groups = shard_groups([checked_key(b, k, store.options) for b, k in KEYS], store.shard_map)
+    for shard in shards:
+        assert store.shard(shard).prepare(txn, store.url, [items[i] for i in groups[shard]]) \
+            is None
+
+
+@pytest.mark.parametrize("phase,visible", [("prepared", False), ("decided", True)])
+def test_a_shard_killed_at_any_phase_settles_its_part_when_it_reopens(ray_cluster, tmp_url,
+                                                                      phase, visible):
+    import ray
+
+    store = lr.open(tmp_url, OPTIONS, shards=2)
+    store.put_many([lr.Put(b, k, b"old") for b, k in KEYS])
+    txn = f"t{uuid.uuid4().hex}"
+    _prepare(store, txn, (0, 1))
+    if phase == "decided":
+        asyncio.run(decide(ObjectStore.from_url(tmp_url), txn, COMMIT))
+        store.shard(0).commit_part(txn)
+    ray.kill(store.shard(1).actors()[0], no_restart=True)  # shard 1 dies holding its part
+    with pytest.raises(lr.StoreClosedError):
+        store.shard(1).get("b", "k00")
+    store.close()  # the live shard closes; the dead one is gone already
+    again = lr.open(tmp_url, OPTIONS)
+    try:
+        assert again.get_many(KEYS) == [b"new" if visible else b"old"] * len(KEYS)
+        recovered = [s["txn_recovered"] for s in again.stats()["shards"]]
+        assert recovered[1] == 1
+        assert no_parts_left(tmp_url, 2)
+    finally:
+        again.close()

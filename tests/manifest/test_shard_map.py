@@ -1,0 +1,79 @@
+"""The shard map: versioned, create-if-absent, checked when read; and which layout an open
+finds or creates."""
+
+import asyncio
+import json
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.bulk import write as bulk_write
+from leveled_ray.cluster.layout import resolve_layout
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest.shard_map import (
+    ShardMap,
+    create_shard_map,
+    read_shard_map,
+    shard_map_name,
+)
+
+
+def test_a_map_round_trips_and_says_where_each_shard_lives():
+    m = ShardMap.new(4, "bucket")
+    back = ShardMap.decode(m.encode(), "x")
+    assert back == m and back.count == 4 and back.route_by == "bucket"
+    assert back.shard_url("s3://bkt/db/", 2) == "s3://bkt/db/shard-002"
+
+
+@pytest.mark.parametrize("damage", [
+    b"not json", b"{}",
+    lambda raw: {**raw, "format": 9},
+    lambda raw: {**raw, "rule": "md5"},
+    lambda raw: {**raw, "route_by": "value"},
+    lambda raw: {**raw, "shards": raw["shards"][:-1]},  # the runs no longer tile
+    lambda raw: {**raw, "shards": [raw["shards"][1], raw["shards"][0]]},
+    lambda raw: {**raw, "shards": []},
+])
+def test_a_damaged_map_raises_corrupt_object_error(damage):
+    raw = json.loads(ShardMap.new(2).encode())
+    data = damage if isinstance(damage, bytes) else json.dumps(damage(raw)).encode()
+    with pytest.raises(lr.CorruptObjectError, match="shard map"):
+        ShardMap.decode(data, "shards/1")
+
+
+def test_the_first_creator_wins_and_everyone_reads_its_map(tmp_path):
+    store = ObjectStore.from_url(f"file://{tmp_path}/db")
+    first = asyncio.run(create_shard_map(store, ShardMap.new(4)))
+    second = asyncio.run(create_shard_map(store, ShardMap.new(8)))
+    assert first.count == second.count == 4
+    assert asyncio.run(read_shard_map(store)) == first
+    assert [m.path for m in store.list("shards/")] == [shard_map_name(1)]
+
+
+def _layout(store, shards=None, route_by=None):
+    return asyncio.run(resolve_layout(store, shards, route_by))
+
+
+def test_bad_layout_arguments_are_refused_and_create_nothing(tmp_path):
+    store = ObjectStore.from_url(f"file://{tmp_path}/db")
+    for shards, route_by in ((3, None), (0, None), ("2", None), (2, "value"), (None, "bucket")):
+        with pytest.raises(lr.InvalidArgumentError):
+            _layout(store, shards, route_by)
+    assert store.list("shards/") == store.list("manifest/") == []
+    assert _layout(store) is None  # a plain store, as always
+    made = _layout(store, 4, "bucket")
+    assert (made.count, made.route_by) == (4, "bucket")
+    assert _layout(store) == made == _layout(store, 4)
+    with pytest.raises(lr.InvalidArgumentError, match="has 4 shards"):
+        _layout(store, 8)
+    with pytest.raises(lr.InvalidArgumentError, match="routes by 'bucket'"):
+        _layout(store, 4, "key")
+
+
+def test_shards_on_a_plain_store_is_refused(tmp_path):
+    url = f"file://{tmp_path}/db"
+    bulk_write.begin(url)  # a plain store's first manifest, offline
+    store = ObjectStore.from_url(url)
+    with pytest.raises(lr.InvalidArgumentError, match="plain store"):
+        _layout(store, 2)
+    assert store.list("shards/") == []
