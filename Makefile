@@ -29,6 +29,7 @@ bench: setup
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/put_get.py
 	$(BIN)/python bench/small_writes.py
+	$(BIN)/python bench/shards.py
 
 lint: setup
 	$(BIN)/pip install --quiet ruff import-linter

@@ -5,12 +5,14 @@
 >>> store.put("users", "alice", b"...")         # doctest: +SKIP
 """
 
-from .admin.handle import Admin, admin, destroy, gc
+from .admin.handle import Admin
 from .client.clone import clone
-from .client.reader import Reader, reader
+from .client.reader import Reader
 from .client.snapshot import Snapshot
 from .client.store import Store
-from .cluster.open import connect, open
+from .cluster.admin import ShardedAdmin
+from .cluster.open import admin, connect, destroy, gc, open, reader
+from .cluster.reader import ShardedReader
 from .cluster.snapshot import ShardedSnapshot
 from .cluster.store import ShardedStore
 from .codec import Delete, Head, Put
@@ -34,7 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Admin", "Checkpoint", "Reader", "admin", "clone", "destroy", "gc", "reader",
     "CheckpointNotFoundError", "ConditionFailedError", "ConflictError", "CorruptObjectError",
-    "Delete", "ShardedStore", "ShardedSnapshot",
+    "Delete", "ShardedAdmin", "ShardedReader", "ShardedSnapshot", "ShardedStore",
     "FencedError", "Head", "InvalidArgumentError", "LeveledError", "ObjectStoreError", "Options",
     "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",

@@ -55,8 +55,10 @@ class Bookie:
 
     def __init__(self, url: str, options: Options, name: str | None = None, *,
                  store: ObjectStore | None = None, local: bool = False,
-                 head_only: str | None = None, clock: Clock = system_clock):
+                 head_only: str | None = None, clock: Clock = system_clock,
+                 shard: tuple[str, int] | None = None):
         self.url, self.options, self.name = url, options, name
+        self.shard = shard  # a sharded store's (name or URL, this shard's number)
         self.clock = clock
         self.head_only = head_only
         self.local = local
@@ -128,9 +130,10 @@ class Bookie:
             (gc_loop(self.store, self.options, self.counters, self.lease.flush, self.clock),
              "gc"))]
         if self.options.metrics_interval_s and not self.local:
+            store_tag, shard = self.shard or (self.name or self.url, "")
             self._loops.append(self.tasks.start(export_every(
-                self.options.metrics_interval_s, self.name or self.url, self.stats,
-                self.observed), "metrics"))
+                self.options.metrics_interval_s, store_tag, self.stats, self.observed,
+                str(shard)), "metrics"))
         started = time.monotonic()
         cursor: int | None = 0
         while cursor is not None:
@@ -205,15 +208,22 @@ class Bookie:
 
     # -- cuts of a sharded store (see leveled_ray.cluster.cut) --
 
-    async def freeze(self, cut_id: str, hold_s: float) -> list[str] | str:
+    async def freeze(self, cut_id: str, hold_s: float, take: str | None = None,
+                     *args) -> dict | str:
         """Hold writes for cut ``cut_id`` (every admitted one durable first), at most
-        ``hold_s`` seconds; returns the cross-shard batches whose parts this shard holds
-        prepared, or ``"busy"`` while another cut (or a bulk install) holds writes."""
+        ``hold_s`` seconds; ``"busy"`` while another cut (or a bulk install) holds them.
+        Returns ``{"pending", "taken"}``: the cross-shard batches whose parts this shard holds
+        prepared, and, when there are none and ``take`` names one (``"snapshot"`` or
+        ``"checkpoint"``), what ``self.<take>(*args)`` gives at once: one call for both."""
         self._check_usable()
         if not await self.writes.freeze(cut_id):
             return "busy"
         self.tasks.start(self._thaw_after(cut_id, hold_s), f"cut {cut_id}")
-        return list(self.participant.parts)
+        pending = self.participant.pending()
+        taken = None
+        if take in ("snapshot", "checkpoint") and not pending:
+            taken = await getattr(self, take)(*args)
+        return {"pending": pending, "taken": taken}
 
     async def _thaw_after(self, cut_id: str, hold_s: float) -> None:
         await asyncio.sleep(hold_s)

@@ -14,6 +14,7 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
     stats = {
         "url": bookie.url,
         "name": bookie.name,
+        "shard": None if bookie.shard is None else bookie.shard[1],
         "head_only": bookie.head_only,
         "epoch": bookie.epoch,
         "next_sqn": writes.next_sqn,

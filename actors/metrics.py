@@ -210,20 +210,20 @@ def counter_deltas(metric: Metric, stats: dict, last: dict) -> list[tuple[tuple,
 class Exporter:
     """Publishes one store's figures through ``ray.util.metrics`` (needs a Ray worker)."""
 
-    def __init__(self, store_name: str):
+    def __init__(self, store_name: str, shard: str = ""):
         from ray.util import metrics
 
-        self.store = store_name
+        self.store = {"store": store_name, "shard": shard}  # shard: "" on a plain store
         self.last: dict = {}
-        self.counters = {m.name: metrics.Counter(m.name, m.help, ("store",) + m.tags)
+        keys = ("store", "shard")
+        self.counters = {m.name: metrics.Counter(m.name, m.help, keys + m.tags)
                          for m in COUNTERS}
-        self.gauges = {m.name: metrics.Gauge(m.name, m.help, ("store",) + m.tags)
-                       for m in GAUGES}
-        self.histograms = {m.name: metrics.Histogram(m.name, m.help, m.read, ("store",))
+        self.gauges = {m.name: metrics.Gauge(m.name, m.help, keys + m.tags) for m in GAUGES}
+        self.histograms = {m.name: metrics.Histogram(m.name, m.help, m.read, keys)
                            for m in HISTOGRAMS}
 
     def _tags(self, metric: Metric, values: tuple) -> dict:
-        return {"store": self.store, **dict(zip(metric.tags, values))}
+        return {**self.store, **dict(zip(metric.tags, values))}
 
     def publish(self, stats: dict, observed: dict[str, list[float]]) -> None:
         for m in COUNTERS:
@@ -233,7 +233,7 @@ class Exporter:
             value = m.read(stats)
             for values, v in (value if isinstance(value, dict) else {(): value}).items():
                 self.gauges[m.name].set(v, self._tags(m, values))
-        tags = {"store": self.store}
+        tags = self.store
         for name, values in observed.items():
             histogram = self.histograms[name]
             for v in values:
@@ -241,10 +241,11 @@ class Exporter:
 
 
 async def export_every(interval_s: float, store_name: str, gather: Callable,
-                       observations: Observations) -> None:
+                       observations: Observations, shard: str = "") -> None:
     """Publish ``await gather()`` (the store's ``stats()``) and the observations every
-    ``interval_s``; a round that fails (an actor restarting) is skipped."""
-    exporter = Exporter(store_name)
+    ``interval_s``, tagged with the store's name and (a sharded store's) shard; a round that
+    fails (an actor restarting) is skipped."""
+    exporter = Exporter(store_name, shard)
     while True:
         await asyncio.sleep(interval_s)
         try:

@@ -57,6 +57,7 @@ class Prepared:
     def __init__(self, root_url: str, changes: list[Change], values: list):
         self.root_url, self.changes, self.values = root_url, changes, values
         self.settled: asyncio.Future | None = None  # the commit or abort under way
+        self.applied = False  # settled: only its part object is left to delete
         self.expiry: asyncio.Task | None = None
 
 
@@ -102,6 +103,11 @@ class Participant:
         part.expiry = self.tasks.start(self._expire(txn), f"txn {txn}")
         return None
 
+    def pending(self) -> list[str]:
+        """The batches whose parts wait for their decision (not those applied and being
+        released)."""
+        return [txn for txn, part in self.parts.items() if not part.applied]
+
     async def commit(self, txn: str) -> list[int]:
         """Apply a prepared part; returns its changes' SQNs. A part this shard no longer holds
         was settled already: ``[]``."""
@@ -120,26 +126,39 @@ class Participant:
         return await asyncio.shield(part.settled)
 
     async def _apply(self, txn: str, part: Prepared, decision: str) -> list[int]:
+        """Apply or drop the part; the answer comes once it is durable, and the part object
+        is deleted (then the keys unlock) right after."""
         sqns: list[int] = []
-        try:
-            if decision == COMMIT:
-                changes = [c._replace(condition=NO_CONDITION) for c in part.changes]
+        if decision == COMMIT:
+            changes = [c._replace(condition=NO_CONDITION) for c in part.changes]
+            try:
                 sqns = await self.writes.put_many(changes, ValueBatch(inline=part.values), txn)
-            await self.store.delete_async(part_name(txn))  # before the keys unlock
-        except BaseException:
-            part.settled = None  # the next call (or the expiry) tries again
-            raise
+            except BaseException:
+                part.settled = None  # the next call (or the expiry) tries again
+                raise
+        part.applied = True
+        self.tasks.start(self._release(txn, part, decision), f"txn {txn} release")
+        return sqns
+
+    async def _release(self, txn: str, part: Prepared, decision: str) -> None:
+        """Delete the part object before the keys unlock: a part found at a restart was then
+        followed by no other write of its keys (applying it again is harmless)."""
+        while True:
+            try:
+                await self.store.delete_async(part_name(txn))
+                break
+            except LeveledError:
+                await asyncio.sleep(1.0)  # the object store answers later; the keys wait
         del self.parts[txn]
         self.writes.unlock(txn)
         if part.expiry is not None:
             part.expiry.cancel()
         self.counters["txn_committed" if decision == COMMIT else "txn_aborted"] += 1
-        return sqns
 
     async def _expire(self, txn: str) -> None:
         """Decide a part no one decided in time: abort, unless the record says commit."""
         await asyncio.sleep(self.options.txn_timeout_s)
-        while txn in self.parts:
+        while txn in self.parts and not self.parts[txn].applied:
             try:
                 decision = await decide(self._root(self.parts[txn].root_url), txn, ABORT)
                 self.counters["txn_decided_here"] += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import time
 from typing import Any
 
 from ..errors import LeveledError, StoreClosedError
@@ -17,12 +18,12 @@ NAMESPACE = "leveled"
 
 
 def process_stats() -> dict:
-    """This process's id, its Ray node (``None`` outside Ray) and memory: resident, and
-    private (resident less the file-backed pages, such as shared libraries, that other
-    processes share)."""
+    """This process's id, its Ray node (``None`` outside Ray), its CPU seconds so far, and
+    memory: resident, and private (resident less the file-backed pages, such as shared
+    libraries, that other processes share)."""
     import os
 
-    out = {"pid": os.getpid(), "node": _node_id()}
+    out = {"pid": os.getpid(), "node": _node_id(), "cpu_s": round(time.process_time(), 3)}
     try:
         with open("/proc/self/statm") as f:
             _, resident, shared = (int(x) for x in f.read().split()[:3])

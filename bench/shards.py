@@ -79,6 +79,17 @@ def timed(fn, n: int) -> float:
     return p50_ms(out)
 
 
+def alternating(first, second, n: int) -> tuple[float, float]:
+    """p50 ms of ``first(i)`` and ``second(i)``, called in turn ``n`` times each."""
+    a, b = [], []
+    for i in range(n):
+        for fn, out in ((first, a), (second, b)):
+            t = time.perf_counter()
+            fn(i)
+            out.append(time.perf_counter() - t)
+    return p50_ms(a), p50_ms(b)
+
+
 def keys_in(store, shard: int, count: int, prefix: str) -> list[str]:
     out, i = [], 0
     while len(out) < count:
@@ -108,11 +119,13 @@ def main() -> None:
     for shards in (1, 2, 4):
         store = lr.open(f"file://{tmp}/ingest{shards}", shards=shards)
         try:
+            rate(store, ingest, 2, 1)  # warm: the tasks' workers and the shards' caches
+            rate(store, single_puts, 4, 50)
             before = bookie_cpu_s(store)
             ingest_rate[shards] = rate(store, ingest, 2, args.calls)
             single_rate[shards] = rate(store, single_puts, 4, args.puts)
             used = [a - b for a, b in zip(bookie_cpu_s(store), before)]
-            puts = (2 * args.calls * 1000 + 4 * args.puts) / shards
+            puts = (2 * args.calls * 1000 + 4 * args.puts) / shards  # per shard
             cpu[shards] = statistics.mean(u / puts * 1000 for u in used)
         finally:
             store.close()
@@ -129,21 +142,23 @@ def main() -> None:
     try:
         for store in (plain, four):
             store.put_many([lr.Put("x", f"k{i}", VALUE) for i in range(5000)])
-        get_plain = timed(lambda i: plain.get("x", f"k{i % 5000}"), args.ops)
-        get_four = timed(lambda i: four.get("x", f"k{i % 5000}"), args.ops)
-        put_plain = timed(lambda i: plain.put("y", f"k{i}", VALUE), args.ops)
-        put_four = timed(lambda i: four.put("y", f"k{i}", VALUE), args.ops)
+        # Alternating, so both see the same machine.
+        get_plain, get_four = alternating(lambda i: plain.get("x", f"k{i % 5000}"),
+                                          lambda i: four.get("x", f"k{i % 5000}"), args.ops)
+        put_plain, put_four = alternating(lambda i: plain.put("y", f"k{i}", VALUE),
+                                          lambda i: four.put("y", f"k{i}", VALUE), args.ops)
         rows.append(("get p50, 4 shards / plain", get_four, get_plain, "ms"))
         rows.append(("put p50, 4 shards / plain", put_four, put_plain, "ms"))
         one_shard = keys_in(four, 0, 1000 * args.rounds, "one")
         across = [f"all{i}" for i in range(1000 * args.rounds)]
-        t_one = timed(lambda r: four.put_many(
-            [lr.Put("x", k, VALUE) for k in one_shard[r * 1000:(r + 1) * 1000]]), args.rounds)
-        t_across = timed(lambda r: four.put_many(
-            [lr.Put("x", k, VALUE) for k in across[r * 1000:(r + 1) * 1000]]), args.rounds)
+        t_one, t_across = alternating(
+            lambda r: four.put_many([lr.Put("x", k, VALUE)
+                                     for k in one_shard[r * 1000:(r + 1) * 1000]]),
+            lambda r: four.put_many([lr.Put("x", k, VALUE)
+                                     for k in across[r * 1000:(r + 1) * 1000]]), args.rounds)
         rows.append(("put_many 1000, across 4 shards / one shard", t_across, t_one, "ms"))
-        cp_plain = timed(lambda _: plain.checkpoint(lifetime=600), args.rounds)
-        cp_four = timed(lambda _: four.checkpoint(lifetime=600), args.rounds)
+        cp_plain, cp_four = alternating(lambda _: plain.checkpoint(lifetime=600),
+                                        lambda _: four.checkpoint(lifetime=600), args.rounds)
         rows.append(("checkpoint, 4 shards (a cut) / plain", cp_four, cp_plain, "ms"))
         fold = {}
         for name, store in (("plain", plain), ("four", four)):

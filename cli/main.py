@@ -19,17 +19,19 @@ import os
 import sys
 
 from ..admin.clone import create_clone
-from ..admin.handle import Admin
 from ..bulk.export import export
 from ..bulk.read import ReadQuery
-from ..client import store as api
 from ..client.progress import progress_bar
+from ..cluster import open as face
+from ..cluster.reader import ShardsAsTheyAre
+from ..cluster.store import ShardedStore
 from ..codec import object_key
 from ..errors import InvalidArgumentError, LeveledError
 from ..files import journal as jfmt
 from ..files import sst as sfmt
 from ..files.store import ObjectStore
 from ..files.sync import run_sync
+from ..manifest.shard_map import ShardMap, read_shard_map
 from ..options import Options
 from ..read.key_ranges import term_from_text
 from ..read.store_reader import StoreReader
@@ -61,9 +63,20 @@ def _name(text: str) -> str | bytes:
     return bytes.fromhex(text[4:]) if text.startswith("hex:") else text
 
 
-def _reader(args) -> StoreReader:
+def _readers(args) -> tuple[list[StoreReader], ShardMap | None]:
+    """A reader of each shard's newest manifest (one, of a plain store), and the shard map."""
     options = parse_options(args.option)
-    return asyncio.run(StoreReader.open(ObjectStore.from_url(args.url, options), options))
+    shard_map = asyncio.run(read_shard_map(ObjectStore.from_url(args.url, options)))
+    urls = [args.url] if shard_map is None else [shard_map.shard_url(args.url, s)
+                                                 for s in range(shard_map.count)]
+    return [asyncio.run(StoreReader.open(ObjectStore.from_url(url, options), options))
+            for url in urls], shard_map
+
+
+def _reader(args):
+    """The store at ``--url`` as its newest manifests say, plain or sharded."""
+    readers, shard_map = _readers(args)
+    return readers[0] if shard_map is None else ShardsAsTheyAre(readers, shard_map)
 
 
 def cmd_get(args) -> int:
@@ -124,8 +137,8 @@ def cmd_index(args) -> int:
 
 def _writer(args):
     if args.name:
-        return api.connect(args.name), False
-    return api.open(args.url, parse_options(args.option)), True
+        return face.connect(args.name), False
+    return face.open(args.url, parse_options(args.option)), True
 
 
 def cmd_put(args) -> int:
@@ -208,7 +221,18 @@ async def verify(reader: StoreReader) -> list[str]:
 
 
 def cmd_inspect(args) -> int:
-    reader = _reader(args)
+    readers, shard_map = _readers(args)
+    if shard_map is None:
+        return _inspect(readers[0], args)
+    worst = 0
+    for shard, reader in enumerate(readers):  # each shard is a store of its own
+        if not args.json:
+            print(f"== shard {shard} ({shard_map.prefixes[shard]}) ==")
+        worst = max(worst, _inspect(reader, args))
+    return worst
+
+
+def _inspect(reader: StoreReader, args) -> int:
     info = describe(reader)
     if args.files:
         info["ssts"] = [
@@ -270,7 +294,7 @@ def _print_rows(rows: list[dict], as_json: bool) -> None:
 
 
 def cmd_checkpoint(args) -> int:
-    admin = Admin(args.url, parse_options(args.option))
+    admin = face.admin(args.url, parse_options(args.option))
     if args.action == "create":
         rows = [_checkpoint_row(admin.create_checkpoint(args.lifetime, args.name, args.source))]
     elif args.action == "list":
@@ -285,7 +309,7 @@ def cmd_checkpoint(args) -> int:
 
 
 def cmd_gc(args) -> int:
-    admin = Admin(args.url, parse_options(args.option))
+    admin = face.admin(args.url, parse_options(args.option))
     plan = admin.gc(args.min_age, dry_run=args.dry_run, progress=progress_bar("deleting"))
     verb = "would delete" if args.dry_run else "deleted"
     done = plan.paths if args.dry_run else plan.deleted
@@ -304,7 +328,7 @@ def cmd_gc(args) -> int:
 
 
 def cmd_destroy(args) -> int:
-    deleted = Admin(args.url, parse_options(args.option)).destroy(soft=not args.now)
+    deleted = face.admin(args.url, parse_options(args.option)).destroy(soft=not args.now)
     print(f"destroyed: {deleted} object(s) deleted" if args.now else
           "marked destroyed: the writer is fenced, and GC deletes everything after the grace "
           "period (gc.min_age_s) once no checkpoint is left")
@@ -321,12 +345,14 @@ def cmd_clone(args) -> int:
 
 def cmd_backup(args) -> int:
     if args.name:  # through the running store's Bookie
-        done = api.connect(args.name).backup(args.target)
+        done = face.connect(args.name).backup(args.target)
     else:  # on the URL, running or not: no Ray, and no writer is fenced
-        done = Admin(args.url, parse_options(args.option)).backup(
+        done = face.admin(args.url, parse_options(args.option)).backup(
             args.target, progress=progress_bar("backup"))
+    upto = (f"SQN {done['max_sqn']}" if "shards" not in done else
+            "SQNs " + ", ".join(str(s["max_sqn"]) for s in done["shards"]) + " (per shard)")
     print(f"backed up {done['files']} journal file(s) ({done['copied']} copied, "
-          f"{_human(done['bytes'])}; {done['removed']} dropped), up to SQN {done['max_sqn']}, "
+          f"{_human(done['bytes'])}; {done['removed']} dropped), up to {upto}, "
           f"to {args.target}; open it to restore")
     return 0
 
@@ -336,13 +362,21 @@ def cmd_stats(args) -> int:
                                                          and args.count < 1):
         raise SystemExit("--watch takes seconds above 0, --count a number of refreshes >= 1")
     if args.name:  # the running store's own figures, through Ray
-        gather, summarize = api.connect(args.name).stats, stats_view.summarize
-    else:  # what the manifest says
+        store = face.connect(args.name)
+        gather = store.stats
+        summarize = (stats_view.summarize_shards if isinstance(store, ShardedStore)
+                     else stats_view.summarize)
+    else:  # what the manifests say (each shard's, one row per shard)
         def gather():
-            return describe(_reader(args))
+            return [describe(reader) for reader in _readers(args)[0]]
 
         def summarize(now, _before, _seconds):
-            return stats_view.summarize_manifest(now)
+            if len(now) == 1:
+                return stats_view.summarize_manifest(now[0])
+            return {"source": "manifests (no running store asked)", "store": args.url,
+                    "shards": {f"shard {i}": {
+                        k: v for k, v in stats_view.summarize_manifest(info).items()
+                        if k not in ("source", "store", "levels")} for i, info in enumerate(now)}}
     stats_view.show(gather, summarize, watch=args.watch, count=args.count, as_json=args.json,
                     human=_human)
     return 0

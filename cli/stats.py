@@ -73,6 +73,22 @@ def summarize(now: dict, before: dict | None, seconds: float) -> dict:
     }
 
 
+def summarize_shards(now: dict, before: dict | None, seconds: float) -> dict:
+    """:func:`summarize` of a sharded store: one row per shard (its rates, backlog and
+    files), under the store's totals."""
+    rows = {}
+    for i, shard in enumerate(now["shards"]):
+        one = summarize(shard, None if before is None else before["shards"][i], seconds)
+        rows[f"shard {i}"] = {"puts/s": one["rates"]["puts/s"],
+                              "gets/s": one["rates"]["gets/s"],
+                              "unpersisted": one["backlog"]["unpersisted"],
+                              "journal files": one["journal_files"],
+                              "cut pause ms": shard["cut_pause_ms_max"],
+                              "state": one["state"]}
+    return {"source": "running sharded store", "store": now["url"], "name": now["name"],
+            "shards": rows}
+
+
 def summarize_manifest(info: dict) -> dict:
     """The figures ``stats`` shows without a running store: what the manifest says (``info``
     is what ``leveled-ray inspect`` gathers)."""

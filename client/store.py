@@ -126,12 +126,14 @@ def refuse_running(*names: str | None) -> None:
 
 class BookieSpec(NamedTuple):
     """One Bookie to start: its store's URL, its actor name, an object store client that
-    overrides the URL's, and Ray scheduling options (a placement group bundle)."""
+    overrides the URL's, Ray scheduling options (a placement group bundle), and for a shard
+    of a sharded store, ``(the store's name or URL, the shard's number)``."""
 
     url: str
     name: str | None = None
     store: ObjectStore | None = None
     scheduling: object = None
+    shard: tuple[str, int] | None = None
 
 
 def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bool,
@@ -150,7 +152,8 @@ def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bo
         if spec.scheduling is not None:
             opts["scheduling_strategy"] = spec.scheduling
         actors.append(bookie_mod.make_actor().options(**opts).remote(
-            spec.url, options, spec.name, store=spec.store, head_only=head_only, clock=clock))
+            spec.url, options, spec.name, store=spec.store, head_only=head_only, clock=clock,
+            shard=spec.shard))
     try:
         infos = _get([actor.start.remote() for actor in actors])
     except BaseException:
@@ -419,6 +422,10 @@ class Store(Queries):
         travel as the Bookie's Arrow batches (at most ``max_unpersisted_keys``); no file is
         copied.
         """
+        return Call(self._actor.snapshot.remote(self._snapshot_timeout(long_running, timeout_s),
+                                                bool(values)), self._wrap_snapshot)
+
+    def _snapshot_timeout(self, long_running: bool, timeout_s: float | None) -> float:
         if timeout_s is None:
             timeout_s = (self.options.gc.long_snapshot_timeout_s if long_running
                          else self.options.gc.snapshot_timeout_s)
@@ -428,8 +435,7 @@ class Store(Queries):
         if timeout_s > self.options.gc.long_snapshot_timeout_s:  # GC protects no longer than this
             raise InvalidArgumentError(f"timeout_s={timeout_s} is over long_snapshot_timeout_s="
                                        f"{self.options.gc.long_snapshot_timeout_s}")
-        return Call(self._actor.snapshot.remote(float(timeout_s), bool(values)),
-                    self._wrap_snapshot)
+        return float(timeout_s)
 
     def _wrap_snapshot(self, taken: dict) -> Snapshot:
         return Snapshot(taken["view"], taken["id"], taken["expires_at"], taken["values"],
@@ -577,10 +583,18 @@ class Store(Queries):
 
     # -- for cross-shard put_many (see leveled_ray.cluster.txn) --
 
-    async def prepare_async(self, txn: str, root_url: str, items: list[Put | Delete]):
-        """Prepare this shard's part of cross-shard batch ``txn``: ``None`` once it is durable
-        and its keys are locked, ``"busy"``, or the failure of its conditions."""
-        changes, values, _ = self._changes(items)
+    async def put_changes_async(self, changes: list[Change], values: list) -> list[int]:
+        """``put_many`` of changes checked already (by :meth:`_changes`): a sharded store
+        checks a batch once, then sends each shard its part."""
+        nbytes = sum(c.size for c in changes)
+        return await _await(self._actor.put_many.remote(pack(changes),
+                                                        ValueBatch.pack(values, nbytes)))
+
+    async def prepare_async(self, txn: str, root_url: str, changes: list[Change],
+                            values: list):
+        """Prepare this shard's part (checked changes and their values) of cross-shard batch
+        ``txn``: ``None`` once it is durable and its keys are locked, ``"busy"``, or the
+        failure of its conditions."""
         return await _await(self._actor.prepare.remote(txn, root_url, pack(changes), values))
 
     async def commit_part_async(self, txn: str) -> list[int]:
@@ -593,17 +607,30 @@ class Store(Queries):
 
     # -- for cuts of a sharded store (see leveled_ray.cluster.cut) --
 
-    async def freeze_async(self, cut_id: str, hold_s: float):
-        """Hold this shard's writes for a cut: the batches it holds prepared, or ``"busy"``."""
-        return await _await(self._actor.freeze.remote(cut_id, hold_s))
+    async def freeze_async(self, cut_id: str, hold_s: float, take: tuple | None = None):
+        """Hold this shard's writes for a cut: ``"busy"``, or ``(pending, taken)``: the
+        batches it holds prepared and, if none and ``take`` is ``("snapshot", long_running,
+        values, timeout_s)`` or ``("checkpoint", lifetime, name, checkpoint_id)``, that point
+        in time, taken in the same call."""
+        kind, args, finish = None, (), None
+        if take is not None and take[0] == "snapshot":
+            kind, finish = "snapshot", self._wrap_snapshot
+            args = (self._snapshot_timeout(take[1], take[3]), bool(take[2]))
+        elif take is not None:
+            kind, args = "checkpoint", (take[1], take[2], None, take[3])
+        answer = await _await(self._actor.freeze.remote(cut_id, hold_s, kind, *args))
+        if answer == "busy":
+            return answer
+        taken = answer["taken"]
+        return answer["pending"], (finish(taken) if finish and taken is not None else taken)
 
     async def cut_apply_async(self, cut_id: str, txns: list[str]) -> None:
         """Apply these committed batches' parts inside the cut."""
         await _await(self._actor.cut_apply.remote(cut_id, txns))
 
-    async def thaw_async(self, cut_id: str) -> None:
-        """Admit writes again after the cut."""
-        await _await(self._actor.thaw.remote(cut_id))
+    def _thaw_soon(self, cut_id: str) -> None:
+        """Admit writes again after the cut (sent at once, not waited for)."""
+        self._actor.thaw.remote(cut_id)
 
     # -- for bulk writes (see leveled_ray.bulk.write) --
 

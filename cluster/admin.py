@@ -43,7 +43,7 @@ async def check_quiet(admin: Admin, shard: int) -> None:
                                    "open the store once to settle it")
 
 
-async def quiet_cut(store, take) -> tuple[list, float]:
+async def quiet_cut(store, take, _early=None) -> tuple[list, float]:
     """What :func:`.cut.cut` gives, for a store no one writes: each shard as it is."""
     await asyncio.gather(*(check_quiet(store.shard(s), s) for s in range(store.shards)))
     return list(await asyncio.gather(*(take(s) for s in range(store.shards)))), 0.0
@@ -74,7 +74,7 @@ class ShardedAdmin:
 
     # -- what :mod:`.checkpoints` needs: a cut, and one shard's part of a checkpoint --
 
-    async def _cut(self, take):
+    async def _cut(self, take, early=None):
         return await quiet_cut(self, take)
 
     async def _checkpoint_part(self, shard: int, lifetime, name, source, checkpoint_id):

@@ -15,6 +15,7 @@ import dataclasses
 from ..errors import CheckpointNotFoundError
 from ..files.names import ulid
 from ..manifest.model import Checkpoint
+from .cut import Early
 
 #: A part's lifetime until every shard holds one.
 PARTIAL_S = 600.0
@@ -38,7 +39,9 @@ async def create(store, lifetime: float | None, name: str | None,
     def take(shard: int):
         return store._checkpoint_part(shard, first, name, source, checkpoint_id)
     if source is None:
-        parts, _ = await store._cut(take)
+        early = Early(("checkpoint", first, name, checkpoint_id),
+                      lambda shard, _: _delete_part(store.shard(shard), checkpoint_id))
+        parts, _ = await store._cut(take, early)
     else:  # each part copies its shard's part of a checkpoint that is a cut already
         parts = await asyncio.gather(*(take(s) for s in range(store.shards)))
     if first != lifetime:

@@ -21,6 +21,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from ..errors import ConflictError
 from ..files.names import ulid
@@ -32,20 +33,37 @@ HOLD_S = 10.0
 BUSY = "busy"
 
 
-async def cut(store, take: Callable[[int], Awaitable]) -> tuple[list, float]:
+class Early(NamedTuple):
+    """What a shard may take in the call that freezes it (``take``: see
+    :meth:`Store.freeze_async <leveled_ray.client.store.Store.freeze_async>`), and how to
+    give it back should that attempt of the cut fail (``discard(shard, taken)``)."""
+
+    take: tuple
+    discard: Callable[[int, object], Awaitable]
+
+
+async def cut(store, take: Callable[[int], Awaitable], early: Early | None = None
+              ) -> tuple[list, float]:
     """``take(shard)`` of every shard at one consistent moment; returns what each gave, in
-    shard order, and the longest time a shard was frozen (seconds)."""
+    shard order, and how long the cut held writes (seconds, as the cutter saw it).
+
+    ``early`` (see :meth:`Store.freeze_async <leveled_ray.client.store.Store.freeze_async>`)
+    lets each shard take its part in the same call that freezes it, when it holds no
+    prepared part: taking early is safe, since all that matters is that no shard thaws
+    before every shard froze. The thaws are sent, not waited for."""
     shards = [store.shard(s) for s in range(store.shards)]
     deadline = time.monotonic() + HOLD_S
     backoff = 0.002
     while True:
         cut_id = ulid()
         frozen_at = time.monotonic()
-        answers = await asyncio.gather(*(s.freeze_async(cut_id, HOLD_S) for s in shards),
-                                       return_exceptions=True)
+        answers = await asyncio.gather(*(s.freeze_async(cut_id, HOLD_S, early and early.take)
+                                         for s in shards), return_exceptions=True)
         if not any(a == BUSY or isinstance(a, BaseException) for a in answers):
             break
-        await _thaw(shards, cut_id)
+        _thaw(shards, cut_id)
+        await asyncio.gather(*(early.discard(s, a[1]) for s, a in enumerate(answers)
+                               if isinstance(a, tuple) and a[1] is not None))
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
@@ -54,17 +72,24 @@ async def cut(store, take: Callable[[int], Awaitable]) -> tuple[list, float]:
         await asyncio.sleep(random.uniform(0, backoff))
         backoff = min(2 * backoff, 0.1)
     try:
-        pending = sorted({txn for held in answers for txn in held})
-        root = ObjectStore.from_url(store.url, store.options)
-        decisions = await asyncio.gather(*(read_decision(root, txn) for txn in pending))
-        committed = {txn for txn, d in zip(pending, decisions) if d == COMMIT}
-        await asyncio.gather(*(s.cut_apply_async(cut_id, [t for t in held if t in committed])
-                               for s, held in zip(shards, answers) if committed & set(held)))
-        taken = await asyncio.gather(*(take(s) for s in range(len(shards))))
+        pending = sorted({txn for held, _ in answers for txn in held})
+        if pending:
+            root = ObjectStore.from_url(store.url, store.options)
+            decisions = await asyncio.gather(*(read_decision(root, txn) for txn in pending))
+            committed = {txn for txn, d in zip(pending, decisions) if d == COMMIT}
+            await asyncio.gather(*(s.cut_apply_async(cut_id, [t for t in held if t in committed])
+                                   for s, (held, _) in zip(shards, answers)
+                                   if committed & set(held)))
+        taken = await asyncio.gather(*(_taken(answers[s][1], take, s) for s in range(len(shards))))
     finally:
-        await _thaw(shards, cut_id)
+        _thaw(shards, cut_id)
     return list(taken), time.monotonic() - frozen_at
 
 
-async def _thaw(shards: list, cut_id: str) -> None:
-    await asyncio.gather(*(s.thaw_async(cut_id) for s in shards), return_exceptions=True)
+async def _taken(early_taken, take, shard: int):
+    return early_taken if early_taken is not None else await take(shard)
+
+
+def _thaw(shards: list, cut_id: str) -> None:
+    for shard in shards:
+        shard._thaw_soon(cut_id)

@@ -1,7 +1,12 @@
-"""``lr.open`` and ``lr.connect`` for both layouts: a plain store, or a sharded one."""
+"""The package's entry points for both layouts, a plain store or a sharded one: ``lr.open``,
+``lr.connect``, ``lr.admin``, ``lr.reader``, ``lr.gc`` and ``lr.destroy`` find which one is at
+the URL (its shard map, or none) and return the matching handle."""
 
 from __future__ import annotations
 
+from ..admin import gc as garbage_collection
+from ..admin.handle import Admin
+from ..client import reader as plain_reader
 from ..client import store as plain
 from ..client.ray_connection import ensure_ray
 from ..clock import Clock
@@ -11,7 +16,9 @@ from ..files.sync import run_blocking
 from ..manifest.shard_map import ShardMap, read_shard_map
 from ..options import Options
 from . import placement
+from .admin import ShardedAdmin
 from .layout import resolve_layout
+from .reader import ShardedReader, open_reader
 from .store import ShardedStore
 
 _STORE_OVERRIDE = InvalidArgumentError(
@@ -59,7 +66,7 @@ def _open_shards(url: str, shard_map: ShardMap, options: Options, name: str | No
     try:
         specs = [plain.BookieSpec(shard_map.shard_url(url, s),
                                   None if name is None else shard_name(name, s),
-                                  scheduling=placement.bundle(group, s))
+                                  scheduling=placement.bundle(group, s), shard=(name or url, s))
                  for s in range(shard_map.count)]
         stores = plain.start_bookies(specs, options, detached=detached, head_only=head_only,
                                      clock=clock)
@@ -94,3 +101,41 @@ def _connect_shards(name: str) -> ShardedStore:
         raise InvalidArgumentError(f"the store named {name!r} has no shard map at {url}")
     stores = [first] + [plain.connect(shard_name(name, s)) for s in range(1, shard_map.count)]
     return ShardedStore(stores, shard_map, url, name, first.options, first.clock)
+
+
+def admin(url: str, options: Options | None = None, *,
+          clock: Clock | None = None) -> Admin | ShardedAdmin:
+    """Administration of the store at ``url`` without Ray (see
+    :func:`leveled_ray.admin.handle.admin`): an :class:`Admin`, or for a sharded store a
+    :class:`~.admin.ShardedAdmin` over its shards."""
+    options = options or Options()
+    shard_map = run_blocking(read_shard_map(ObjectStore.from_url(url, options)))
+    if shard_map is None:
+        return Admin(url, options, clock)
+    return ShardedAdmin(url, shard_map, options, clock)
+
+
+def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
+           lifetime: float = 600.0,
+           clock: Clock | None = None) -> plain_reader.Reader | ShardedReader:
+    """A read-only handle on the store at ``url`` from any process, without Ray (see
+    :func:`leveled_ray.client.reader.reader`); on a sharded store, every shard's part of the
+    checkpoint (see :mod:`.reader`)."""
+    found = admin(url, options, clock=clock)
+    if isinstance(found, ShardedAdmin):
+        return run_blocking(open_reader(found, checkpoint, lifetime))
+    return plain_reader.reader(url, checkpoint, options=options, lifetime=lifetime, clock=clock)
+
+
+def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
+       options: Options | None = None, progress=None,
+       clock: Clock | None = None) -> garbage_collection.Plan:
+    """One garbage-collection pass on the store at ``url`` (see
+    :func:`leveled_ray.admin.handle.gc`); on a sharded store, every shard's and the root's."""
+    return admin(url, options, clock=clock).gc(min_age, dry_run, progress)
+
+
+def destroy(url: str, soft: bool = True, *, options: Options | None = None) -> int:
+    """Destroy the store at ``url`` (see :func:`leveled_ray.admin.handle.destroy`); on a
+    sharded store, every shard, then (``soft=False``) its root."""
+    return admin(url, options).destroy(soft)

@@ -103,3 +103,22 @@ async def open_reader(admin: ShardedAdmin, checkpoint: str | None,
         return ShardedReader(admin, checkpoint, False, lifetime)
     made = await admin.create_checkpoint_async(lifetime, name="reader")
     return ShardedReader(admin, made.id, True, lifetime)
+
+
+class ShardsAsTheyAre(Queries):
+    """Every shard's newest manifest (and journal tail), read as one store, to inspect it
+    without Ray (the command line). While shards are written this is no consistent cut: a
+    point in time is a checkpoint (:class:`ShardedReader`)."""
+
+    def __init__(self, views: list, shard_map):
+        self.views = views
+        self.shard_map = shard_map
+
+    async def get(self, lkey: bytes) -> bytes | None:
+        return await self.views[self.shard_map.shard_of(lkey)].get(lkey)
+
+    async def head(self, lkey: bytes) -> Head | None:
+        return await self.views[self.shard_map.shard_of(lkey)].head(lkey)
+
+    async def _query_view_async(self, needs_values: bool):
+        return MergedView(self.views), None

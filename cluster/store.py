@@ -16,7 +16,6 @@ from ..client.store import Store
 from ..clock import Clock
 from ..codec import Delete, Head, Put, checked_key
 from ..codec import head_only as head_only_mode
-from ..errors import InvalidArgumentError
 from ..files.sync import with_sync_twins
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import ShardMap
@@ -25,7 +24,7 @@ from ..read.merged import MergedView
 from ..read.queries import Queries
 from . import checkpoints, placement
 from .backup import backup
-from .cut import cut
+from .cut import Early, cut
 from .fanout import per_shard, shard_groups
 from .snapshot import ShardedSnapshot
 from .totals import totals
@@ -132,24 +131,17 @@ class ShardedStore(Queries):
     async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
         """Write many changes atomically; returns each item's SQN (its shard's).
 
-        Within one shard this is that shard's ``put_many``. Across shards every item becomes
-        visible or none does, and all conditions are checked before any item is visible
-        (see :mod:`.txn`)."""
-        if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
-            raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
-        items = list(items)
-        for item in items:
-            if not isinstance(item, (Put, Delete)):
-                raise InvalidArgumentError(f"put_many takes Put or Delete items, not "
-                                           f"{type(item).__name__}")
-        if not items:
+        The batch is checked once, here. Within one shard it is that shard's ``put_many``.
+        Across shards every item becomes visible or none does, and all conditions are checked
+        before any item is visible (see :mod:`.txn`)."""
+        changes, values, _ = self._stores[0]._changes(items)  # every shard's handle checks alike
+        if not changes:
             return []
-        groups = shard_groups([checked_key(item.bucket, item.key, self.options)
-                               for item in items], self.shard_map)
+        groups = shard_groups([c.lkey for c in changes], self.shard_map)
         if len(groups) == 1:
             (shard,) = groups
-            return await self._stores[shard].put_many_async(items)
-        return await put_across(self, items, groups)
+            return await self._stores[shard].put_changes_async(changes, values)
+        return await put_across(self, changes, values, groups)
 
     # -- points in time --
 
@@ -159,12 +151,14 @@ class ShardedStore(Queries):
         write acknowledged before the call, and of two writes where the first was
         acknowledged before the second was sent, never the second without the first; of a
         cross-shard ``put_many``, all or nothing."""
+        early = Early(("snapshot", long_running, values, timeout_s),
+                      lambda _, snap: snap.release_async())
         taken, _ = await cut(self, lambda s: self._stores[s].snapshot_async(
-            long_running, values=values, timeout_s=timeout_s))
+            long_running, values=values, timeout_s=timeout_s), early)
         return ShardedSnapshot(taken, self.shard_map, self.options)
 
-    async def _cut(self, take):
-        return await cut(self, take)
+    async def _cut(self, take, early: Early | None = None):
+        return await cut(self, take, early)
 
     async def _checkpoint_part(self, shard: int, lifetime, name, source, checkpoint_id):
         return await self._stores[shard].checkpoint_async(lifetime, name, source,

@@ -18,10 +18,12 @@ A client that dies before step 3 leaves parts that their shards abort after
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import random
 import time
 
-from ..errors import ConflictError, StoreClosedError
+from ..errors import ConflictError, ObjectStoreError, StoreClosedError
 from ..files.names import ulid
 from ..files.store import ObjectStore
 from ..manifest.txn_records import COMMIT, decide, record_name
@@ -31,16 +33,17 @@ FIRST_BACKOFF_S = 0.002
 MAX_BACKOFF_S = 0.2
 
 
-async def put_across(store, items: list, groups: dict) -> list[int]:
-    """Write ``items`` (``groups``: each shard's item positions) atomically across shards;
-    returns each item's SQN (its shard's), in input order."""
+async def put_across(store, changes: list, values: list, groups: dict) -> list[int]:
+    """Write checked ``changes`` and their ``values`` (``groups``: each shard's positions)
+    atomically across shards; returns each change's SQN (its shard's), in input order."""
     shards = {shard: store.shard(shard) for shard in groups}
-    parts = {shard: [items[i] for i in where] for shard, where in groups.items()}
+    parts = {shard: ([changes[i] for i in where], [values[i] for i in where])
+             for shard, where in groups.items()}
     deadline = time.monotonic() + store.options.txn_timeout_s
     backoff = FIRST_BACKOFF_S
     while True:
         txn = ulid()
-        answers = await asyncio.gather(*(shards[s].prepare_async(txn, store.url, part)
+        answers = await asyncio.gather(*(shards[s].prepare_async(txn, store.url, *part)
                                          for s, part in parts.items()), return_exceptions=True)
         if all(a is None for a in answers):
             break
@@ -65,12 +68,22 @@ async def put_across(store, items: list, groups: dict) -> list[int]:
         raise StoreClosedError(f"the batch is committed, but shard(s) {failed} could not apply "
                                f"it yet ({applied[list(parts).index(failed[0])]}); each applies "
                                "it when it reopens")
-    await root.delete_async(record_name(txn))  # every part is applied: no one reads it again
-    out = [0] * len(items)
+    # Every part is applied: no one reads the record again. Its delete is off the caller's
+    # path; one that never happens (the process ended) is left for lr.gc(url).
+    _RECORD_DELETES.submit(_delete_quietly, root, record_name(txn))
+    out = [0] * len(changes)
     for where, sqns in zip(groups.values(), applied):
         for i, sqn in zip(where, sqns):
             out[i] = sqn
     return out
+
+
+_RECORD_DELETES = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lr-txn-records")
+
+
+def _delete_quietly(root: ObjectStore, name: str) -> None:
+    with contextlib.suppress(ObjectStoreError):
+        root.delete(name)
 
 
 async def _abort(shards: dict, prepared: list[int], txn: str) -> None:

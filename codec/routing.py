@@ -17,6 +17,7 @@ An object's index entries live with the object, in the same shard.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 
 import numpy as np
@@ -79,8 +80,7 @@ def partition_of(lkey: bytes, route_by: str = "key") -> int:
 
 def shard_of_partition(partition: int, runs: list[tuple[int, int]]) -> int:
     """The shard whose run holds ``partition``."""
-    starts = [start for start, _ in runs]
-    return int(np.searchsorted(starts, partition, side="right")) - 1
+    return bisect.bisect_right([start for start, _ in runs], partition) - 1
 
 
 def shards_of(lkeys: Iterable[bytes], runs: list[tuple[int, int]], route_by: str = "key"

@@ -1,14 +1,35 @@
 """A sharded store on the session's multi-node Ray cluster: placement, routing, the plain
-store's API and answers, reopening and connecting."""
+store's API and answers, reopening and connecting, and a dead shard."""
 
+import urllib.request
 import uuid
 
 import pytest
+from hypothesis import Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
 import leveled_ray as lr
 from leveled_ray.files.store import ObjectStore
 
+from conftest import wait_until
+
 pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def four(ray_cluster, tmp_path_factory):
+    """A 4-shard store shared by this module's tests (each writes its own buckets)."""
+    url = f"file://{tmp_path_factory.mktemp('four')}/db"
+    store = lr.open(url, lr.Options(txn_timeout_s=5), shards=4)
+    yield store
+    store.close()
 
 
 def nodes_of(store) -> list[tuple[str, str]]:
@@ -17,78 +38,79 @@ def nodes_of(store) -> list[tuple[str, str]]:
             for s in store.stats()["shards"]]
 
 
-def test_shards_spread_over_the_nodes_and_keep_their_actors_together(ray_cluster, tmp_url):
-    with lr.open(tmp_url, shards=2) as two:
-        placed = nodes_of(two)
-        assert all(bookie == penciller for bookie, penciller in placed)  # a shard's node
-        assert placed[0][0] != placed[1][0]  # one node per shard
-    with lr.open(f"{tmp_url}-4", shards=4) as four:
-        assert len({bookie for bookie, _ in nodes_of(four)}) == 3  # every node holds some
+def test_shards_spread_over_the_nodes_and_keep_their_actors_together(four):
+    placed = nodes_of(four)
+    assert all(bookie == penciller for bookie, penciller in placed)  # a shard's node
+    assert len({bookie for bookie, _ in placed}) == 3  # four shards over all three nodes
 
 
-def test_every_call_reaches_the_keys_shard_and_answers_in_input_order(ray_cluster, tmp_url):
-    store = lr.open(tmp_url, shards=4)
-    try:
-        assert store.shards == 4
-        keys = [("b", f"k{i:03d}") for i in range(200)]
-        sqns = [store.put(b, k, k.encode(), indexes=[("add", "n_int", i)])
-                for i, (b, k) in enumerate(keys)]
-        assert all(sqn > 0 for sqn in sqns)
-        assert store.get_many(keys[::-1]) == [k.encode() for _, k in keys[::-1]]
-        heads = store.head_many(keys + [("b", "none")])
-        assert heads[-1] is None and [h.size for h in heads[:-1]] == [4] * 200
-        # Each key is where the routing function says, and nowhere else.
-        for shard in range(4):
-            here = store.shard(shard).get_many(keys)
-            assert [v is not None for v in here] == [store.shard_of(b, k) == shard
-                                                     for b, k in keys]
-        assert len({store.shard_of(b, k) for b, k in keys}) == 4
-        # Folds and index queries merge the shards in key order.
-        assert list(store.fold_keys("b")) == keys
-        assert [v for _, _, v in store.fold_objects("b")] == [k.encode() for _, k in keys]
-        assert list(store.index_query("b", "n_int", 10, 19)) == [k for _, k in keys[10:20]]
-        page = list(store.index_query("b", "n_int", 5, 199, return_terms=True, max_results=7,
-                                      start_key="k005"))
-        assert page == [(i, f"k{i:03d}") for i in range(6, 13)]  # after (5, "k005")
-        assert store.list_buckets() == ["b"] and not store.is_empty()
-        store.delete("b", "k000")
-        assert store.get("b", "k000") is None
-        stats = store.stats()
-        assert stats["changes"] == sum(s["changes"] for s in stats["shards"]) == 201
-    finally:
-        store.close()
+def test_every_call_reaches_the_keys_shard_and_answers_in_input_order(four):
+    store = four
+    assert store.shards == 4
+    keys = [("api", f"k{i:03d}") for i in range(200)]
+    sqns = [store.put(b, k, k.encode(), indexes=[("add", "n_int", i)])
+            for i, (b, k) in enumerate(keys)]
+    assert all(sqn > 0 for sqn in sqns)
+    assert store.get_many(keys[::-1]) == [k.encode() for _, k in keys[::-1]]
+    assert store.get_many([]) == []
+    heads = store.head_many(keys + [("api", "none")])
+    assert heads[-1] is None and [h.size for h in heads[:-1]] == [4] * 200
+    # Each key is where the routing function says, and nowhere else.
+    for shard in range(4):
+        here = store.shard(shard).get_many(keys)
+        assert [v is not None for v in here] == [store.shard_of(b, k) == shard
+                                                 for b, k in keys]
+    assert len({store.shard_of(b, k) for b, k in keys}) == 4
+    # Folds and index queries merge the shards in key order.
+    assert list(store.fold_keys("api")) == keys
+    assert [v for _, _, v in store.fold_objects("api")] == [k.encode() for _, k in keys]
+    assert list(store.index_query("api", "n_int", 10, 19)) == [k for _, k in keys[10:20]]
+    page = list(store.index_query("api", "n_int", 5, 199, return_terms=True, max_results=7,
+                                  start_key="k005"))
+    assert page == [(i, f"k{i:03d}") for i in range(6, 13)]  # after (5, "k005")
+    assert "api" in store.list_buckets() and not store.is_empty()
+    before = store.stats()["changes"]
+    store.delete("api", "k000")
+    assert store.get("api", "k000") is None
+    stats = store.stats()
+    assert stats["changes"] == sum(s["changes"] for s in stats["shards"]) == before + 1
 
 
-def test_a_put_many_across_shards_is_atomic_and_checks_every_condition_first(ray_cluster,
-                                                                              tmp_url):
-    store = lr.open(tmp_url, shards=4, options=lr.Options(txn_timeout_s=5))
-    try:
-        items = [lr.Put("b", f"k{i}", b"v1", if_absent=True) for i in range(40)]
-        sqns = store.put_many(items)
-        assert len(sqns) == 40 and store.get_many([("b", f"k{i}") for i in range(40)]) == [
-            b"v1"] * 40
-        assert len({store.shard_of("b", f"k{i}") for i in range(40)}) == 4
-        # One failed condition in one shard: nothing is written anywhere.
-        again = [lr.Put("b", f"k{i}", b"v2", if_sqn=sqn) for i, sqn in enumerate(sqns)]
-        again[17] = lr.Put("b", "k17", b"v2", if_absent=True)
-        with pytest.raises(lr.ConditionFailedError):
-            store.put_many(again)
-        assert store.get_many([("b", f"k{i}") for i in range(40)]) == [b"v1"] * 40
-        again[17] = lr.Put("b", "k17", b"v2", if_sqn=sqns[17])
-        store.put_many(again + [lr.Delete("b", "k0")])
-        assert store.get_many([("b", f"k{i}") for i in range(40)]) == [None] + [b"v2"] * 39
-        stats = store.stats()["shards"]
-        assert sum(s["txn_committed"] for s in stats) == 8  # two batches over four shards
-        assert sum(s["txn_aborted"] for s in stats) == 3  # the failed one: three had prepared
-        assert not ObjectStore.from_url(tmp_url).list("txn/")  # records go once applied
-    finally:
-        store.close()
+def test_a_put_many_across_shards_is_atomic_and_checks_every_condition_first(four):
+    store = four
+    keys = [("txn", f"k{i}") for i in range(40)]
+    counted = lambda name: sum(s[name] for s in store.stats()["shards"])  # noqa: E731
+    committed, aborted = counted("txn_committed"), counted("txn_aborted")
+    sqns = store.put_many([lr.Put(b, k, b"v1", if_absent=True) for b, k in keys])
+    assert len(sqns) == 40 and store.get_many(keys) == [b"v1"] * 40
+    assert len({store.shard_of(b, k) for b, k in keys}) == 4
+    # One failed condition in one shard: nothing is written anywhere.
+    again = [lr.Put(b, k, b"v2", if_sqn=sqn) for (b, k), sqn in zip(keys, sqns)]
+    again[17] = lr.Put("txn", "k17", b"v2", if_absent=True)
+    with pytest.raises(lr.ConditionFailedError):
+        store.put_many(again)
+    assert store.get_many(keys) == [b"v1"] * 40
+    again[17] = lr.Put("txn", "k17", b"v2", if_sqn=sqns[17])
+    store.put_many(again + [lr.Delete("txn", "k0")])
+    assert store.get_many(keys) == [None] + [b"v2"] * 39
+    assert counted("txn_committed") - committed == 8  # two batches over four shards
+    assert counted("txn_aborted") - aborted == 3  # the failed one: three had prepared
+    wait_until(lambda: not ObjectStore.from_url(store.url).list("txn/"))  # records go
 
 
-def test_routing_and_contents_survive_a_reopen_and_connect_finds_the_store(ray_cluster,
+def _metric(port: int, name: str, labels: dict) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    return sum(sample.value for family in text_string_to_metric_families(text.decode())
+               for sample in family.samples
+               if sample.name.removeprefix("ray_").removesuffix("_total") == name
+               and all(sample.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_routing_survives_a_reopen_and_connect_and_metrics_name_each_shard(ray_cluster,
                                                                            tmp_url):
     name = f"sharded-{uuid.uuid4().hex[:8]}"
-    store = lr.open(tmp_url, shards=2, route_by="bucket", name=name)
+    store = lr.open(tmp_url, lr.Options(metrics_interval_s=0.5), shards=2, route_by="bucket",
+                    name=name)
     store.put_many([lr.Put(f"b{i}", "k", b"v") for i in range(20)])
     where = {f"b{i}": store.shard_of(f"b{i}", "k") for i in range(20)}
     assert {store.shard_of("b3", f"x{i}") for i in range(50)} == {where["b3"]}  # by bucket
@@ -97,6 +119,14 @@ def test_routing_and_contents_survive_a_reopen_and_connect_finds_the_store(ray_c
     assert other.get("b7", "k") == b"v"
     with pytest.raises(lr.InvalidArgumentError, match="already running"):
         lr.open(tmp_url, name=name)
+    # Each shard's figures reach its node's Prometheus endpoint, tagged with its number.
+    shard0 = store.stats()["shards"][0]
+    (port,) = [n["MetricsExportPort"] for n in ray_cluster.nodes()
+               if n["NodeID"] == shard0["process"]["node"]]
+    wait_until(lambda: _metric(port, "leveled_puts", {"store": name, "shard": "0"})
+               == shard0["changes"] > 0, timeout=60, interval=1.0)
+    nodes = {bookie for bookie, _ in nodes_of(store)}
+    assert len(nodes) == 2  # two shards, two nodes
     store.close()
     with pytest.raises(lr.InvalidArgumentError, match="has 2 shards"):
         lr.open(tmp_url, shards=4)
@@ -139,3 +169,107 @@ def test_a_dead_shard_fails_its_own_calls_only(ray_cluster, tmp_url):
             store.get_many([("b", keys[0]), ("b", keys[1])])
     finally:
         store.shard(0).close()
+
+
+# -- same answers: a 4-shard store, a plain store and a dict --
+
+MODEL_KEYS = st.sampled_from([f"k{i:02d}" for i in range(24)])
+VALUES = st.binary(min_size=0, max_size=8)
+
+
+def both(call):
+    """``call(store)`` on both stores: each result, or the type of the error it raised."""
+    out = []
+    for store in Model.stores:
+        try:
+            out.append(call(store))
+        except lr.LeveledError as exc:
+            out.append(type(exc))
+    return out
+
+
+class Model(RuleBasedStateMachine):
+    stores: tuple = ()
+
+    def __init__(self):
+        super().__init__()
+        self.bucket = f"m{uuid.uuid4().hex[:8]}"  # each run starts from an empty bucket
+        self.model: dict[str, tuple[bytes, int]] = {}  # key -> (value, index term)
+
+    def _expect(self, results, value):
+        assert results[0] == results[1] == value, results
+
+    @rule(key=MODEL_KEYS, value=VALUES, term=st.integers(0, 5), if_absent=st.booleans())
+    def put(self, key, value, term, if_absent):
+        exists = key in self.model
+        results = both(lambda s: s.put(self.bucket, key, value, if_absent=if_absent,
+                                       indexes=self._index_change(key, term)) > 0)
+        if if_absent and exists:
+            self._expect(results, lr.ConditionFailedError)
+            return
+        self._expect(results, True)
+        self.model[key] = (value, term)
+
+    def _index_change(self, key, term):
+        old = self.model.get(key)
+        removes = [] if old is None or old[1] == term else [("remove", "t_int", old[1])]
+        return removes + [("add", "t_int", term)]
+
+    @rule(key=MODEL_KEYS)
+    def delete(self, key):
+        old = self.model.pop(key, None)
+        indexes = [] if old is None else [("remove", "t_int", old[1])]
+        self._expect(both(lambda s: s.delete(self.bucket, key, indexes=indexes) > 0), True)
+
+    @rule(writes=st.dictionaries(MODEL_KEYS, st.one_of(st.none(), VALUES), min_size=1, max_size=8),
+          fail_one=st.booleans())
+    def put_many(self, writes, fail_one):
+        items, after = [], dict(self.model)
+        for key, value in writes.items():
+            old = self.model.get(key)
+            if value is None:
+                indexes = [] if old is None else [("remove", "t_int", old[1])]
+                items.append(lr.Delete(self.bucket, key, indexes=indexes))
+                after.pop(key, None)
+            else:
+                items.append(lr.Put(self.bucket, key, value,
+                                    indexes=self._index_change(key, 0)))
+                after[key] = (value, 0)
+        fails = fail_one and any(k in self.model for k in writes)
+        if fails:  # a condition that cannot hold: nothing may be written, in any shard
+            key = next(k for k in writes if k in self.model)  # first: it sees no other item
+            items.insert(0, lr.Put(self.bucket, key, b"x", if_absent=True))
+        results = both(lambda s: len(s.put_many(items)))
+        self._expect(results, lr.ConditionFailedError if fails else len(items))
+        if not fails:
+            self.model = after
+
+    @rule(keys=st.lists(MODEL_KEYS, max_size=10))
+    def get_many(self, keys):
+        self._expect(both(lambda s: s.get_many([(self.bucket, k) for k in keys])),
+                     [self.model.get(k, (None,))[0] for k in keys])
+
+    @rule(lo=st.integers(0, 5), width=st.integers(0, 5))
+    def index_query(self, lo, width):
+        expected = sorted((t, k) for k, (_, t) in self.model.items() if lo <= t <= lo + width)
+        self._expect(both(lambda s: list(s.index_query(self.bucket, "t_int", lo, lo + width,
+                                                       return_terms=True))), expected)
+
+    @invariant()
+    def folds_agree(self):
+        expected = sorted((self.bucket, k, v) for k, (v, _) in self.model.items())
+        self._expect(both(lambda s: list(s.fold_objects(self.bucket))), expected)
+        self._expect(both(lambda s: [h.size for _, _, h in s.fold_heads(self.bucket)]),
+                     [len(v) for _, _, v in expected])
+
+
+def test_a_sharded_store_answers_as_a_plain_store_and_a_dict(four, tmp_path):
+    plain = lr.open(f"file://{tmp_path}/plain")
+    Model.stores = (four, plain)
+    # No shrinking: each step costs calls to two stores, and a failure prints its steps.
+    try:
+        run_state_machine_as_test(Model, settings=settings(
+            max_examples=4, stateful_step_count=15, deadline=None,
+            phases=(Phase.explicit, Phase.reuse, Phase.generate)))
+    finally:
+        plain.close()

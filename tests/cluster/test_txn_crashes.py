@@ -40,8 +40,8 @@ groups = shard_groups([checked_key(i.bucket, i.key, store.options) for i in item
 
 async def run():
     for shard, where in groups.items():
-        part = [items[i] for i in where]
-        assert await store.shard(shard).prepare_async(txn, store.url, part) is None
+        part = store.shard(shard)._changes([items[i] for i in where])[:2]
+        assert await store.shard(shard).prepare_async(txn, store.url, *part) is None
     if phase != "prepared":
         await decide(ObjectStore.from_url(store.url, store.options), txn, COMMIT)
     if phase == "partly":
@@ -95,8 +95,8 @@ def _prepare(store, txn: str, shards) -> None:
     items = [lr.Put(b, k, b"new") for b, k in KEYS]
     groups = shard_groups([checked_key(b, k, store.options) for b, k in KEYS], store.shard_map)
     for shard in shards:
-        assert store.shard(shard).prepare(txn, store.url, [items[i] for i in groups[shard]]) \
-            is None
+        part = store.shard(shard)._changes([items[i] for i in groups[shard]])[:2]
+        assert store.shard(shard).prepare(txn, store.url, *part) is None
 
 
 @pytest.mark.parametrize("phase,visible", [("prepared", False), ("decided", True)])
