@@ -506,8 +506,7 @@ class Store(Queries):
         return snap._view, snap.release_async
 
     def _check_fold(self, kind: str) -> None:
-        head_only_mode.refuse(self.head_only, {"objects": "fold_objects",
-                                               "index": "index_query"}.get(kind, "fold"))
+        head_only_mode.refuse_fold(self.head_only, kind)
 
     def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
                     term_regex=None, start_key=None, max_results: int | None = None):

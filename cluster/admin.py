@@ -50,7 +50,7 @@ async def quiet_cut(store, take, _early=None) -> tuple[list, float]:
 
 
 @with_sync_twins
-class ShardedAdmin:
+class ShardedAdmin(checkpoints.CheckpointsOfShards):
     """Administration of a sharded store at a URL, without Ray: each shard's :class:`Admin`,
     checkpoints with one id in every shard, and the root's records."""
 
@@ -87,16 +87,6 @@ class ShardedAdmin:
         """A checkpoint of every shard, with one id; refused while the store is being written
         (see the module's note)."""
         return (await checkpoints.create(self, lifetime, name, source))[0]
-
-    async def list_checkpoints_async(self) -> list[Checkpoint]:
-        return await checkpoints.live(self)
-
-    async def refresh_checkpoint_async(self, checkpoint_id: str,
-                                       lifetime: float | None = None) -> Checkpoint:
-        return checkpoints.whole(await checkpoints.refresh(self, checkpoint_id, lifetime))
-
-    async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
-        await checkpoints.delete(self, checkpoint_id)
 
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:

@@ -75,3 +75,21 @@ async def _delete_part(shard, checkpoint_id: str) -> bool:
         await shard.delete_checkpoint_async(checkpoint_id)
         return True
     return False
+
+
+class CheckpointsOfShards:
+    """The checkpoint calls every sharded handle (the store, its admin) offers alike; the
+    handle gives ``shards``, ``shard(s)``, ``_cut`` and ``_checkpoint_part``."""
+
+    async def list_checkpoints_async(self) -> list[Checkpoint]:
+        """The live checkpoints (those every shard holds a part of)."""
+        return await live(self)
+
+    async def refresh_checkpoint_async(self, checkpoint_id: str,
+                                       lifetime: float | None = None) -> Checkpoint:
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+        return whole(await refresh(self, checkpoint_id, lifetime))
+
+    async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint: every shard's part of it."""
+        await delete(self, checkpoint_id)

@@ -32,7 +32,7 @@ from .txn import put_across
 
 
 @with_sync_twins
-class ShardedStore(Queries):
+class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
     """A handle on an open sharded store. Picklable: pass it to Ray tasks.
 
     Example::
@@ -170,19 +170,6 @@ class ShardedStore(Queries):
         :mod:`.checkpoints`); its ``manifest_id`` is -1, as each shard pins its own version."""
         return (await checkpoints.create(self, lifetime, name, source))[0]
 
-    async def list_checkpoints_async(self) -> list[Checkpoint]:
-        """The live checkpoints (those every shard holds a part of)."""
-        return await checkpoints.live(self)
-
-    async def refresh_checkpoint_async(self, checkpoint_id: str,
-                                       lifetime: float | None = None) -> Checkpoint:
-        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
-        return checkpoints.whole(await checkpoints.refresh(self, checkpoint_id, lifetime))
-
-    async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
-        """Delete a checkpoint: every shard's part of it."""
-        await checkpoints.delete(self, checkpoint_id)
-
     async def backup_async(self, target_url: str, *, target_options: Options | None = None,
                            progress: bool | Callable[[int, int], None] = True) -> dict:
         """Incremental hot backup of every shard, at one consistent cut, to ``target_url``
@@ -203,8 +190,7 @@ class ShardedStore(Queries):
         return MergedView([s._view for s in snap.parts]), snap.release_async
 
     def _check_fold(self, kind: str) -> None:
-        head_only_mode.refuse(self.head_only, {"objects": "fold_objects",
-                                               "index": "index_query"}.get(kind, "fold"))
+        head_only_mode.refuse_fold(self.head_only, kind)
 
     # -- the whole store --
 

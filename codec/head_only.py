@@ -47,6 +47,12 @@ def ledger_change(change: Change, value: bytes | None, max_bytes: int) -> Change
     return change._replace(extra=pack_extra(change.extra, (), value))
 
 
+def refuse_fold(mode: str | None, kind: str) -> None:
+    """:func:`refuse` for a fold of ``kind`` (``"keys"``, ``"heads"``, ``"objects"``,
+    ``"index"``)."""
+    refuse(mode, {"objects": "fold_objects", "index": "index_query"}.get(kind, "fold"))
+
+
 def refuse(mode: str | None, what: str) -> None:
     """Raise for reads a head_only store cannot answer: ``get`` (values), ``head`` (lookups
     with ``no_lookup``), ``fold_objects`` and ``index_query``."""
