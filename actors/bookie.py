@@ -192,15 +192,16 @@ class Bookie:
     # -- cross-shard put_many (see .participant) --
 
     async def prepare(self, txn: str, root_url: str, packed_changes: bytes,
-                      values: list) -> Exception | str | None:
-        """Prepare this shard's part of cross-shard batch ``txn``: ``None`` once durable and
-        locked, ``"busy"``, or its conditions' failure."""
+                      values: list) -> Exception | str | int:
+        """Prepare this shard's part of cross-shard batch ``txn``: its part number once
+        durable and locked, ``"busy"``, or its conditions' failure."""
         return await self.participant.prepare(txn, root_url, unpack(packed_changes), values)
 
     @timed("leveled_put_latency_seconds")
-    async def commit_part(self, txn: str) -> list[int]:
-        """Apply this shard's prepared part of ``txn``; returns its SQNs."""
-        return await self.participant.commit(txn)
+    async def commit_part(self, txn: str, numbers: dict[int, int] | None = None) -> list[int]:
+        """Apply this shard's prepared part of ``txn``; returns its SQNs. ``numbers``: each
+        shard's part number, noted with the keys (see :meth:`get_many_checked`)."""
+        return await self.participant.commit(txn, numbers)
 
     async def abort_part(self, txn: str) -> None:
         """Drop this shard's prepared part of ``txn``."""
@@ -341,6 +342,19 @@ class Bookie:
         if self.writes.locks:
             await self.writes.wait_unlocked(lkeys)
         return await self.view.head_many(lkeys)
+
+    async def get_many_checked(self, lkeys: list[bytes]) -> tuple[list, int, dict]:
+        """:meth:`get_many`, with what a sharded store's batched read needs to return whole
+        cross-shard batches: how many parts this shard had prepared when the read began, and
+        the part numbers noted for keys that recent batches wrote (see
+        :func:`leveled_ray.cluster.fanout.stale_shards`)."""
+        began = self.participant.prepared
+        return await self.get_many(lkeys), began, self.participant.notes(lkeys)
+
+    async def head_many_checked(self, lkeys: list[bytes]) -> tuple[list, int, dict]:
+        """:meth:`head_many`, with the same as :meth:`get_many_checked`."""
+        began = self.participant.prepared
+        return await self.head_many(lkeys), began, self.participant.notes(lkeys)
 
     async def current_sqns(self, lkeys: list[bytes]) -> list[int | None]:
         """The SQN each key's newest Ledger entry has (``None`` if the Ledger has none): what

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import time
+from collections import deque
 
 from ..clock import Clock
 from ..codec import NO_CONDITION, Change
@@ -33,6 +35,9 @@ from .tasks import Tasks
 from .write_path import WritePath
 
 PART_FORMAT = b"LRPART1\n"
+#: How long the keys of an applied cross-shard part are noted (see Participant.notes): far
+#: longer than a batched read takes.
+NOTED_S = 60.0
 BUSY = "busy"
 
 
@@ -59,6 +64,8 @@ class Prepared:
         self.settled: asyncio.Future | None = None  # the commit or abort under way
         self.applied = False  # settled: only its part object is left to delete
         self.expiry: asyncio.Task | None = None
+        self.number = 0  # among the parts this shard prepared
+        self.numbers: dict[int, int] | None = None  # every shard's part number (from commit)
 
 
 class Participant:
@@ -67,6 +74,9 @@ class Participant:
     def __init__(self, store: ObjectStore, options: Options, writes: WritePath, clock: Clock):
         self.store, self.options, self.writes, self.clock = store, options, writes, clock
         self.parts: dict[str, Prepared] = {}
+        self.prepared = 0  # parts prepared so far (each part's number)
+        self.noted: dict[bytes, dict[int, int]] = {}
+        self._noted_order: deque = deque()
         self.tasks = Tasks("Participant")
         self._roots: dict[str, ObjectStore] = {}
         self.counters = {"txn_prepared": 0, "txn_committed": 0, "txn_aborted": 0,
@@ -78,13 +88,14 @@ class Participant:
         return self._roots[url]
 
     async def prepare(self, txn: str, root_url: str, changes: list[Change],
-                      values: list) -> Exception | str | None:
-        """Prepare this shard's part of batch ``txn``: ``None`` once it is durable and its
-        keys locked, ``"busy"`` if another batch holds one of its keys, or the failure of its
-        conditions (then nothing is held)."""
+                      values: list) -> Exception | str | int:
+        """Prepare this shard's part of batch ``txn``: once it is durable and its keys locked,
+        its number among the parts this shard prepared (see :meth:`notes`); ``"busy"`` if
+        another batch holds one of its keys; or the failure of its conditions (then nothing
+        is held)."""
         self.writes.check_usable()
         if txn in self.parts:
-            return None  # prepared already (a resent call)
+            return self.parts[txn].number  # prepared already (a resent call)
         if not self.writes.lock([c.lkey for c in changes], txn):
             self.counters["txn_busy"] += 1
             return BUSY
@@ -99,18 +110,23 @@ class Participant:
             self.writes.unlock(txn)
             raise
         part = self.parts[txn] = Prepared(root_url, changes, values)
+        self.prepared += 1
+        part.number = self.prepared
         self.counters["txn_prepared"] += 1
         part.expiry = self.tasks.start(self._expire(txn), f"txn {txn}")
-        return None
+        return part.number
 
     def pending(self) -> list[str]:
         """The batches whose parts wait for their decision (not those applied and being
         released)."""
         return [txn for txn, part in self.parts.items() if not part.applied]
 
-    async def commit(self, txn: str) -> list[int]:
+    async def commit(self, txn: str, numbers: dict[int, int] | None = None) -> list[int]:
         """Apply a prepared part; returns its changes' SQNs. A part this shard no longer holds
-        was settled already: ``[]``."""
+        was settled already: ``[]``. ``numbers`` (shard -> its part's number there) is noted
+        with the part's keys for a while (see :meth:`notes`)."""
+        if txn in self.parts and numbers:
+            self.parts[txn].numbers = numbers
         return await self._settle(txn, COMMIT)
 
     async def abort(self, txn: str) -> None:
@@ -136,6 +152,8 @@ class Participant:
             except BaseException:
                 part.settled = None  # the next call (or the expiry) tries again
                 raise
+            if part.numbers:
+                self._note(part)
         part.applied = True
         self.tasks.start(self._release(txn, part, decision), f"txn {txn} release")
         return sqns
@@ -154,6 +172,27 @@ class Participant:
         if part.expiry is not None:
             part.expiry.cancel()
         self.counters["txn_committed" if decision == COMMIT else "txn_aborted"] += 1
+
+    # -- what a batched read needs to see whole batches (see leveled_ray.cluster.fanout) --
+
+    def _note(self, part: Prepared) -> None:
+        """Remember, for :data:`NOTED_S`, that these keys were written by a batch with parts
+        of these numbers in these shards."""
+        now = time.monotonic()
+        for change in part.changes:
+            self.noted[change.lkey] = part.numbers
+            self._noted_order.append((now, change.lkey, part.numbers))
+        while self._noted_order and self._noted_order[0][0] < now - NOTED_S:
+            _, lkey, numbers = self._noted_order.popleft()
+            if self.noted.get(lkey) is numbers:
+                del self.noted[lkey]
+
+    def notes(self, lkeys: list[bytes]) -> dict[int, dict[int, int]]:
+        """For each position of ``lkeys`` written by a recent cross-shard batch: that batch's
+        part numbers by shard. A batched read that finds one can tell whether its read of
+        another shard came before that shard prepared its part (then it reads again)."""
+        noted = self.noted
+        return {i: noted[k] for i, k in enumerate(lkeys) if k in noted} if noted else {}
 
     async def _expire(self, txn: str) -> None:
         """Decide a part no one decided in time: abort, unless the record says commit."""

@@ -592,13 +592,24 @@ class Store(Queries):
     async def prepare_async(self, txn: str, root_url: str, changes: list[Change],
                             values: list):
         """Prepare this shard's part (checked changes and their values) of cross-shard batch
-        ``txn``: ``None`` once it is durable and its keys are locked, ``"busy"``, or the
-        failure of its conditions."""
+        ``txn``: its part number once it is durable and its keys are locked, ``"busy"``, or
+        the failure of its conditions."""
         return await _await(self._actor.prepare.remote(txn, root_url, pack(changes), values))
 
-    async def commit_part_async(self, txn: str) -> list[int]:
-        """Apply this shard's prepared part of ``txn``; returns its SQNs."""
-        return await _await(self._actor.commit_part.remote(txn))
+    async def commit_part_async(self, txn: str, numbers: dict[int, int] | None = None
+                                ) -> list[int]:
+        """Apply this shard's prepared part of ``txn`` (``numbers``: every shard's part
+        number); returns its SQNs."""
+        return await _await(self._actor.commit_part.remote(txn, numbers))
+
+    async def get_many_checked_async(self, pairs: Iterable[Sequence]) -> tuple[list, int, dict]:
+        """:meth:`get_many` with the figures a sharded store checks batches with."""
+        return await _await(self._actor.get_many_checked.remote(self._keys(pairs, "get")))
+
+    async def head_many_checked_async(self, pairs: Iterable[Sequence]
+                                      ) -> tuple[list, int, dict]:
+        """:meth:`head_many` with the figures a sharded store checks batches with."""
+        return await _await(self._actor.head_many_checked.remote(self._keys(pairs, "head")))
 
     async def abort_part_async(self, txn: str) -> None:
         """Drop this shard's prepared part of ``txn``."""

@@ -1,5 +1,6 @@
 """Sending a batch of keys to the shards that hold them: grouped by shard, sent to all at
-once, answered in input order."""
+once, answered in input order; and, for a store's own reads, never half of a cross-shard
+batch (:func:`stale_shards`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,19 @@ def shard_groups(lkeys: Sequence[bytes], shard_map: ShardMap) -> dict[int, np.nd
     return group_by_shard(shards_of(lkeys, shard_map.runs, shard_map.route_by))
 
 
+#: Rounds of a checked read before it gives up re-reading (each one follows a batch that
+#: committed while it read; more than a few means batches commit faster than it reads).
+MAX_ROUNDS = 8
+
+
+def in_input_order(count: int, groups: dict, found: Sequence[list]) -> list:
+    out: list = [None] * count
+    for where, values in zip(groups.values(), found):
+        for i, value in zip(where, values):
+            out[i] = value
+    return out
+
+
 async def per_shard(targets: Sequence, pairs: Sequence, options: Options, shard_map: ShardMap,
                     call: str) -> list:
     """``targets[s].<call>(its pairs)`` for every shard ``s`` holding some of ``pairs``, all at
@@ -35,8 +49,35 @@ async def per_shard(targets: Sequence, pairs: Sequence, options: Options, shard_
     groups = shard_groups(checked_keys(pairs, options), shard_map)
     found = await asyncio.gather(*(getattr(targets[s], call)([pairs[i] for i in where])
                                    for s, where in groups.items()))
-    out: list = [None] * len(pairs)
-    for where, values in zip(groups.values(), found):
-        for i, value in zip(where, values):
-            out[i] = value
-    return out
+    return in_input_order(len(pairs), groups, found)
+
+
+def stale_shards(began: dict[int, int], notes: dict[int, dict]) -> set[int]:
+    """The shards to read again so that a batched read holds no part of a cross-shard batch
+    without the rest. ``began[s]``: how many parts shard ``s`` had prepared when its read
+    began; ``notes[s]``: for keys shard ``s`` returned that a recent batch wrote, that
+    batch's part number in each of its shards. A shard whose read began before it prepared
+    its part of such a batch read before the batch could be visible there: it is read
+    again. (A read that began after it waited for the part's decision, since a prepared
+    part holds its keys.)"""
+    return {other for shard, found in notes.items() for numbers in found.values()
+            for other, number in numbers.items()
+            if other != shard and other in began and began[other] < number}
+
+
+async def per_shard_checked(targets: Sequence, pairs: Sequence, options: Options,
+                            shard_map: ShardMap, call: str) -> list:
+    """:func:`per_shard` with a ``*_checked`` call, read again where :func:`stale_shards`
+    says, so that the answers hold every cross-shard batch whole or not at all."""
+    groups = shard_groups(checked_keys(pairs, options), shard_map)
+    replies: dict[int, tuple] = {}
+    todo = list(groups)
+    for _ in range(MAX_ROUNDS):
+        found = await asyncio.gather(*(getattr(targets[s], call)([pairs[i] for i in groups[s]])
+                                       for s in todo))
+        replies.update(zip(todo, found))
+        todo = sorted(stale_shards({s: r[1] for s, r in replies.items()},
+                                   {s: r[2] for s, r in replies.items()}))
+        if not todo:
+            break
+    return in_input_order(len(pairs), groups, [replies[s][0] for s in groups])

@@ -25,7 +25,7 @@ from ..read.queries import Queries
 from . import checkpoints, placement
 from .backup import backup
 from .cut import Early, cut
-from .fanout import per_shard, shard_groups
+from .fanout import per_shard_checked, shard_groups
 from .snapshot import ShardedSnapshot
 from .totals import totals
 from .txn import put_across
@@ -117,16 +117,19 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
 
     async def _many(self, pairs, what: str, call: str) -> list:
         head_only_mode.refuse(self.head_only, what)
-        return await per_shard(self._stores, list(pairs), self.options, self.shard_map, call)
+        return await per_shard_checked(self._stores, list(pairs), self.options,
+                                       self.shard_map, call)
 
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """Values of many ``(bucket, key)`` pairs, ``None`` where absent: one call to each
-        shard involved, all at once."""
-        return await self._many(pairs, "get", "get_many_async")
+        shard involved, all at once. A cross-shard ``put_many`` is in the answer whole or not
+        at all: a shard read before a batch it holds part of could be visible is read again
+        (see :func:`~.fanout.stale_shards`)."""
+        return await self._many(pairs, "get", "get_many_checked_async")
 
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        """Heads of many ``(bucket, key)`` pairs: one call to each shard involved."""
-        return await self._many(pairs, "head", "head_many_async")
+        """Heads of many ``(bucket, key)`` pairs, as :meth:`get_many_async` reads values."""
+        return await self._many(pairs, "head", "head_many_checked_async")
 
     async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
         """Write many changes atomically; returns each item's SQN (its shard's).

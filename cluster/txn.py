@@ -45,11 +45,12 @@ async def put_across(store, changes: list, values: list, groups: dict) -> list[i
         txn = ulid()
         answers = await asyncio.gather(*(shards[s].prepare_async(txn, store.url, *part)
                                          for s, part in parts.items()), return_exceptions=True)
-        if all(a is None for a in answers):
+        prepared = [s for s, a in zip(parts, answers) if _prepared(a)]
+        if len(prepared) == len(parts):
             break
-        await _abort(shards, [s for s, a in zip(parts, answers) if a is None], txn)
+        await _abort(shards, prepared, txn)
         for answer in answers:
-            if answer is not None and answer != BUSY:
+            if not _prepared(answer) and answer != BUSY:
                 raise answer
         if time.monotonic() + backoff > deadline:
             raise ConflictError(f"not written: other cross-shard batches held its keys for "
@@ -61,7 +62,8 @@ async def put_across(store, changes: list, values: list, groups: dict) -> list[i
         await _abort(shards, list(parts), txn)
         raise ConflictError("not written: a shard aborted the batch after waiting "
                             f"{store.options.txn_timeout_s:g}s for its decision")
-    applied = await asyncio.gather(*(shards[s].commit_part_async(txn) for s in parts),
+    numbers = dict(zip(parts, answers))  # each shard's part number: noted with its keys
+    applied = await asyncio.gather(*(shards[s].commit_part_async(txn, numbers) for s in parts),
                                    return_exceptions=True)
     failed = [s for s, a in zip(parts, applied) if isinstance(a, BaseException)]
     if failed:
@@ -84,6 +86,11 @@ _RECORD_DELETES = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="l
 def _delete_quietly(root: ObjectStore, name: str) -> None:
     with contextlib.suppress(ObjectStoreError):
         root.delete(name)
+
+
+def _prepared(answer) -> bool:
+    """Whether a shard's answer to prepare is a part number (an int, not a bool)."""
+    return isinstance(answer, int) and not isinstance(answer, bool)
 
 
 async def _abort(shards: dict, prepared: list[int], txn: str) -> None:

@@ -123,9 +123,9 @@ def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, durable_backe
             return stored(url, options) <= current_files(url, options) | {
                 m.path for m in objects.list("journal/")}  # the tail stays
 
+        # Checked in one pass: a merge still running may upload files the next listing sees
+        # before its manifest names them.
         wait_until(only_current, timeout=60, interval=1.0)
-        ledger = {m.path for m in objects.list("ledger/")}
-        assert ledger <= current_files(url, options)
         assert len([m for m in objects.list("manifest/")]) < 10
         assert store.get_many(keys) == [b"round 3"] * 300
     finally:

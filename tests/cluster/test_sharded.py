@@ -98,6 +98,33 @@ def test_a_put_many_across_shards_is_atomic_and_checks_every_condition_first(fou
     wait_until(lambda: not ObjectStore.from_url(store.url).list("txn/"))  # records go
 
 
+def test_batched_reads_see_cross_shard_batches_whole(four):
+    """Readers batch-read the keys of cross-shard batches while a writer writes them: every
+    answer holds one batch, never parts of two."""
+    import threading
+
+    keys = [("whole", f"k{i}") for i in range(24)]
+    assert len({four.shard_of(b, k) for b, k in keys}) == 4
+    four.put_many([lr.Put(b, k, b"0") for b, k in keys])
+    rounds, seen, done = 60, [], threading.Event()
+
+    def write():
+        for v in range(1, rounds + 1):
+            four.put_many([lr.Put(b, k, str(v).encode()) for b, k in keys])
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while not done.is_set():
+        for read in (four.get_many, lambda pairs: [h and h.size for h in four.head_many(pairs)]):
+            got = read(keys)
+            seen.append(got)
+            assert len(set(got)) == 1, got  # one batch, whole
+    writer.join()
+    assert four.get_many(keys) == [str(rounds).encode()] * len(keys)
+    assert len({tuple(s) for s in seen}) > 2  # the readers saw batches come and go
+
+
 def _metric(port: int, name: str, labels: dict) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
     return sum(sample.value for family in text_string_to_metric_families(text.decode())
