@@ -145,7 +145,8 @@ class Bookie:
         self.writes.next_sqn = max(self.writes.durable_sqn, opened["max_sqn"], m.ledger_sqn) + 1
         self.writes.indexed = self.cache.holds_index_entries() or holds_index_entries(
             f.min_key for level in m.levels for f in level)
-        self.participant = Participant(self.store, self.options, self.writes, self.clock)
+        self.participant = Participant(self.store, self.options, self.writes, self.clock,
+                                       self.epoch)
         await self.participant.recover()  # parts prepared before a restart: before any write
         return {"epoch": self.epoch, "manifest_id": mid, "head_only": self.head_only,
                 "replayed": self.counters["replayed"],
@@ -192,13 +193,13 @@ class Bookie:
     # -- cross-shard put_many (see .participant) --
 
     async def prepare(self, txn: str, root_url: str, packed_changes: bytes,
-                      values: list) -> Exception | str | int:
+                      values: list) -> Exception | str | tuple[int, int]:
         """Prepare this shard's part of cross-shard batch ``txn``: its part number once
         durable and locked, ``"busy"``, or its conditions' failure."""
         return await self.participant.prepare(txn, root_url, unpack(packed_changes), values)
 
     @timed("leveled_put_latency_seconds")
-    async def commit_part(self, txn: str, numbers: dict[int, int] | None = None) -> list[int]:
+    async def commit_part(self, txn: str, numbers: dict | None = None) -> list[int]:
         """Apply this shard's prepared part of ``txn``; returns its SQNs. ``numbers``: each
         shard's part number, noted with the keys (see :meth:`get_many_checked`)."""
         return await self.participant.commit(txn, numbers)
@@ -348,12 +349,12 @@ class Bookie:
         cross-shard batches: how many parts this shard had prepared when the read began, and
         the part numbers noted for keys that recent batches wrote (see
         :func:`leveled_ray.cluster.fanout.stale_shards`)."""
-        began = self.participant.prepared
+        began = self.participant.began()
         return await self.get_many(lkeys), began, self.participant.notes(lkeys)
 
     async def head_many_checked(self, lkeys: list[bytes]) -> tuple[list, int, dict]:
         """:meth:`head_many`, with the same as :meth:`get_many_checked`."""
-        began = self.participant.prepared
+        began = self.participant.began()
         return await self.head_many(lkeys), began, self.participant.notes(lkeys)
 
     async def current_sqns(self, lkeys: list[bytes]) -> list[int | None]:

@@ -64,18 +64,20 @@ class Prepared:
         self.settled: asyncio.Future | None = None  # the commit or abort under way
         self.applied = False  # settled: only its part object is left to delete
         self.expiry: asyncio.Task | None = None
-        self.number = 0  # among the parts this shard prepared
-        self.numbers: dict[int, int] | None = None  # every shard's part number (from commit)
+        self.number: tuple[int, int] = (0, 0)  # (writer epoch, count) of this shard's parts
+        self.numbers: dict | None = None  # every shard's part number (from commit)
 
 
 class Participant:
     """The prepared parts of one shard, hosted by its Bookie."""
 
-    def __init__(self, store: ObjectStore, options: Options, writes: WritePath, clock: Clock):
+    def __init__(self, store: ObjectStore, options: Options, writes: WritePath, clock: Clock,
+                 epoch: int = 0):
         self.store, self.options, self.writes, self.clock = store, options, writes, clock
+        self.epoch = epoch  # the writer's: part numbers grow across restarts too
         self.parts: dict[str, Prepared] = {}
-        self.prepared = 0  # parts prepared so far (each part's number)
-        self.noted: dict[bytes, dict[int, int]] = {}
+        self.prepared = 0  # parts prepared by this writer so far
+        self.noted: dict[bytes, dict] = {}
         self._noted_order: deque = deque()
         self.tasks = Tasks("Participant")
         self._roots: dict[str, ObjectStore] = {}
@@ -88,9 +90,9 @@ class Participant:
         return self._roots[url]
 
     async def prepare(self, txn: str, root_url: str, changes: list[Change],
-                      values: list) -> Exception | str | int:
+                      values: list) -> Exception | str | tuple[int, int]:
         """Prepare this shard's part of batch ``txn``: once it is durable and its keys locked,
-        its number among the parts this shard prepared (see :meth:`notes`); ``"busy"`` if
+        its number among the parts this shard prepared (see :meth:`began`); ``"busy"`` if
         another batch holds one of its keys; or the failure of its conditions (then nothing
         is held)."""
         self.writes.check_usable()
@@ -111,17 +113,22 @@ class Participant:
             raise
         part = self.parts[txn] = Prepared(root_url, changes, values)
         self.prepared += 1
-        part.number = self.prepared
+        part.number = self.began()
         self.counters["txn_prepared"] += 1
         part.expiry = self.tasks.start(self._expire(txn), f"txn {txn}")
         return part.number
+
+    def began(self) -> tuple[int, int]:
+        """How many parts this shard has prepared, as ``(writer epoch, count)``: it only grows,
+        across restarts too (a new writer settles every part before it answers)."""
+        return (self.epoch, self.prepared)
 
     def pending(self) -> list[str]:
         """The batches whose parts wait for their decision (not those applied and being
         released)."""
         return [txn for txn, part in self.parts.items() if not part.applied]
 
-    async def commit(self, txn: str, numbers: dict[int, int] | None = None) -> list[int]:
+    async def commit(self, txn: str, numbers: dict | None = None) -> list[int]:
         """Apply a prepared part; returns its changes' SQNs. A part this shard no longer holds
         was settled already: ``[]``. ``numbers`` (shard -> its part's number there) is noted
         with the part's keys for a while (see :meth:`notes`)."""
@@ -187,7 +194,7 @@ class Participant:
             if self.noted.get(lkey) is numbers:
                 del self.noted[lkey]
 
-    def notes(self, lkeys: list[bytes]) -> dict[int, dict[int, int]]:
+    def notes(self, lkeys: list[bytes]) -> dict[int, dict]:
         """For each position of ``lkeys`` written by a recent cross-shard batch: that batch's
         part numbers by shard. A batched read that finds one can tell whether its read of
         another shard came before that shard prepared its part (then it reads again)."""

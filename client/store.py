@@ -596,8 +596,7 @@ class Store(Queries):
         the failure of its conditions."""
         return await _await(self._actor.prepare.remote(txn, root_url, pack(changes), values))
 
-    async def commit_part_async(self, txn: str, numbers: dict[int, int] | None = None
-                                ) -> list[int]:
+    async def commit_part_async(self, txn: str, numbers: dict | None = None) -> list[int]:
         """Apply this shard's prepared part of ``txn`` (``numbers``: every shard's part
         number); returns its SQNs."""
         return await _await(self._actor.commit_part.remote(txn, numbers))

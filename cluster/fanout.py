@@ -52,14 +52,14 @@ async def per_shard(targets: Sequence, pairs: Sequence, options: Options, shard_
     return in_input_order(len(pairs), groups, found)
 
 
-def stale_shards(began: dict[int, int], notes: dict[int, dict]) -> set[int]:
+def stale_shards(began: dict[int, tuple], notes: dict[int, dict]) -> set[int]:
     """The shards to read again so that a batched read holds no part of a cross-shard batch
     without the rest. ``began[s]``: how many parts shard ``s`` had prepared when its read
-    began; ``notes[s]``: for keys shard ``s`` returned that a recent batch wrote, that
-    batch's part number in each of its shards. A shard whose read began before it prepared
-    its part of such a batch read before the batch could be visible there: it is read
-    again. (A read that began after it waited for the part's decision, since a prepared
-    part holds its keys.)"""
+    began, as ``(writer epoch, count)``; ``notes[s]``: for keys shard ``s`` returned that a
+    recent batch wrote, that batch's part number in each of its shards. A shard whose read
+    began before it prepared its part of such a batch read before the batch could be visible
+    there: it is read again. (A read that began after it waited for the part's decision,
+    since a prepared part holds its keys.)"""
     return {other for shard, found in notes.items() for numbers in found.values()
             for other, number in numbers.items()
             if other != shard and other in began and began[other] < number}

@@ -89,8 +89,8 @@ def _delete_quietly(root: ObjectStore, name: str) -> None:
 
 
 def _prepared(answer) -> bool:
-    """Whether a shard's answer to prepare is a part number (an int, not a bool)."""
-    return isinstance(answer, int) and not isinstance(answer, bool)
+    """Whether a shard's answer to prepare is a part number (``(epoch, count)``)."""
+    return isinstance(answer, tuple)
 
 
 async def _abort(shards: dict, prepared: list[int], txn: str) -> None:

@@ -41,7 +41,7 @@ groups = shard_groups([checked_key(i.bucket, i.key, store.options) for i in item
 async def run():
     for shard, where in groups.items():
         part = store.shard(shard)._changes([items[i] for i in where])[:2]
-        assert isinstance(await store.shard(shard).prepare_async(txn, store.url, *part), int)
+        assert isinstance(await store.shard(shard).prepare_async(txn, store.url, *part), tuple)
     if phase != "prepared":
         await decide(ObjectStore.from_url(store.url, store.options), txn, COMMIT)
     if phase == "partly":
@@ -96,7 +96,7 @@ def _prepare(store, txn: str, shards) -> None:
     groups = shard_groups([checked_key(b, k, store.options) for b, k in KEYS], store.shard_map)
     for shard in shards:
         part = store.shard(shard)._changes([items[i] for i in groups[shard]])[:2]
-        assert isinstance(store.shard(shard).prepare(txn, store.url, *part), int)
+        assert isinstance(store.shard(shard).prepare(txn, store.url, *part), tuple)
 
 
 @pytest.mark.parametrize("phase,visible", [("prepared", False), ("decided", True)])
