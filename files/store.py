@@ -461,7 +461,10 @@ class ObjectStore:
                 return _RayMemoryBackend(self.location)
             return _LocalBackend(_local_memory_store(self.location))
         if self.scheme == "file":
-            os.makedirs(self.location, exist_ok=True)
+            try:
+                os.makedirs(self.location, exist_ok=True)
+            except OSError as exc:  # a path that cannot be a directory: the store is unusable
+                raise ObjectStoreError(f"cannot use {self.location} as a store: {exc}") from None
             return _LocalBackend(LocalStore(self.location))
         s3 = dict(self.config.s3)
         endpoint = s3.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or ""

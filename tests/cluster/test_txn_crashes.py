@@ -123,3 +123,33 @@ def test_a_shard_killed_at_any_phase_settles_its_part_when_it_reopens(ray_cluste
         assert no_parts_left(tmp_url, 2)
     finally:
         again.close()
+
+
+def test_a_batch_whose_keys_stay_held_past_txn_timeout_raises_conflict(ray_cluster, tmp_path):
+    """A part whose decision cannot be recorded (its root is unusable) keeps its keys locked;
+    a batch that needs one of them gives up after txn_timeout_s with ConflictError, having
+    written nothing, and goes through once the part is dropped."""
+    url = f"file://{tmp_path}/db"
+    blocked_root = tmp_path / "not-a-directory"
+    blocked_root.write_bytes(b"")
+    store = lr.open(url, lr.Options(txn_timeout_s=0.5), shards=2)
+    try:
+        items = [lr.Put(b, k, b"new") for b, k in KEYS]
+        groups = shard_groups([checked_key(b, k, store.options) for b, k in KEYS],
+                              store.shard_map)
+        assert set(groups) == {0, 1}
+        holder = f"t{uuid.uuid4().hex}"
+        held = groups[0][0]
+        part = store.shard(0)._changes([items[held]])[:2]
+        assert isinstance(store.shard(0).prepare(holder, f"file://{blocked_root}/root", *part),
+                          tuple)
+        with pytest.raises(lr.ConflictError):
+            store.put_many(items)
+        others = [k for i, k in enumerate(KEYS) if i != held]  # reads of the held key wait
+        assert store.get_many(others) == [None] * len(others)  # nothing of the batch landed
+        assert store.stats()["shards"][0]["txn_busy"] >= 1
+        store.shard(0).abort_part(holder)
+        store.put_many(items)
+        assert store.get_many(KEYS) == [b"new"] * len(KEYS)
+    finally:
+        store.close()
