@@ -146,7 +146,7 @@ class Bookie:
         self.writes.indexed = self.cache.holds_index_entries() or holds_index_entries(
             f.min_key for level in m.levels for f in level)
         self.participant = Participant(self.store, self.options, self.writes, self.clock,
-                                       self.epoch)
+                                       self.epoch, self._install_files)
         await self.participant.recover()  # parts prepared before a restart: before any write
         return {"epoch": self.epoch, "manifest_id": mid, "head_only": self.head_only,
                 "replayed": self.counters["replayed"],
@@ -255,6 +255,15 @@ class Bookie:
         the manifest version."""
         journal, ssts = unpack(packed)
         self._check_usable()
+        return (await self._install_files(journal, ssts)).version
+
+    async def _install_files(self, journal: tuple, ssts: tuple,
+                             txn: str | None = None) -> LedgerFiles:
+        """:meth:`ingest`, also as the part of cross-shard bulk write ``txn``; files this
+        store holds already (a part applied again after a restart) change nothing."""
+        present = {j.name for j in self.inker.files}
+        if journal and all(j.name in present for j in journal):
+            return self.view.files
 
         async def install() -> LedgerFiles:
             await self._push()
@@ -264,7 +273,13 @@ class Bookie:
                 self._adopt(files)
             return files
 
-        return (await self.writes.install(journal, ssts, install)).version
+        return await self.writes.install(journal, ssts, install, txn)
+
+    async def prepare_ingest(self, txn: str, root_url: str, packed: bytes) -> tuple[int, int]:
+        """Prepare this shard's part of a bulk write across shards (its files)."""
+        self._check_usable()
+        journal, ssts = unpack(packed)
+        return await self.participant.prepare_ingest(txn, root_url, journal, ssts)
 
     # -- keeping up with the Penciller and the Inker --------------------------------------------
 

@@ -10,6 +10,10 @@
 3. **Commit** applies the part as one ordinary durable group (its conditions were checked
    under the lock), deletes the part object, then unlocks. **Abort** deletes it and unlocks.
 
+A bulk write across shards (the Spark writer, :mod:`leveled_ray.bulk.sharded`) prepares parts
+too: each names the files it wrote to the shard's store, and its commit installs them
+(:meth:`Participant.prepare_ingest`). It locks no key.
+
 A part no one decides within ``txn_timeout_s`` (its client died) is decided here: ``abort``
 unless the record says ``commit`` already. A shard that restarts finds its parts in its store
 and settles each from the record the same way (:meth:`Participant.recover`), before it takes any
@@ -20,60 +24,60 @@ followed by any other write of its keys: applying it again is harmless.
 from __future__ import annotations
 
 import asyncio
-import pickle
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 from ..clock import Clock
 from ..codec import NO_CONDITION, Change
-from ..errors import CorruptObjectError, LeveledError
+from ..errors import LeveledError
 from ..files.store import NotFound, ObjectStore
-from ..manifest.txn_records import ABORT, COMMIT, decide, part_name, txn_of_part
+from ..manifest.txn_records import (
+    ABORT,
+    COMMIT,
+    Part,
+    decide,
+    decode_part,
+    encode_part,
+    part_name,
+    txn_of_part,
+)
 from ..options import Options
 from .remote import ValueBatch
 from .tasks import Tasks
 from .write_path import WritePath
 
-PART_FORMAT = b"LRPART1\n"
 #: How long the keys of an applied cross-shard part are noted (see Participant.notes): far
 #: longer than a batched read takes.
 NOTED_S = 60.0
 BUSY = "busy"
-
-
-def encode_part(root_url: str, changes: list[Change], values: list) -> bytes:
-    """A prepared part, as written to the shard's store (read only by the shard's own
-    Bookies: the changes were validated by the client and checked here)."""
-    return PART_FORMAT + pickle.dumps((root_url, changes, values), protocol=5)
-
-
-def decode_part(data: bytes, name: str) -> tuple[str, list[Change], list]:
-    if not data.startswith(PART_FORMAT):
-        raise CorruptObjectError(name, 0, "damaged prepared part")
-    try:
-        return pickle.loads(data[len(PART_FORMAT):])
-    except Exception as exc:
-        raise CorruptObjectError(name, 0, f"damaged prepared part: {exc}") from None
+#: Installs a bulk write's files (journal, SSTs) as the part of batch ``txn``.
+Install = Callable[[tuple, tuple, str], Awaitable]
 
 
 class Prepared:
     """A part waiting for its decision."""
 
-    def __init__(self, root_url: str, changes: list[Change], values: list):
-        self.root_url, self.changes, self.values = root_url, changes, values
+    def __init__(self, part: Part):
+        self.part = part
         self.settled: asyncio.Future | None = None  # the commit or abort under way
         self.applied = False  # settled: only its part object is left to delete
         self.expiry: asyncio.Task | None = None
         self.number: tuple[int, int] = (0, 0)  # (writer epoch, count) of this shard's parts
         self.numbers: dict | None = None  # every shard's part number (from commit)
 
+    @property
+    def lkeys(self) -> list[bytes]:
+        return [c.lkey for c in self.part.changes]
+
 
 class Participant:
     """The prepared parts of one shard, hosted by its Bookie."""
 
     def __init__(self, store: ObjectStore, options: Options, writes: WritePath, clock: Clock,
-                 epoch: int = 0):
+                 epoch: int = 0, install: Install | None = None):
         self.store, self.options, self.writes, self.clock = store, options, writes, clock
+        self.install = install
         self.epoch = epoch  # the writer's: part numbers grow across restarts too
         self.parts: dict[str, Prepared] = {}
         self.prepared = 0  # parts prepared by this writer so far
@@ -106,17 +110,29 @@ class Participant:
             if failure is not None:
                 self.writes.unlock(txn)
                 return failure
-            await self.store.put_if_absent_async(
-                part_name(txn), encode_part(root_url, changes, values), unique=True)
+            return await self._hold(txn, Part(root_url, tuple(changes), tuple(values)))
         except BaseException:
             self.writes.unlock(txn)
             raise
-        part = self.parts[txn] = Prepared(root_url, changes, values)
+
+    async def prepare_ingest(self, txn: str, root_url: str, journal: tuple,
+                             ssts: tuple) -> tuple[int, int]:
+        """Prepare this shard's part of a bulk write across shards: its files (written
+        already) to install once the batch commits. No key is locked: a bulk write's rows
+        are newer than every write acknowledged before it commits."""
+        self.writes.check_usable()
+        if txn in self.parts:
+            return self.parts[txn].number
+        return await self._hold(txn, Part(root_url, files=(tuple(journal), tuple(ssts))))
+
+    async def _hold(self, txn: str, part: Part) -> tuple[int, int]:
+        await self.store.put_if_absent_async(part_name(txn), encode_part(part), unique=True)
+        held = self.parts[txn] = Prepared(part)
         self.prepared += 1
-        part.number = self.began()
+        held.number = self.began()
         self.counters["txn_prepared"] += 1
-        part.expiry = self.tasks.start(self._expire(txn), f"txn {txn}")
-        return part.number
+        held.expiry = self.tasks.start(self._expire(txn), f"txn {txn}")
+        return held.number
 
     def began(self) -> tuple[int, int]:
         """How many parts this shard has prepared, as ``(writer epoch, count)``: it only grows,
@@ -150,12 +166,17 @@ class Participant:
 
     async def _apply(self, txn: str, part: Prepared, decision: str) -> list[int]:
         """Apply or drop the part; the answer comes once it is durable, and the part object
-        is deleted (then the keys unlock) right after."""
+        is deleted (then the keys unlock) right after. A dropped bulk write's files are left
+        to garbage collection."""
         sqns: list[int] = []
         if decision == COMMIT:
-            changes = [c._replace(condition=NO_CONDITION) for c in part.changes]
             try:
-                sqns = await self.writes.put_many(changes, ValueBatch(inline=part.values), txn)
+                if part.part.files is not None:
+                    await self.install(*part.part.files, txn)
+                else:  # its conditions were checked under the lock
+                    changes = [c._replace(condition=NO_CONDITION) for c in part.part.changes]
+                    sqns = await self.writes.put_many(
+                        changes, ValueBatch(inline=list(part.part.values)), txn)
             except BaseException:
                 part.settled = None  # the next call (or the expiry) tries again
                 raise
@@ -186,7 +207,7 @@ class Participant:
         """Remember, for :data:`NOTED_S`, that these keys were written by a batch with parts
         of these numbers in these shards."""
         now = time.monotonic()
-        for change in part.changes:
+        for change in part.part.changes:
             self.noted[change.lkey] = part.numbers
             self._noted_order.append((now, change.lkey, part.numbers))
         while self._noted_order and self._noted_order[0][0] < now - NOTED_S:
@@ -206,7 +227,7 @@ class Participant:
         await asyncio.sleep(self.options.txn_timeout_s)
         while txn in self.parts and not self.parts[txn].applied:
             try:
-                decision = await decide(self._root(self.parts[txn].root_url), txn, ABORT)
+                decision = await decide(self._root(self.parts[txn].part.root_url), txn, ABORT)
                 self.counters["txn_decided_here"] += 1
                 await self._settle(txn, decision)
             except LeveledError:
@@ -221,12 +242,12 @@ class Participant:
         for name in found:
             txn = txn_of_part(name)
             try:
-                root_url, changes, values = decode_part(await self.store.get_async(name), name)
+                part = decode_part(await self.store.get_async(name), name)
             except NotFound:
                 continue
-            self.writes.lock([c.lkey for c in changes], txn)
-            self.parts[txn] = Prepared(root_url, changes, values)
-            await self._settle(txn, await decide(self._root(root_url), txn, ABORT))
+            held = self.parts[txn] = Prepared(part)
+            self.writes.lock(held.lkeys, txn)
+            await self._settle(txn, await decide(self._root(part.root_url), txn, ABORT))
             self.counters["txn_recovered"] += 1
         return len(found)
 

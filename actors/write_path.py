@@ -269,21 +269,33 @@ class WritePath:
         return base
 
     async def install(self, journal: list[JournalInfo], ssts: list[SstInfo],
-                      install: Callable[[], Awaitable[LedgerFiles]]) -> LedgerFiles:
+                      install: Callable[[], Awaitable[LedgerFiles]],
+                      txn: str | None = None) -> LedgerFiles:
         """Install a bulk write's files with ``install()``, between two groups: writes pause
-        until every admitted change is durable, and resume once the files are in."""
+        until every admitted change is durable, and resume once the files are in. ``txn``
+        names the cross-shard bulk write whose part this is: a cut that lets it in installs
+        it while the cut holds writes (see :meth:`let_in`)."""
+        while True:
+            if txn is not None and self.frozen is not None and txn in self.cut_lets_in:
+                return await self._install(journal, ssts, install)  # the cut holds the lock
+            if not self._install_lock.locked():
+                break
+            await self._gate.wait()  # a cut (which may let this part in) or another install
         async with self._install_lock:
             self._set_gate(False)
             try:
-                await self.writer.idle.wait()
-                self.check_usable()
-                check_install_order(journal, self.next_sqn)
-                files = await install()
-                self.view.journal.extend(journal)
-                top = max(j.max_sqn for j in journal)
-                self.next_sqn = max(self.next_sqn, top + 1)
-                self.durable_sqn = max(self.durable_sqn, top)
-                self.indexed = self.indexed or holds_index_entries(s.min_key for s in ssts)
-                return files
+                return await self._install(journal, ssts, install)
             finally:
                 self._set_gate(True)
+
+    async def _install(self, journal, ssts, install) -> LedgerFiles:
+        await self.writer.idle.wait()
+        self.check_usable()
+        check_install_order(journal, self.next_sqn)
+        files = await install()
+        self.view.journal.extend(journal)
+        top = max(j.max_sqn for j in journal)
+        self.next_sqn = max(self.next_sqn, top + 1)
+        self.durable_sqn = max(self.durable_sqn, top)
+        self.indexed = self.indexed or holds_index_entries(s.min_key for s in ssts)
+        return files

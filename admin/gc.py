@@ -16,9 +16,11 @@ pure function, which leaves the decision to :func:`~leveled_ray.manifest.deletio
 * it is older than ``min_age``: younger objects may be uploads about to be published (SlateDB
   #1044); merges and compactions refuse to publish outputs older than half of it;
 * it is not in the journal tail (slots the manifest has not recorded yet), and it is not a
-  fence: a name a stale writer could otherwise create again (SlateDB #352, #1622).
+  fence: a name a stale writer could otherwise create again (SlateDB #352, #1622);
+* no prepared part of a bulk write across shards names it (``txn/<id>.part``): it is
+  installed if that write commits, however late.
 
-**Doubt means keep.** A needed manifest version or a lease that cannot be read (a request that
+**Doubt means keep.** A needed manifest version, a lease or a prepared part that cannot be read (a request that
 failed after its retries, a corrupt object, a version a live checkpoint pins that is missing)
 stops the pass before it deletes anything, with a typed error (:func:`stopped`). A missing
 version that no checkpoint pins is the one gap that counts as nothing: nothing can open it.
@@ -53,6 +55,7 @@ from ..manifest.deletion import Proof, deletable
 from ..manifest.model import Manifest
 from ..manifest.snapshot_leases import SnapshotLease
 from ..manifest.store import ManifestStore
+from ..manifest.txn_records import TXN_PREFIX, decode_part, txn_of_part
 from ..options import Options, check_number
 from .clone import detach, shares_files
 
@@ -92,6 +95,8 @@ class Known:
     leases: dict[int, SnapshotLease] = field(default_factory=dict)
     versions: dict[int, Manifest] = field(default_factory=dict)
     needs: Needs = field(default_factory=dict)
+    #: Files that prepared parts of cross-shard bulk writes name (installed if they commit).
+    prepared: frozenset[str] = frozenset()
 
     def referenced(self) -> set[str]:
         """Every file a kept version lists, of the kinds it is kept for."""
@@ -212,6 +217,8 @@ def plan(metas: list[ObjectMeta], known: Known, now: float, min_age: float,
         slot = journal_slot_of(path)
         if path in refs:
             return "referenced"
+        if path in known.prepared:
+            return "a prepared batch's"
         if slot is not None and slot >= manifest.journal_next_slot:
             return "journal tail"
         if slot is not None and any(first <= slot < end for first, end in tails):
@@ -251,6 +258,23 @@ async def _read_leases(store: ObjectStore, metas: list[ObjectMeta],
         except (ObjectStoreError, CorruptObjectError) as exc:
             doubts.append(exc)
     return leases
+
+
+async def _read_prepared(store: ObjectStore, doubts: list[LeveledError]) -> frozenset[str]:
+    """The files named by the prepared parts of cross-shard bulk writes. Listed after the
+    files and before the newest manifest: a part deleted in between was installed first, so
+    that manifest names its files."""
+    names: set[str] = set()
+    for meta in await store.list_async(TXN_PREFIX):
+        if txn_of_part(meta.path) is None:
+            continue
+        try:
+            names.update(decode_part(await store.get_async(meta.path), meta.path).file_names())
+        except NotFound:
+            continue  # settled since the listing
+        except (ObjectStoreError, CorruptObjectError) as exc:
+            doubts.append(exc)
+    return frozenset(names)
 
 
 async def _read_versions(manifests: ManifestStore, known: Known, wanted: Iterable[int],
@@ -306,14 +330,16 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
     now = clock()
     metas = [m for prefix in (MANIFEST_PREFIX, LEDGER_PREFIX, JOURNAL_PREFIX, LEASE_PREFIX)
              for m in await store.list_async(prefix)]
+    doubts: list[LeveledError] = []
+    prepared = await _read_prepared(store, doubts)
     manifests = ManifestStore(store)
     latest = await manifests.latest()
     if latest is None:
         return Plan()
-    doubts: list[LeveledError] = []
     known = Known((latest.id, latest.manifest),
                   await _read_leases(store, [m for m in metas
-                                             if m.path.startswith(LEASE_PREFIX)], doubts))
+                                             if m.path.startswith(LEASE_PREFIX)], doubts),
+                  prepared=prepared)
     known.needs.update(needed_versions(
         [m for m in metas if m.path.startswith(MANIFEST_PREFIX)], known.latest, now, min_age,
         options.gc.long_snapshot_timeout_s, known.leases))

@@ -163,8 +163,11 @@ def plan_splits(manifest: Manifest, lo: bytes, hi: bytes, target: int) -> list[t
 
 async def begin_read_async(url: str, query: ReadQuery, options: Options | None = None, *,
                            checkpoint: str | None = None, lifetime: float = 600.0,
-                           splits: int = 8, batch_size: int = BATCH_SIZE) -> ReadPlan:
-    """Pin a checkpoint (or use ``checkpoint``) and split the read (see the module doc)."""
+                           splits: int = 8, batch_size: int = BATCH_SIZE,
+                           owns_checkpoint: bool = False) -> ReadPlan:
+    """Pin a checkpoint (or use ``checkpoint``) and split the read (see the module doc).
+    ``owns_checkpoint``: the read releases ``checkpoint`` when it is done, as one it pinned
+    itself (a sharded read's part of its own checkpoint)."""
 
     check_query(query)
     cp.check_lifetime(lifetime)
@@ -183,7 +186,8 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
     lo, hi = query.key_range(options)
     ranges = [] if query.empty else plan_splits(manifest, lo, hi, splits)
     entries = sum(f.entries for f in overlapping(manifest, lo, hi))
-    return ReadPlan(url, options, query, pin.id, pin.manifest_id, checkpoint is None, lifetime,
+    return ReadPlan(url, options, query, pin.id, pin.manifest_id,
+                    checkpoint is None or owns_checkpoint, lifetime,
                     tuple(ReadSplit(i, a, b) for i, (a, b) in enumerate(ranges)), entries,
                     batch_size)
 
@@ -200,7 +204,7 @@ def begin_read(url: str, query: ReadQuery, options: Options | None = None, *,
 
 _VIEWS: dict = {}
 _VIEWS_LOCK = threading.Lock()
-_LEASES: dict = {}  # checkpoint id -> CheckpointLease: this process renews the reads' own
+_LEASES: dict = {}  # (url, checkpoint id) -> CheckpointLease: this process renews reads' own
 _MAX_VIEWS = 8
 
 
@@ -226,11 +230,11 @@ async def _check_pinned(plan: ReadPlan) -> None:
     manifests = ManifestStore(ObjectStore.from_url(plan.url, plan.options))
     try:
         if plan.owns:
-            lease = _LEASES.get(plan.checkpoint_id)
+            lease = _LEASES.get((plan.url, plan.checkpoint_id))
             if lease is None:  # this process renews at its first split, then as it is due
                 if len(_LEASES) > 1000:
                     _LEASES.clear()
-                lease = _LEASES[plan.checkpoint_id] = CheckpointLease(
+                lease = _LEASES[(plan.url, plan.checkpoint_id)] = CheckpointLease(
                     manifests, plan.checkpoint_id, plan.lifetime, renewed_at=-plan.lifetime)
             await lease.keep()
         else:

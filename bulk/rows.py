@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from ..codec import ACTIVE, LEDGER_SCHEMA, OP_PUT, LedgerRows
+from ..codec import ACTIVE, LEDGER_SCHEMA, OP_PUT, LedgerRows, checked_key
 from ..files import journal as jfmt
 from ..files.framing import size_cuts
 from ..files.sst import sort_and_dedupe
@@ -81,9 +81,7 @@ def plain_rows(batch: pa.RecordBatch, options: Options, now_s: float) -> pa.Tabl
     expiry = _expiry(ttl, n, now_s)
     if expiry is None:
         return None
-    lkey = pc.binary_join_element_wise(
-        b"o" + _NAME_TAGS[bucket.type], bucket.cast(pa.binary()), b"\x00" + _NAME_TAGS[key.type],
-        key.cast(pa.binary()), b"\x00", b"")
+    lkey = _object_keys(bucket, key)
     digest = xxhash.xxh3_64_intdigest
     hashes = pa.array([digest(v) for v in value.to_pylist()], pa.uint64())
     return pa.Table.from_arrays([
@@ -91,6 +89,23 @@ def plain_rows(batch: pa.RecordBatch, options: Options, now_s: float) -> pa.Tabl
         pa.array(expiry),
         pa.array([b""] * n, pa.binary()),
     ], schema=RUN_SCHEMA)
+
+
+def _object_keys(bucket: pa.Array, key: pa.Array) -> pa.Array:
+    """Object Ledger keys of names checked by :func:`_name_ok` (no escaping needed)."""
+    return pc.binary_join_element_wise(
+        b"o" + _NAME_TAGS[bucket.type], bucket.cast(pa.binary()), b"\x00" + _NAME_TAGS[key.type],
+        key.cast(pa.binary()), b"\x00", b"")
+
+
+def object_keys(batch: pa.RecordBatch, options: Options) -> list[bytes]:
+    """Each row's object Ledger key (to route it to its shard): in bulk when its names allow,
+    else row by row, where a bad name raises ``InvalidArgumentError``."""
+    bucket, key = _narrow(batch.column("bucket")), _narrow(batch.column("key"))
+    if _name_ok(bucket, options.max_key_bytes) and _name_ok(key, options.max_key_bytes):
+        return _object_keys(bucket, key).to_pylist()
+    return [checked_key(b, k, options)
+            for b, k in zip(bucket.to_pylist(), key.to_pylist())]
 
 
 def change_rows(changes) -> pa.Table:

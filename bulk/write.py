@@ -132,7 +132,7 @@ async def begin_async(url: str, options: Options | None = None, *,
         raise InvalidArgumentError("bulk writes to a head_only store are not supported: write "
                                    "through its Store (put_many)")
     if store_name is not None:
-        reserved = await (await _running(store_name, ray_address)).reserve_bulk_async()
+        reserved = await (await running_store(store_name, ray_address)).reserve_bulk_async()
         base, indexed = reserved["base"], reserved["indexed"]
     else:
         tail = [await slot_info(store, s)
@@ -161,7 +161,7 @@ def begin(url: str, options: Options | None = None, *, store_name: str | None = 
 # --- writing one partition -----------------------------------------------------------------
 
 
-class _PartitionWriter:
+class PartitionWriter:
     """Builds one partition's files. Rows collect into a run (see :mod:`leveled_ray.bulk.rows`)
     of at most :data:`RUN_KEYS` rows and :data:`RUN_BYTES` of values; each run is sorted by
     key, given SQNs in that order, and written as journal files of the values and SSTs of
@@ -288,7 +288,7 @@ def _term(term: dict | tuple) -> tuple:
 
 async def write_partition_async(plan: BulkWrite, partition: int, batches) -> PartitionFiles:
     """Write one partition's rows (an iterable of Arrow batches) as store files."""
-    writer = _PartitionWriter(plan, partition)
+    writer = PartitionWriter(plan, partition)
     for batch in batches:
         if batch.num_rows:
             await writer.add(batch)
@@ -303,7 +303,8 @@ def write_partition(plan: BulkWrite, partition: int, batches) -> PartitionFiles:
 # --- committing -----------------------------------------------------------------------------
 
 
-def _gather(parts) -> tuple[tuple, tuple]:
+def gather_files(parts) -> tuple[tuple, tuple]:
+    """The journal files and SSTs of finished partitions."""
     journal = tuple(j for p in parts for j in p.journal)
     ssts = tuple(s for p in parts for s in p.ssts)
     return journal, ssts
@@ -316,23 +317,26 @@ async def commit_async(plan: BulkWrite, parts) -> int:
     store as a new writer would (a Bookie that is still running on it is fenced) and
     installs the files with the manifest's CAS loop."""
     parts = [p for p in parts if p is not None]
-    journal, ssts = _gather(parts)
+    journal, ssts = gather_files(parts)
     try:
         if journal:
             check_publishable(named_at(f.name for f in journal + ssts), plan.options,
                               time.time())
             if plan.store_name is not None:
-                running = await _running(plan.store_name, plan.ray_address, began=True)
+                running = await running_store(plan.store_name, plan.ray_address, began=True)
                 await running.ingest_async(journal, ssts)
             else:
-                await _install_offline(plan, journal, ssts)
+                await install_offline(plan.url, plan.options, journal, ssts)
     finally:
-        await _release(plan)
+        await release_pin(plan)
     return sum(p.rows for p in parts)
 
 
-async def _install_offline(plan: BulkWrite, journal, ssts) -> None:
-    store = ObjectStore.from_url(plan.url, plan.options)
+async def install_offline(url: str, options: Options, journal, ssts) -> None:
+    """Install files in a store no process has open: claim it as a new writer would (a
+    Bookie still running on it is fenced), then one manifest change. Files it lists already
+    change nothing."""
+    store = ObjectStore.from_url(url, options)
     manifests = ManifestStore(store)
     mid, m = await manifests.update(bump_epoch)
     epoch = m.writer_epoch
@@ -357,7 +361,7 @@ async def abort_async(plan: BulkWrite, parts) -> None:
             await asyncio.gather(*(store.delete_async(n) for n in names[i:i + 64]),
                                  return_exceptions=True)
     finally:
-        await _release(plan)
+        await release_pin(plan)
 
 
 def abort(plan: BulkWrite, parts) -> None:
@@ -365,14 +369,15 @@ def abort(plan: BulkWrite, parts) -> None:
     run_sync(abort_async(plan, parts))
 
 
-async def _release(plan: BulkWrite) -> None:
+async def release_pin(plan: BulkWrite) -> None:
+    """Release the checkpoint the write resolved index terms against, if it took one."""
     if plan.checkpoint is not None:
 
         await release_checkpoint(ManifestStore(ObjectStore.from_url(plan.url, plan.options)),
                                  plan.checkpoint)
 
 
-async def _running(store_name: str, ray_address: str | None, began: bool = False) -> Store:
+async def running_store(store_name: str, ray_address: str | None, began: bool = False) -> Store:
     """The client's handle on the running store ``store_name``: its calls raise the client's
     typed errors. A Bookie that is gone raises ``StoreClosedError``, also when it is gone by
     the time a write that ``began`` with it commits (its name no longer resolves)."""

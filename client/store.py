@@ -614,6 +614,13 @@ class Store(Queries):
         """Drop this shard's prepared part of ``txn``."""
         await _await(self._actor.abort_part.remote(txn))
 
+    async def prepare_ingest_async(self, txn: str, root_url: str, journal: tuple,
+                                   ssts: tuple) -> tuple[int, int]:
+        """Prepare this shard's part of bulk write ``txn`` across shards: the files it wrote
+        here, installed when the batch commits (see :mod:`leveled_ray.bulk.sharded`)."""
+        return await _await(self._actor.prepare_ingest.remote(txn, root_url,
+                                                              pack((journal, ssts))))
+
     # -- for cuts of a sharded store (see leveled_ray.cluster.cut) --
 
     async def freeze_async(self, cut_id: str, hold_s: float, take: tuple | None = None):

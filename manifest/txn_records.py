@@ -12,12 +12,49 @@ of Percolator's primary lock and of persist's txn-wal, on create-if-absent alone
 from __future__ import annotations
 
 import json
+import pickle
+from dataclasses import dataclass
 
 from ..errors import CorruptObjectError
 from ..files.store import NotFound, ObjectStore
 
 TXN_PREFIX = "txn/"
 COMMIT, ABORT = "commit", "abort"
+PART_FORMAT = b"LRPART2\n"
+
+
+@dataclass(frozen=True)
+class Part:
+    """A shard's prepared part, as its store holds it until the batch is settled: checked
+    changes and their values (a ``put_many``), or the files of a bulk write to install
+    (``files``: journal files and SSTs, written already, named by no manifest yet). Garbage
+    collection keeps the files a part names (see :mod:`leveled_ray.admin.gc`)."""
+
+    root_url: str
+    changes: tuple = ()
+    values: tuple = ()
+    files: tuple[tuple, tuple] | None = None
+
+    def file_names(self) -> list[str]:
+        return [] if self.files is None else [f.name for group in self.files for f in group]
+
+
+def encode_part(part: Part) -> bytes:
+    """The part object's bytes (read only by the shard's own Bookies and GC: the changes
+    were validated by the client and checked by the shard)."""
+    return PART_FORMAT + pickle.dumps(part, protocol=5)
+
+
+def decode_part(data: bytes, name: str) -> Part:
+    if not data.startswith(PART_FORMAT):
+        raise CorruptObjectError(name, 0, "damaged prepared part")
+    try:
+        part = pickle.loads(data[len(PART_FORMAT):])
+    except Exception as exc:
+        raise CorruptObjectError(name, 0, f"damaged prepared part: {exc}") from None
+    if not isinstance(part, Part):
+        raise CorruptObjectError(name, 0, "damaged prepared part")
+    return part
 
 
 def record_name(txn_id: str) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 
 
@@ -21,7 +23,7 @@ def iterate(make: Callable[[], AsyncIterator], *, flatten: bool,
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return Fold(_iterate(make, flatten, once), once)
+        return Fold(_iterate(make, flatten, once), once, _closer())
     once()
     raise RuntimeError("called a synchronous query inside an event loop: use its *_async "
                        "form there")
@@ -42,9 +44,10 @@ class Fold:
     it is exhausted, when :meth:`close` is called, at the end of a ``with`` block, or once
     nothing refers to it (breaking out of a ``for`` loop)."""
 
-    def __init__(self, gen: Iterator, release: _Once):
+    def __init__(self, gen: Iterator, release: _Once, dropped: queue.SimpleQueue):
         self._gen = gen
         self._release = release
+        self._dropped = dropped
 
     def __iter__(self) -> Fold:
         return self
@@ -65,16 +68,38 @@ class Fold:
         self.close()
 
     def __del__(self) -> None:
-        # Dropped without close(): end it here, unless the garbage collector runs this inside
-        # an event loop (a cycle collected mid-coroutine), where no loop can be run; then
-        # the snapshot expires on its own.
+        # Dropped without close(): the closer thread ends it. Never here: the garbage
+        # collector may run this anywhere, even inside threading's own locks, where running
+        # the fold's event loop (which starts a thread as it closes) would deadlock.
+        self._dropped.put((self._gen, self._release))
+
+
+_DROPPED: queue.SimpleQueue | None = None
+_DROPPED_LOCK = threading.Lock()
+
+
+def _closer() -> queue.SimpleQueue:
+    """The queue of dropped folds, and the daemon thread that closes them (started with the
+    first fold, in ordinary code). ``SimpleQueue.put`` may be called from ``__del__``."""
+    global _DROPPED
+    with _DROPPED_LOCK:
+        if _DROPPED is None:
+            _DROPPED = queue.SimpleQueue()
+            threading.Thread(target=_close_dropped, args=(_DROPPED,), daemon=True,
+                             name="lr-fold-closer").start()
+        return _DROPPED
+
+
+def _close_dropped(dropped: queue.SimpleQueue) -> None:
+    while True:
+        gen, release = dropped.get()
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
             try:
-                self.close()
-            except Exception:
-                pass  # at interpreter exit: the snapshot expires on its own
+                gen.close()  # a started generator releases in its finally block
+            finally:
+                release()
+        except Exception:
+            pass  # the snapshot expires on its own
 
 
 def _iterate(make, flatten, on_close: _Once):

@@ -49,9 +49,10 @@ from pyspark.sql.datasource import (
 )
 
 from ..bulk import read as bulk_read
+from ..bulk import sharded as bulk
 from ..bulk import write as bulk_write
 from ..client.ray_connection import ensure_ray
-from ..client.store import connect
+from ..cluster.open import connect
 from ..errors import InvalidArgumentError
 from ..options import Options, value_from_text
 from ..read.key_ranges import term_from_text
@@ -179,10 +180,11 @@ class LeveledDataSource(DataSource):
 
 
 class SplitPartition(InputPartition):
-    """One split of a read (what one Spark task reads)."""
+    """One split of a read (what one Spark task reads): of the store, or of one shard."""
 
-    def __init__(self, plan: bulk_read.ReadPlan, split: bulk_read.ReadSplit | None):
-        super().__init__(0 if split is None else split.index)
+    def __init__(self, plan: bulk_read.ReadPlan, split: bulk_read.ReadSplit | None,
+                 index: int):
+        super().__init__(index)
         self.plan = plan
         self.split = split
 
@@ -226,15 +228,16 @@ class LeveledReader(DataSourceReader):
 
     def partitions(self):
         o = self.options
-        plan = bulk_read.begin_read(
+        plans = bulk.begin_reads(
             self.url, self.query, self.store_options, checkpoint=o.get("checkpoint"),
             lifetime=value_from_text("lifetime", "float", o.get("lifetime", 600)),
             splits=value_from_text("splits", "int", o.get("splits", 8)),
             batch_size=value_from_text("batch_size", "int",
-                                       o.get("batch_size", bulk_read.BATCH_SIZE)))
-        if not plan.splits:  # nothing to read: one empty task, which releases the pin
-            return [SplitPartition(plan, None)]
-        return [SplitPartition(plan, s) for s in plan.splits]
+                                       o.get("batch_size", bulk_read.BATCH_SIZE)),
+            store_name=o.get("store_name"), ray_address=o.get("ray_address"))
+        # A plan with nothing to read gets one empty task, which releases its pin.
+        pairs = [(plan, split) for plan in plans for split in (plan.splits or [None])]
+        return [SplitPartition(plan, split, i) for i, (plan, split) in enumerate(pairs)]
 
     def read(self, partition: SplitPartition):
         if partition.split is None:
@@ -245,11 +248,12 @@ class LeveledReader(DataSourceReader):
 
 @dataclass
 class PartitionMessage(WriterCommitMessage):
-    files: bulk_write.PartitionFiles
+    files: bulk_write.PartitionFiles | bulk.ShardedPartitionFiles
 
 
 class LeveledWriter(DataSourceArrowWriter):
-    """Each task writes its rows as store files; ``commit`` installs them all at once."""
+    """Each task writes its rows as store files (each row in its shard's, on a sharded
+    store); ``commit`` installs them all at once, in every shard or none."""
 
     def __init__(self, options: dict, schema, overwrite: bool):
         if overwrite:
@@ -257,17 +261,17 @@ class LeveledWriter(DataSourceArrowWriter):
         _check_names(options, _WRITE_OPTIONS)
         bulk_write.check_columns(schema.names)
         url, store = _target(options)
-        self.plan = bulk_write.begin(url, store, store_name=options.get("store_name"),
+        self.plan = bulk.begin_write(url, store, store_name=options.get("store_name"),
                                      ray_address=options.get("ray_address"))
 
     def write(self, iterator) -> PartitionMessage:
         from pyspark import TaskContext
 
         partition = TaskContext.get().partitionId()
-        return PartitionMessage(bulk_write.write_partition(self.plan, partition, iterator))
+        return PartitionMessage(bulk.write_partition(self.plan, partition, iterator))
 
     def commit(self, messages) -> None:
-        bulk_write.commit(self.plan, [m.files for m in messages if m is not None])
+        bulk.commit(self.plan, [m.files for m in messages if m is not None])
 
     def abort(self, messages) -> None:
-        bulk_write.abort(self.plan, [m.files for m in messages if m is not None])
+        bulk.abort(self.plan, [m.files for m in messages if m is not None])

@@ -179,3 +179,29 @@ def test_a_failed_delete_is_left_for_the_next_pass(tmp_path):
     assert stored(url, options) == {orphans[1]}
     assert asyncio.run(gcm.collect(objects, options, min_age=0)).deleted == [orphans[1]]
     assert stored(url, options) == set()
+
+
+def test_files_a_prepared_part_names_are_kept_and_a_damaged_part_stops_the_pass(tmp_path):
+    """A bulk write across shards prepares a part naming its files before it is decided: GC
+    keeps them however old, deletes them once the part is gone, and deletes nothing while a
+    part cannot be read."""
+    import asyncio
+
+    from leveled_ray.manifest import ManifestStore
+    from leveled_ray.manifest.txn_records import Part, encode_part, part_name
+
+    url = f"file://{tmp_path}/db"
+    objects = ObjectStore.from_url(url)
+    asyncio.run(ManifestStore(objects).create_initial(Manifest.new()))
+    held, orphan = sst_name(), sst_name()
+    for name in (held, orphan):
+        objects.put(name, b"written by a bulk write")
+    objects.put(part_name("t1"), encode_part(Part("file:///root", files=((), (sst(held),)))))
+    plan = asyncio.run(gcm.collect(objects, lr.Options(), min_age=0))
+    assert plan.deleted == [orphan] and plan.kept["a prepared batch's"] == 1
+    objects.put(part_name("t2"), b"damaged")
+    with pytest.raises(lr.CorruptObjectError):
+        asyncio.run(gcm.collect(objects, lr.Options(), min_age=0))
+    objects.delete(part_name("t2"))
+    objects.delete(part_name("t1"))  # settled: dropped
+    assert asyncio.run(gcm.collect(objects, lr.Options(), min_age=0)).deleted == [held]

@@ -245,6 +245,70 @@ def test_a_failed_write_job_leaves_nothing_visible(spark, tmp_url):
     assert left <= named
 
 
+def test_a_sharded_store_is_read_per_shard_and_written_to_every_shard_at_once(spark, tmp_url):
+    from leveled_ray.codec import checked_key
+
+    name = f"spark-shards-{uuid.uuid4().hex[:6]}"
+    store = lr.open(tmp_url, shards=2, name=name)
+    try:
+        store.put("b0", "before", b"x")
+        generated(spark, 4000).write.format("leveled").option("store_name", name).mode(
+            "append").save()  # through the running shards
+        assert store.get_many([("b1", "k0000001"), ("b0", "before")]) == [b"v1", b"x"]
+        for shard in range(2):  # every row went to the shard its key routes to
+            keys = list(store.shard(shard).fold_keys())
+            assert keys and all(store.shard_map.shard_of(checked_key(b, k, store.options))
+                                == shard for b, k in keys)
+        back = spark.read.format("leveled").option("store_name", name).option(
+            "splits", "4").load()  # at a cut taken through the running store
+        assert back.rdd.getNumPartitions() >= 2  # a partition per shard, at least
+        got = back.toArrow()
+        assert got.num_rows == 4001
+        assert sorted_rows(got)[0] == {"bucket": "b0", "key": "before", "value": b"x"}
+    finally:
+        store.close()
+    # No process has it open: the URL alone, a commit without Ray, a read at a checkpoint of
+    # its own.
+    generated(spark, 1000, value="w").write.format("leveled").option("url", tmp_url).mode(
+        "append").save()
+    got = spark.read.format("leveled").option("url", tmp_url).load().toArrow()
+    assert got.num_rows == 4001
+    values = {(r["bucket"], r["key"]): r["value"] for r in sorted_rows(got)}
+    assert values[("b1", "k0000001")] == b"w1" and values[("b1", "k0001001")] == b"v1001"
+    assert lr.admin(tmp_url).list_checkpoints() == []  # the read released its own
+
+
+def test_a_failed_write_job_leaves_no_shard_changed(spark, ray_cluster, tmp_url):
+    from pyspark.sql.functions import udf
+
+    lr.open(tmp_url, shards=2).close()
+    generated(spark, 1000).write.format("leveled").option("url", tmp_url).mode(
+        "append").save()
+
+    @udf("binary")
+    def fail_late(i):
+        if i == 4321:
+            raise ValueError("a task failed on purpose")
+        return b"new %d" % i
+
+    bad = spark.range(5000).repartition(2).selectExpr(
+        "'b9' as bucket", "format_string('k%07d', id) as key", "id").select(
+        "bucket", "key", fail_late("id").alias("value"))
+    with pytest.raises(Exception, match="failed on purpose"):
+        bad.write.format("leveled").option("url", tmp_url).mode("append").save()
+    with lr.reader(tmp_url) as r:
+        assert r.get_many([("b9", "k0000001"), ("b9", "k0000002")]) == [None, None]
+        assert sum(1 for _ in r.fold_keys()) == 1000
+    lr.gc(tmp_url, min_age=0)  # only what the manifests name is left in either shard
+    for shard in range(2):
+        url = f"{tmp_url}/shard-{shard:03d}"
+        latest = run_sync(ManifestStore(ObjectStore.from_url(url)).latest())[1]
+        named = {f.name for f in latest.sst_files()} | {j.name for j in latest.journal}
+        files = ObjectStore.from_url(url)
+        assert {m.path for m in files.list("ledger/")} | {
+            m.path for m in files.list("journal/c/")} <= named
+
+
 def test_bad_options_and_columns_are_refused(spark, tmp_url):
     df = generated(spark, 10)
     with pytest.raises(Exception, match="needs option"):

@@ -1,0 +1,146 @@
+"""A bulk write of a sharded store is all or nothing across its shards, also when its driver
+is killed (-9) at each phase of the commit: with no process holding the store open (settled
+by the next bulk write or by opening the store) and through the running store (settled by its
+Bookies, and by a cut that meets it half-applied)."""
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray.bulk import sharded as bulk
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.files.sync import run_sync
+from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
+
+from conftest import REPO_ROOT, wait_until
+
+N = 400
+KEYS = [("b", f"k{i:04d}") for i in range(N)]
+
+#: A driver that runs a bulk write's commit up to a phase, says so, and waits to be killed:
+#: ``prepared`` (every shard holds its part, undecided), ``decided`` (the record says
+#: commit, nothing installed) or ``partly`` (shard 0 installed its part).
+DRIVER = """
+import asyncio, sys, time
+import pyarrow as pa
+from leveled_ray.bulk import sharded as bulk
+from leveled_ray.bulk.write import gather_files
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest.txn_records import COMMIT, decide
+
+url, phase, txn, name, address = sys.argv[1:6]
+n = %d
+
+async def run():
+    plan = await bulk.begin_write_async(url, store_name=name or None,
+                                        ray_address=address or None)
+    rows = pa.record_batch({"bucket": ["b"] * n, "key": [f"k{i:04d}" for i in range(n)],
+                            "value": [b"new"] * n})
+    messages = [await bulk.write_partition_async(plan, p, [rows.slice(p * n // 2, n // 2)])
+                for p in (0, 1)]
+    files = {s: gather_files(parts) for s, parts in bulk.shard_files(plan, messages).items()}
+    assert sorted(files) == [0, 1]
+    await bulk.prepare(plan, txn, files)
+    if phase != "prepared":
+        await decide(ObjectStore.from_url(url), txn, COMMIT)
+    if phase == "partly":
+        await bulk.apply(plan, txn, [0])
+
+asyncio.run(run())
+print("READY", flush=True)
+time.sleep(600)
+""" % N
+
+
+def kill_driver_at(url: str, phase: str, name: str = "", address: str = "") -> str:
+    txn = f"t{uuid.uuid4().hex}"
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, url, phase, txn, name, address],
+                              stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT.parent)
+    try:
+        assert driver.stdout.readline().strip() == "READY"
+    finally:
+        driver.kill()  # SIGKILL: no cleanup of any kind
+        driver.wait()
+    return txn
+
+
+def parts_left(url: str) -> int:
+    return sum(len(ObjectStore.from_url(f"{url}/shard-{s:03d}").list("txn/")) for s in (0, 1))
+
+
+def new_sharded(url: str) -> ShardMap:
+    """A sharded store of two shards as ``lr.open(url, shards=2)`` lays it out, made without
+    Ray (a bulk write creates each shard's first manifest)."""
+    return run_sync(create_shard_map(ObjectStore.from_url(url), ShardMap.new(2)))
+
+
+def values(url: str) -> list:
+    with lr.reader(url) as r:
+        return r.get_many(KEYS)
+
+
+@pytest.mark.parametrize("phase,visible", [("prepared", False), ("decided", True),
+                                           ("partly", True)])
+def test_a_driver_killed_at_any_phase_leaves_all_or_nothing_offline(tmp_url, phase, visible):
+    shard_map = new_sharded(tmp_url)
+    kill_driver_at(tmp_url, phase)
+    left = parts_left(tmp_url)
+    assert left == (1 if phase == "partly" else 2)
+    with pytest.raises(lr.InvalidArgumentError, match="not yet settled"):
+        lr.reader(tmp_url)  # no consistent checkpoint while a batch is half settled
+    assert run_sync(bulk.settle_offline(tmp_url, shard_map, lr.Options())) == left
+    assert parts_left(tmp_url) == 0
+    assert values(tmp_url) == [b"new" if visible else None] * N
+    lr.gc(tmp_url, min_age=0)  # what an aborted write wrote is an orphan now; nothing else
+    assert values(tmp_url) == [b"new" if visible else None] * N
+
+
+@pytest.mark.ray
+def test_a_committed_part_left_offline_is_installed_when_the_store_opens(ray_cluster,
+                                                                         tmp_url):
+    new_sharded(tmp_url)
+    kill_driver_at(tmp_url, "decided")
+    store = lr.open(tmp_url)
+    try:
+        assert store.get_many(KEYS) == [b"new"] * N
+        assert [s["txn_recovered"] for s in store.stats()["shards"]] == [1, 1]
+        assert parts_left(tmp_url) == 0
+    finally:
+        store.close()
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("phase,visible", [("prepared", False), ("decided", True)])
+def test_a_driver_killed_during_a_commit_through_the_running_store(ray_cluster, tmp_url, phase,
+                                                                   visible):
+    name = f"bulk-{uuid.uuid4().hex[:8]}"
+    store = lr.open(tmp_url, lr.Options(txn_timeout_s=1.0), shards=2, name=name)
+    try:
+        store.put_many([lr.Put(b, k, b"old") for b, k in KEYS])
+        kill_driver_at(tmp_url, phase, name, ray_cluster.get_runtime_context().gcs_address)
+        # Each shard decides its part after txn_timeout_s: installed if committed, else dropped.
+        wait_until(lambda: parts_left(tmp_url) == 0, timeout=30)
+        assert store.get_many(KEYS) == [b"new" if visible else b"old"] * N
+        with store.snapshot() as snap:
+            assert snap.get_many(KEYS) == [b"new" if visible else b"old"] * N
+    finally:
+        store.close()
+
+
+@pytest.mark.ray
+def test_a_cut_installs_a_committed_bulk_write_it_finds_half_applied(ray_cluster, tmp_url):
+    name = f"bulk-{uuid.uuid4().hex[:8]}"
+    store = lr.open(tmp_url, lr.Options(txn_timeout_s=60.0), shards=2, name=name)
+    try:
+        store.put_many([lr.Put(b, k, b"old") for b, k in KEYS])
+        kill_driver_at(tmp_url, "partly", name, ray_cluster.get_runtime_context().gcs_address)
+        wait_until(lambda: parts_left(tmp_url) == 1)  # shard 1's waits a minute for a decision
+        checkpoint = store.checkpoint()  # the cut installs it before it takes the checkpoint
+        with lr.reader(tmp_url, checkpoint.id) as r:
+            assert r.get_many(KEYS) == [b"new"] * N
+        wait_until(lambda: parts_left(tmp_url) == 0)
+    finally:
+        store.close()
