@@ -6,11 +6,11 @@
 """
 
 from .admin.handle import Admin
-from .client.clone import clone
 from .client.reader import Reader
 from .client.snapshot import Snapshot
 from .client.store import Store
 from .cluster.admin import ShardedAdmin
+from .cluster.clone import clone
 from .cluster.open import admin, connect, destroy, gc, open, reader
 from .cluster.reader import ShardedReader
 from .cluster.snapshot import ShardedSnapshot

@@ -86,12 +86,29 @@ def backup_manifest(source: Manifest, previous: Versioned | None,
     return base.with_changes(journal=tuple(files), journal_next_slot=source.journal_next_slot)
 
 
-async def backup_journal(source: ObjectStore, target: ObjectStore, manifest: Manifest,
-                         progress: Callable[[int, int], None] | None = None) -> BackupResult:
-    """Bring the backup at ``target`` up to ``manifest`` (a pinned version of the store at
-    ``source``): see the module docstring. ``progress(done, total)`` follows the copies."""
-    manifests = ManifestStore(target)
-    previous = await manifests.latest()
+@dataclass(frozen=True)
+class Staged:
+    """A backup whose files are copied, and whose manifest is not yet written."""
+
+    version: int
+    manifest: Manifest
+    files: tuple[jfmt.JournalInfo, ...]
+    present: tuple[str, ...]  # journal objects at the target before the copy
+    copied: int
+    bytes: int
+
+    def result(self, removed: int) -> BackupResult:
+        return BackupResult(files=len(self.files), copied=self.copied, bytes=self.bytes,
+                            removed=removed, max_sqn=self.manifest.max_journal_sqn,
+                            version=self.version)
+
+
+async def stage_journal(source: ObjectStore, target: ObjectStore, manifest: Manifest,
+                        progress: Callable[[int, int], None] | None = None) -> Staged:
+    """Copy the journal files of ``manifest`` (a pinned version of the store at ``source``)
+    that the backup at ``target`` lacks, and make its next manifest (not written yet).
+    ``progress(done, total)`` follows the copies."""
+    previous = await ManifestStore(target).latest()
     check_target(previous, manifest, target.url)
     data = [j for j in manifest.journal if j.kind == jfmt.KIND_DATA and j.entries]
     files = [backup_name(j) for j in data]
@@ -112,18 +129,31 @@ async def backup_journal(source: ObjectStore, target: ObjectStore, manifest: Man
             progress(done, len(missing))
 
     await asyncio.gather(*(copy(f) for f in missing))
-    version = 0 if previous is None else previous.id + 1
-    backup = backup_manifest(manifest, previous, files)
-    if not await manifests.try_create(version, backup):
-        raise InvalidArgumentError(f"another backup or store wrote {target.url} meanwhile")
-    # The new version is in place: what only the older versions listed can go.
-    # Proof: the new version is durable, and it lists every file a restore needs.
-    listed = {f.name for f in files} | {manifest_name(version)}
-    candidates = sorted(present) + [m.path for m in await target.list_async(MANIFEST_PREFIX)]
+    return Staged(0 if previous is None else previous.id + 1,
+                  backup_manifest(manifest, previous, files), tuple(files),
+                  tuple(sorted(present)), len(missing), copied)
+
+
+async def prune(target: ObjectStore, staged: Staged) -> int:
+    """Once the staged version is in place, delete what only older versions listed; returns
+    how many objects went. Proof: that version is durable, and it lists every file a restore
+    needs."""
+    listed = {f.name for f in staged.files} | {manifest_name(staged.version)}
+    candidates = list(staged.present) + [m.path for m in
+                                         await target.list_async(MANIFEST_PREFIX)]
     stale = deletable(candidates, Proof().need(listed))
     await asyncio.gather(*(target.delete_async(path) for path in stale))
-    return BackupResult(files=len(files), copied=len(missing), bytes=copied,
-                        removed=len(stale), max_sqn=backup.max_journal_sqn, version=version)
+    return len(stale)
+
+
+async def backup_journal(source: ObjectStore, target: ObjectStore, manifest: Manifest,
+                         progress: Callable[[int, int], None] | None = None) -> BackupResult:
+    """Bring the backup at ``target`` up to ``manifest`` (a pinned version of the store at
+    ``source``): see the module docstring."""
+    staged = await stage_journal(source, target, manifest, progress)
+    if not await ManifestStore(target).try_create(staged.version, staged.manifest):
+        raise InvalidArgumentError(f"another backup or store wrote {target.url} meanwhile")
+    return staged.result(await prune(target, staged))
 
 
 async def backup_version(source: ObjectStore, options: Options, manifest_id: int,
@@ -132,5 +162,14 @@ async def backup_version(source: ObjectStore, options: Options, manifest_id: int
     """Back up version ``manifest_id`` of the store at ``source`` (pinned by the caller) to
     ``target``, reading a clone's shared files from its ancestors."""
     manifest = await ManifestStore(source).read_pinned(manifest_id)
-    routed = store_for(source, manifest.stores, options)
-    return await backup_journal(routed, target, manifest, progress)
+    return await backup_journal(store_for(source, manifest.stores, options), target, manifest,
+                                progress)
+
+
+async def stage_version(source: ObjectStore, options: Options, manifest_id: int,
+                        target: ObjectStore,
+                        progress: Callable[[int, int], None] | None = None) -> Staged:
+    """:func:`stage_journal` of version ``manifest_id`` of the store at ``source``."""
+    manifest = await ManifestStore(source).read_pinned(manifest_id)
+    return await stage_journal(store_for(source, manifest.stores, options), target, manifest,
+                               progress)

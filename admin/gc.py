@@ -20,10 +20,11 @@ pure function, which leaves the decision to :func:`~leveled_ray.manifest.deletio
 * no prepared part of a bulk write across shards names it (``txn/<id>.part``): it is
   installed if that write commits, however late.
 
-**Doubt means keep.** A needed manifest version, a lease or a prepared part that cannot be read (a request that
-failed after its retries, a corrupt object, a version a live checkpoint pins that is missing)
-stops the pass before it deletes anything, with a typed error (:func:`stopped`). A missing
-version that no checkpoint pins is the one gap that counts as nothing: nothing can open it.
+**Doubt means keep.** A needed manifest version, a lease or a prepared part that cannot be read
+(a request that failed after its retries, a corrupt object, a version a live checkpoint pins
+that is missing) stops the pass before it deletes anything, with a typed error
+(:func:`stopped`). A missing version that no checkpoint pins is the one gap that counts as
+nothing: nothing can open it.
 
 Manifest versions go too once nothing keeps them, the newest always stays, and a destroyed store
 loses everything once its grace period has passed and no checkpoint is left.

@@ -20,6 +20,7 @@ from ..files.names import LEASE_PREFIX, ulid_age
 from ..files.store import NotFound, ObjectStore
 from ..files.sync import with_sync_twins
 from ..manifest import snapshot_leases
+from ..manifest.backup_records import BACKUP_PREFIX
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import SHARD_MAP_PREFIX, ShardMap
 from ..manifest.txn_records import TXN_PREFIX, txn_of_part
@@ -133,13 +134,15 @@ class ShardedAdmin(checkpoints.CheckpointsOfShards):
 
     async def destroy_async(self, soft: bool = True) -> int:
         """Destroy every shard (see :meth:`Admin.destroy_async`); ``soft=False`` also deletes
-        the root's records and, last, its shard map. Returns the objects deleted."""
+        the root's records (commit records, backup records) and, last, its shard map. Returns
+        the objects deleted."""
         deleted = sum([await a.destroy_async(soft) for a in self._admins])
         if soft:
             return deleted
-        for meta in await self.root.list_async(TXN_PREFIX):
-            await self.root.delete_async(meta.path)
-            deleted += 1
+        for prefix in (TXN_PREFIX, BACKUP_PREFIX):
+            for meta in await self.root.list_async(prefix):
+                await self.root.delete_async(meta.path)
+                deleted += 1
         for meta in await self.root.list_async(SHARD_MAP_PREFIX):
             await self.root.delete_async(meta.path)
             deleted += 1

@@ -7,11 +7,13 @@ from ..codec.routing import check_route_by, check_shards
 from ..errors import InvalidArgumentError
 from ..files.names import MANIFEST_PREFIX
 from ..files.store import ObjectStore
-from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
+from ..manifest.shard_map import ShardMap, create_shard_map
+from ..options import Options
+from .backup import find_shard_map
 
 
-async def resolve_layout(root: ObjectStore, shards: int | None,
-                         route_by: str | None) -> ShardMap | None:
+async def resolve_layout(root: ObjectStore, shards: int | None, route_by: str | None,
+                         options: Options | None = None) -> ShardMap | None:
     """The shard map an open of ``root`` uses, or ``None`` for a plain store.
 
     - A sharded store is reopened as it is: ``shards`` and ``route_by``, when given, must
@@ -23,7 +25,7 @@ async def resolve_layout(root: ObjectStore, shards: int | None,
         check_shards(shards)
     if route_by is not None:
         check_route_by(route_by)
-    found = await read_shard_map(root)
+    found = await find_shard_map(root, options or Options())
     if found is not None:
         if shards is not None and shards != found.count:
             raise InvalidArgumentError(f"shards={shards}, but the store at {root.url} has "

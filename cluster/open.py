@@ -17,6 +17,7 @@ from ..manifest.shard_map import ShardMap, read_shard_map
 from ..options import Options
 from . import placement
 from .admin import ShardedAdmin
+from .backup import find_shard_map
 from .layout import resolve_layout
 from .reader import ShardedReader, open_reader
 from .store import ShardedStore
@@ -50,7 +51,7 @@ def open(url: str, options: Options | None = None, *, shards: int | None = None,
     if store is not None and shards is not None:
         raise _STORE_OVERRIDE
     root = ObjectStore.from_url(url, options) if store is None else store
-    shard_map = run_blocking(resolve_layout(root, shards, route_by))
+    shard_map = run_blocking(resolve_layout(root, shards, route_by, options))
     if shard_map is None:
         (opened,) = plain.start_bookies([plain.BookieSpec(url, name, store)], options,
                                         detached=detached, head_only=head_only, clock=clock)
@@ -109,7 +110,7 @@ def admin(url: str, options: Options | None = None, *,
     :func:`leveled_ray.admin.handle.admin`): an :class:`Admin`, or for a sharded store a
     :class:`~.admin.ShardedAdmin` over its shards."""
     options = options or Options()
-    shard_map = run_blocking(read_shard_map(ObjectStore.from_url(url, options)))
+    shard_map = run_blocking(find_shard_map(ObjectStore.from_url(url, options), options))
     if shard_map is None:
         return Admin(url, options, clock)
     return ShardedAdmin(url, shard_map, options, clock)

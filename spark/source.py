@@ -12,6 +12,10 @@ and read each split straight from the object store in the Spark tasks, as Arrow 
 Writes (:mod:`leveled_ray.bulk.write`) build journal files and SSTs in the tasks and install
 them all at once in the writer's ``commit()``; ``abort()`` leaves nothing visible.
 
+A sharded store (:mod:`leveled_ray.bulk.sharded`) is read at one cut, with partitions per
+shard and per key range within a shard; a write routes each row to its shard, and its
+commit is atomic across shards, also if the driver dies during it.
+
 Options (all strings, as Spark passes them):
 
 - ``url``: the store; or ``store_name`` alone, for a store running under that name (its URL
@@ -25,8 +29,9 @@ Options (all strings, as Spark passes them):
   batch, default 65536), ``lifetime`` (seconds the read's own checkpoint lives unless
   renewed, default 600). Filters on ``bucket`` and ``key`` are
   pushed down into the key range.
-- writes: ``store_name`` (the name of the store's running Bookie: install through it while
-  it serves; without it the store must not be open anywhere), ``ray_address``.
+- writes: ``store_name`` (the name the running store was opened with: install through its
+  Bookies while they serve; without it the store must not be open anywhere),
+  ``ray_address``.
 - any setting of :class:`~leveled_ray.options.Options` by its text name, such as
   ``object_store.s3_endpoint``.
 """

@@ -32,7 +32,7 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.txn_records import COMMIT, decide
 
 url, phase, txn, name, address = sys.argv[1:6]
-n = %d
+n = int(sys.argv[6])
 
 async def run():
     plan = await bulk.begin_write_async(url, store_name=name or None,
@@ -52,13 +52,14 @@ async def run():
 asyncio.run(run())
 print("READY", flush=True)
 time.sleep(600)
-""" % N
+"""
 
 
 def kill_driver_at(url: str, phase: str, name: str = "", address: str = "") -> str:
     txn = f"t{uuid.uuid4().hex}"
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, url, phase, txn, name, address],
-                              stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT.parent)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, url, phase, txn, name, address, str(N)],
+        stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT.parent)
     try:
         assert driver.stdout.readline().strip() == "READY"
     finally:

@@ -1,0 +1,84 @@
+"""``lr.clone`` of either layout. A clone of a sharded store is a sharded store of the same
+layout whose every shard is a clone (see :mod:`leveled_ray.admin.clone`) of the parent's shard,
+all from one checkpoint of the parent, so from one consistent cut:
+
+1. A sharded checkpoint of the parent named ``clone:<url>`` pins the cut (copied from
+   ``checkpoint``'s parts when one is given; else taken without Ray, which is refused while
+   the parent is written: take one through the running store and clone from it). Found again
+   by name on a retry.
+2. Each shard of the clone is made as a plain clone of the parent's shard at that checkpoint
+   (each pins its own version in the parent's shard, found again by name on a retry).
+3. The clone's shard map is created last: until then no open finds a sharded store there,
+   and a retried ``lr.clone`` carries on. Then the parent's pin of step 1 is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+
+from ..admin.clone import create_clone
+from ..errors import CheckpointNotFoundError, InvalidArgumentError
+from ..files.names import MANIFEST_PREFIX
+from ..files.store import ObjectStore, parse_url
+from ..files.sync import run_blocking
+from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
+from ..options import Options
+from . import checkpoints
+from .admin import ShardedAdmin
+from .open import open as open_store
+
+
+def clone(parent_url: str, url: str, checkpoint: str | None = None, *,
+          options: Options | None = None, parent_options: Options | None = None,
+          name: str | None = None):
+    """Create the clone at ``url`` of the store at ``parent_url`` (as of the checkpoint
+    ``checkpoint``, or of now) and open it for writing; returns its store handle, sharded
+    like its parent. Safe to retry: an interrupted clone is finished, a finished one is just
+    opened. A sharded parent that is being written is cloned from a checkpoint taken through
+    it: ``lr.clone(parent_url, url, store.checkpoint().id)``."""
+    options = options or Options()
+    run_blocking(create_any_clone(parent_url, url, checkpoint, options, parent_options))
+    return open_store(url, options, name=name)
+
+
+async def create_any_clone(parent_url: str, url: str, checkpoint: str | None,
+                           options: Options, parent_options: Options | None) -> None:
+    parse_url(url)
+    parent_options = parent_options or options
+    parent_map = await read_shard_map(ObjectStore.from_url(parent_url, parent_options))
+    if parent_map is None:
+        await create_clone(parent_url, url, checkpoint, options, parent_options)
+    else:
+        await create_sharded_clone(parent_url, parent_map, url, checkpoint, options,
+                                   parent_options)
+
+
+async def create_sharded_clone(parent_url: str, parent_map: ShardMap, url: str,
+                               checkpoint: str | None, options: Options,
+                               parent_options: Options) -> ShardMap:
+    """Make (or finish making) the sharded clone at ``url``; returns its shard map."""
+    if parent_url.rstrip("/") == url.rstrip("/"):
+        raise InvalidArgumentError("a clone needs a location of its own")
+    root = ObjectStore.from_url(url, options)
+    found = await read_shard_map(root)
+    if found is not None:
+        if (found.prefixes, found.runs, found.route_by) != (
+                parent_map.prefixes, parent_map.runs, parent_map.route_by):
+            raise InvalidArgumentError(f"{url} holds a sharded store of another layout")
+        return found  # done (a plain clone checks its parent when opened: each shard's)
+    if await root.list_async(MANIFEST_PREFIX):
+        raise InvalidArgumentError(f"{url} holds a plain store")
+    parent = ShardedAdmin(parent_url, parent_map, parent_options)
+    label = f"clone:{url}"
+    pin = next((c for c in await parent.list_checkpoints_async() if c.name == label), None)
+    if pin is None:  # 1.
+        pin = (await checkpoints.create(parent, None, label, checkpoint))[0]
+    await asyncio.gather(*(create_clone(  # 2.
+        parent_map.shard_url(parent_url, s), parent_map.shard_url(url, s), pin.id, options,
+        parent_options) for s in range(parent_map.count)))
+    made = await create_shard_map(root, dataclasses.replace(parent_map, version=1))  # 3.
+    with contextlib.suppress(CheckpointNotFoundError):
+        await checkpoints.delete(parent, pin.id)
+    return made
