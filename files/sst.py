@@ -15,6 +15,7 @@ ranged GET.
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +64,16 @@ class SstFooter:
     @property
     def block_count(self) -> int:
         return len(self.first_keys)
+
+    @functools.cached_property
+    def first_key_array(self) -> np.ndarray:
+        """The blocks' first keys as a numpy array (for vectorised searches)."""
+        return _object_array(self.first_keys)
+
+    def blocks_of(self, keys: np.ndarray) -> np.ndarray:
+        """:meth:`block_for` of sorted keys (an object array) within the file's key range:
+        each one's block index."""
+        return np.searchsorted(self.first_key_array, keys, side="right") - 1
 
     def block_for(self, key: bytes) -> int | None:
         """Index of the only block that can hold ``key``, or ``None`` when out of range."""
@@ -209,13 +220,26 @@ class BlockKeys:
 class Block:
     """A decoded block: its Arrow batch plus numpy views for row access."""
 
-    __slots__ = ("batch", "keys", "cols", "nbytes")
+    __slots__ = ("batch", "keys", "cols", "nbytes", "_key_array")
 
     def __init__(self, batch: pa.RecordBatch):
         self.batch = batch
         self.keys = BlockKeys(batch.column(0))
         self.cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(1, 7)]
-        self.nbytes = batch.nbytes + 8 * len(self.keys)
+        # The key array for many-key lookups, made at the first: its bytes objects are
+        # about as large as the keys again.
+        self.nbytes = 2 * batch.nbytes + 64 * len(self.keys)
+        self._key_array: np.ndarray | None = None
+
+    def find_many(self, keys: np.ndarray) -> np.ndarray:
+        """The row of each of ``keys`` (sorted, an object array) in this block, or -1."""
+        if self._key_array is None:
+            self._key_array = _object_array(self.batch.column(0).to_pylist())
+        rows = np.searchsorted(self._key_array, keys)
+        inside = rows < len(self._key_array)
+        hit = np.zeros(len(keys), dtype=bool)
+        hit[inside] = self._key_array[rows[inside]] == keys[inside]
+        return np.where(hit, rows, -1)
 
     def entry(self, i: int) -> LedgerEntry:
         """The Ledger entry of row ``i``."""
@@ -225,6 +249,12 @@ class Block:
     def get(self, key: bytes) -> LedgerEntry | None:
         i = self.keys.find(key)
         return None if i is None else self.entry(i)
+
+
+def _object_array(items: list) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
 
 
 def decode_block(raw_block: bytes, expected_sum: int, path: str, offset: int) -> Block:

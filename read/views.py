@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ObjectStoreError
-from ..files.bloom import key_hash
+from ..files.bloom import key_hash, key_hashes
 from ..files.clerk import ClerkHost, LruCache
 from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo, JournalRecord
 from ..files.sst import SstInfo
@@ -36,10 +37,29 @@ class LedgerFiles:
         for sst in self.levels[0]:
             if sst.min_key <= lkey <= sst.max_key:
                 yield sst
-        for level in self.levels[1:]:
-            i = bisect.bisect_left([s.max_key for s in level], lkey)
+        for level, maxes in zip(self.levels[1:], self._max_keys[1:]):
+            i = bisect.bisect_left(maxes, lkey)
             if i < len(level) and level[i].min_key <= lkey:
                 yield level[i]
+
+    @functools.cached_property
+    def _max_keys(self) -> list[list[bytes]]:
+        return [[s.max_key for s in level] for level in self.levels]
+
+    @functools.cached_property
+    def _key_bounds(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each level's files' smallest and largest keys, as object arrays."""
+        return [(_objects([s.min_key for s in level]), _objects([s.max_key for s in level]))
+                for level in self.levels]
+
+    def files_of(self, level: int, keys: np.ndarray) -> np.ndarray:
+        """For sorted ``keys`` (an object array) and a level below L0: the index of the one
+        file of the level whose key range holds each, or -1."""
+        mins, maxes = self._key_bounds[level]
+        at = np.searchsorted(maxes, keys, side="left")
+        inside = at < len(maxes)
+        inside[inside] = mins[at[inside]] <= keys[inside]
+        return np.where(inside, at, -1)
 
     @property
     def file_count(self) -> int:
@@ -56,8 +76,10 @@ async def ledger_get(host: ClerkHost, files: LedgerFiles, lkey: bytes) -> tuple 
     return None
 
 
-#: Concurrent lookups per chunk of a many-key read.
-GATHER = 256
+def _objects(items: list) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
 
 
 async def ledger_entries(host: ClerkHost, files: LedgerFiles | Callable[[], LedgerFiles],
@@ -67,19 +89,77 @@ async def ledger_entries(host: ClerkHost, files: LedgerFiles | Callable[[], Ledg
     Bookie's cache, or a view's batches), then the files. The one read path of the Bookie's
     lookups, snapshots and readers.
 
-    ``files`` may be a function giving the current files: it is called in the same step as the
-    overlay is read, so an entry that has just left the overlay is found in the files that
-    took it."""
-    current = files if callable(files) else lambda: files
-
-    async def entry(lkey: bytes) -> tuple | None:
-        found = overlay.get(lkey)
-        return found if found is not None else await ledger_get(host, current(), lkey)
-
-    out: list[tuple | None] = []
-    for i in range(0, len(lkeys), GATHER):
-        out.extend(await asyncio.gather(*(entry(k) for k in lkeys[i:i + GATHER])))
+    Many keys are looked up as columns (:func:`_files_entries`); one key the short way.
+    ``files`` may be a function giving the current files: it is called in the same step as
+    the overlay is read, so an entry that has just left the overlay is found in the files
+    that took it."""
+    current = files() if callable(files) else files
+    get = overlay.get
+    out = [get(k) for k in lkeys]
+    missing = [i for i, e in enumerate(out) if e is None]
+    if len(missing) == 1:
+        out[missing[0]] = await ledger_get(host, current, lkeys[missing[0]])
+    elif missing:
+        found = await _files_entries(host, current, [lkeys[i] for i in missing])
+        for i, entry in zip(missing, found):
+            out[i] = entry
     return out
+
+
+async def _files_entries(host: ClerkHost, files: LedgerFiles,
+                         lkeys: list[bytes]) -> list[tuple | None]:
+    """The newest entry of each key in the files: the keys sorted once, then level by level
+    (newest first), each file's bloom filter and block index probed with one vectorised
+    search for all the keys it may hold, and each block searched once for all of its keys."""
+    keys = _objects(lkeys)
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    hashes = key_hashes(keys)
+    found: list[tuple | None] = [None] * len(keys)
+    left = np.ones(len(keys), dtype=bool)
+    for n, level in enumerate(files.levels):
+        if not left.any() or not level:
+            continue
+        if n == 0:  # L0 files overlap: newest first, each for the keys still not found
+            for sst in level:  # (bounds as object arrays: numpy would strip a bytes
+                # scalar's trailing zero bytes, which every object key ends with)
+                lo, hi = _objects([sst.min_key]), _objects([sst.max_key])
+                at = np.flatnonzero(left & (keys >= lo) & (keys <= hi))
+                if len(at):
+                    await _probe(host, sst, keys, hashes, at, found, left)
+            continue
+        at = np.flatnonzero(left)
+        which = files.files_of(n, keys[at])
+        await asyncio.gather(*(_probe(host, level[f], keys, hashes, at[which == f], found, left)
+                               for f in np.unique(which[which >= 0]).tolist()))
+    out: list[tuple | None] = [None] * len(keys)
+    for i, entry in zip(order.tolist(), found):
+        out[i] = entry
+    return out
+
+
+async def _probe(host: ClerkHost, sst: SstInfo, keys: np.ndarray, hashes: np.ndarray,
+                 at: np.ndarray, found: list, left: np.ndarray) -> None:
+    """Look up ``keys[at]`` (sorted) in one file: bloom, block index, then each block once;
+    the entries found go to ``found`` and leave ``left``."""
+    clerk = host.sst(sst)
+    footer = await clerk.footer()
+    at = at[footer.bloom.may_contain_many(hashes[at])]
+    if not len(at):
+        return
+    blocks = footer.blocks_of(keys[at])
+    starts = np.flatnonzero(np.concatenate(([True], blocks[1:] != blocks[:-1])))
+    ends = np.append(starts[1:], len(at))
+
+    async def one(lo: int, hi: int) -> None:
+        block = await clerk.block(int(blocks[lo]))
+        rows = block.find_many(keys[at[lo:hi]])
+        for i, row in zip(at[lo:hi][rows >= 0].tolist(), rows[rows >= 0].tolist()):
+            found[i] = block.entry(row)
+            left[i] = False
+
+    await asyncio.gather(*(one(lo, hi) for lo, hi in zip(starts.tolist(), ends.tolist())
+                           if blocks[lo] >= 0))
 
 
 class JournalIndex:

@@ -145,6 +145,23 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05):
         time.sleep(interval)
 
 
+def kill_actor(handle) -> None:
+    """Kill an actor (no cleanup, no restart) and wait until calls to it fail: a kill takes
+    effect a little later, and a call sent meanwhile may still be answered."""
+    import ray
+
+    ray.kill(handle, no_restart=True)
+
+    def dead() -> bool:
+        try:
+            ray.get(handle.__ray_ready__.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return True
+        return False
+
+    wait_until(dead, timeout=30)
+
+
 def persisted(store, sqn: int) -> bool:
     """Whether every change up to ``sqn`` is in the Ledger's SSTs."""
     return store.stats()["penciller"]["ledger_sqn"] >= sqn

@@ -189,6 +189,39 @@ def test_expired_objects_vanish_from_every_query(ray_cluster, tmp_url):
         assert store.list_buckets() == ["b"]
 
 
+def test_one_get_many_over_every_place_a_key_can_be(ray_cluster, tmp_url):
+    """One batch mixes keys in the Bookie's cache, in L0 and deeper files (some in several,
+    the newest winning), missing, repeated, deleted and expired."""
+    rng = random.Random(5)
+    with lr.open(tmp_url, SMALL, clock=ManualClock()) as store:
+        model: dict = {}
+        for round_ in range(3):  # rewrites sink older versions into deeper files
+            keys = rng.sample(range(1500), 900)
+            store.put_many([lr.Put("b", f"k{i:04d}", b"r%d-%d" % (round_, i)) for i in keys])
+            model.update({f"k{i:04d}": b"r%d-%d" % (round_, i) for i in keys})
+        for i in rng.sample(sorted(model), 100):
+            store.delete("b", i)
+            del model[i]
+        short = rng.sample(sorted(model), 50)
+        store.put_many([lr.Put("b", k, b"short", ttl=1) for k in short])
+
+        def files() -> int:
+            ledger = store.stats()["penciller"]
+            return ledger["l0_files"] + sum(ledger["level_files"])
+
+        wait_until(lambda: files() >= 2)  # versions of keys in several files
+        store.put_many([lr.Put("b", f"k{i:04d}", b"cached") for i in range(1500, 1520)])
+        model.update({f"k{i:04d}": b"cached" for i in range(1500, 1520)})
+        store.clock.advance(store.head("b", short[0]).expires_at - store.clock() + 0.1)
+        for k in short:
+            del model[k]
+        asked = [f"k{i:04d}" for i in rng.choices(range(1600), k=1000)]
+        got = store.get_many([("b", k) for k in asked])
+        assert got == [model.get(k) for k in asked]
+        assert [h is not None for h in store.head_many([("b", k) for k in asked])] == [
+            k in model for k in asked]
+
+
 @pytest.mark.parametrize("mode", ["with_lookup", "no_lookup"])
 def test_head_only_stores(ray_cluster, tmp_url, mode):
     options = SMALL.replace(max_head_only_value_bytes=64)

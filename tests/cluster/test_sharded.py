@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import leveled_ray as lr
 from leveled_ray.files.store import ObjectStore
 
-from conftest import wait_until
+from conftest import kill_actor, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -181,14 +181,13 @@ def test_bad_shard_arguments_create_nothing(ray_cluster, tmp_path):
 
 
 def test_a_dead_shard_fails_its_own_calls_only(ray_cluster, tmp_url):
-    import ray
 
     store = lr.open(tmp_url, shards=2)
     try:
         keys = {store.shard_of("b", f"k{i}"): f"k{i}" for i in range(10)}
         for key in keys.values():
             store.put("b", key, b"v")
-        ray.kill(store.shard(1).actors()[0], no_restart=True)
+        kill_actor(store.shard(1).actors()[0])
         assert store.get("b", keys[0]) == b"v"
         with pytest.raises(lr.StoreClosedError):
             store.get("b", keys[1])

@@ -14,7 +14,7 @@ from leveled_ray.codec import checked_key
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.txn_records import COMMIT, decide
 
-from conftest import REPO_ROOT, wait_until
+from conftest import REPO_ROOT, kill_actor, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -102,7 +102,6 @@ def _prepare(store, txn: str, shards) -> None:
 @pytest.mark.parametrize("phase,visible", [("prepared", False), ("decided", True)])
 def test_a_shard_killed_at_any_phase_settles_its_part_when_it_reopens(ray_cluster, tmp_url,
                                                                       phase, visible):
-    import ray
 
     store = lr.open(tmp_url, OPTIONS, shards=2)
     store.put_many([lr.Put(b, k, b"old") for b, k in KEYS])
@@ -111,7 +110,7 @@ def test_a_shard_killed_at_any_phase_settles_its_part_when_it_reopens(ray_cluste
     if phase == "decided":
         asyncio.run(decide(ObjectStore.from_url(tmp_url), txn, COMMIT))
         store.shard(0).commit_part(txn)
-    ray.kill(store.shard(1).actors()[0], no_restart=True)  # shard 1 dies holding its part
+    kill_actor(store.shard(1).actors()[0])  # shard 1 dies holding its part
     with pytest.raises(lr.StoreClosedError):
         store.shard(1).get("b", "k00")
     store.close()  # the live shard closes; the dead one is gone already
