@@ -23,7 +23,7 @@ import time
 
 from ..admin import checkpoints
 from ..clock import Clock, system_clock
-from ..codec import Head, LedgerRows, head_only, holds_index_entries
+from ..codec import LedgerRows, head_only, holds_index_entries
 from ..errors import FencedError, StoreClosedError
 from ..files.names import ulid
 from ..files.routed import store_for
@@ -342,7 +342,8 @@ class Bookie:
     async def get(self, lkey: bytes) -> bytes | None:
         return (await self.get_many([lkey]))[0]
 
-    async def head(self, lkey: bytes) -> Head | None:
+    async def head(self, lkey: bytes) -> tuple | None:
+        """The key's live entry as a plain tuple (see :meth:`head_many`)."""
         return (await self.head_many([lkey]))[0]
 
     @timed("leveled_get_latency_seconds")
@@ -353,7 +354,9 @@ class Bookie:
         return await self.view.get_many(lkeys)
 
     @timed("leveled_get_latency_seconds")
-    async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
+    async def head_many(self, lkeys: list[bytes]) -> list[tuple | None]:
+        """The keys' live entries as plain tuples, which the client makes :class:`Head`
+        objects (cheaper to send)."""
         self._check_readable()
         if self.writes.locks:
             await self.writes.wait_unlocked(lkeys)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from ..clock import Clock, system_clock
-from ..codec import Head, LedgerEntry, entry_to_head, is_live
+from ..codec import LedgerEntry, is_live, live_entries
 from ..files.clerk import ClerkHost, LruCache
 from ..files.journal import JournalInfo
 from ..files.store import ObjectStore
@@ -92,7 +92,7 @@ class LiveView:
             return
         for sqn, value in zip(sqns, values):
             if value is not None:
-                self.values.put(("v", sqn), value, len(value) + 64)
+                self.values.put(sqn, value, len(value) + 64)
 
     # -- reads ---
 
@@ -131,11 +131,12 @@ class LiveView:
         self.counters["get_bytes"] += sum(len(v) for v in found if v is not None)
         return found
 
-    async def head_many(self, lkeys: list[bytes]) -> list[Head | None]:
+    async def head_many(self, lkeys: list[bytes]) -> list[tuple | None]:
+        """The entries of the keys' current objects, as plain tuples (``None`` for the rest):
+        the client makes them :class:`Head` objects (:func:`~leveled_ray.codec.heads_of`)."""
         self.counters["heads"] += len(lkeys)
         now_s = self.clock()
-        return [None if e is None else entry_to_head(*e, now_s=now_s)
-                for e in await self.entries(lkeys)]
+        return live_entries(await self.entries(lkeys), now_s)
 
     async def index_query(self, query: dict, sqn: int) -> list:
         """A bounded index query on this view, pinned for the query, with the cached changes

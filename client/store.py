@@ -25,6 +25,7 @@ from ..codec import (
     checked_key,
     checked_keys,
     delete_change,
+    heads_of,
     make_change,
     put_change,
 )
@@ -397,7 +398,8 @@ class Store(Queries):
     @bookie_call
     def head(self, bucket, key) -> Head | None:
         """The object's :class:`Head` (SQN, size, last modified, hash, ...) without its value."""
-        return self._actor.head.remote(self._key(bucket, key, "head"))
+        return Call(self._actor.head.remote(self._key(bucket, key, "head")),
+                    lambda entry: heads_of([entry])[0])
 
     @bookie_call
     def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
@@ -407,7 +409,7 @@ class Store(Queries):
     @bookie_call
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         """Heads of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
-        return self._actor.head_many.remote(self._keys(pairs, "head"))
+        return Call(self._actor.head_many.remote(self._keys(pairs, "head")), heads_of)
 
     @bookie_call
     def snapshot(self, long_running: bool = False, *, values: bool = True,
@@ -608,7 +610,9 @@ class Store(Queries):
     async def head_many_checked_async(self, pairs: Iterable[Sequence]
                                       ) -> tuple[list, int, dict]:
         """:meth:`head_many` with the figures a sharded store checks batches with."""
-        return await _await(self._actor.head_many_checked.remote(self._keys(pairs, "head")))
+        entries, began, notes = await _await(
+            self._actor.head_many_checked.remote(self._keys(pairs, "head")))
+        return heads_of(entries), began, notes
 
     async def abort_part_async(self, txn: str) -> None:
         """Drop this shard's prepared part of ``txn``."""

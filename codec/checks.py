@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from .keys import INT_BIAS, object_key
+from .keys import INT_BIAS, TAG_OBJECT, object_key
 
 MAX_METADATA_BYTES = 4096
 
@@ -25,15 +25,48 @@ def checked_key(bucket, key, options) -> bytes:
 
 
 def checked_keys(pairs, options) -> list[bytes]:
-    """Ledger keys of many ``(bucket, key)`` pairs, each checked."""
+    """Ledger keys of many ``(bucket, key)`` pairs, each checked.
+
+    The common case, ``str`` names with no zero character, is keyed in one step per pair
+    (each bucket encoded once per call); anything else takes :func:`checked_key`, which
+    gives the same key or the same error."""
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
         raise InvalidArgumentError("expected a list of (bucket, key) pairs")
+    max_bytes = options.max_key_bytes
+    prefixes: dict[str, bytes | None] = {}
     out = []
+    append = out.append
     for pair in pairs:
+        if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str \
+                and type(pair[1]) is str:
+            bucket, key = pair
+            prefix = prefixes.get(bucket, b"")
+            if prefix == b"":
+                prefix = prefixes[bucket] = _plain_prefix(bucket, max_bytes)
+            if prefix is not None:
+                try:
+                    raw = key.encode("utf-8")
+                except UnicodeEncodeError:
+                    raw = b""  # not valid: checked_key says why
+                if raw and len(raw) <= max_bytes and b"\x00" not in raw:
+                    append(prefix + raw + b"\x00")
+                    continue
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
-        out.append(checked_key(*pair, options))
+        append(checked_key(*pair, options))
     return out
+
+
+def _plain_prefix(bucket: str, max_bytes: int) -> bytes | None:
+    """The encoded tag and bucket that start an object key, for a valid bucket that needs no
+    escaping; else ``None``."""
+    try:
+        raw = bucket.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    if not raw or len(raw) > max_bytes or b"\x00" in raw:
+        return None
+    return TAG_OBJECT + b"\x02" + raw + b"\x00\x02"
 
 
 def utf8_size(text: str, what: str) -> int:

@@ -202,6 +202,34 @@ def entry_to_head(sqn, status, expiry, vhash, size, last_modified_ms, extra, *,
     )
 
 
+def live_entries(entries: list, now_s: float) -> list[tuple | None]:
+    """The entries of current objects as plain tuples (``None`` for the rest): what a Bookie
+    sends for ``head_many``, far cheaper to send than :class:`Head` objects; the caller makes
+    them with :func:`heads_of`."""
+    return [tuple(e) if e is not None and e[1] == ACTIVE and (not e[2] or e[2] > now_s)
+            else None for e in entries]
+
+
+def heads_of(entries: list) -> list[Head | None]:
+    """The :class:`Head` of each entry of :func:`live_entries` (``None`` stays ``None``)."""
+    new, out = object.__new__, []
+    for e in entries:
+        if e is None:
+            out.append(None)
+            continue
+        sqn, _, expiry, vhash, size, lm, extra = e
+        if extra:
+            out.append(entry_to_head(*e, now_s=0.0))
+            continue
+        head = new(Head)  # the fields as Head's own __init__ would set them, without its
+        # per-field frozen checks
+        head.__dict__.update(sqn=sqn, size=size, last_modified=lm / 1000.0, hash=vhash,
+                             expires_at=float(expiry) if expiry else None, metadata=None,
+                             indexes=(), value=None)
+        out.append(head)
+    return out
+
+
 def is_live(entry: LedgerEntry | None, now_s: float) -> bool:
     """Whether a Ledger entry is a current object (not a tombstone, not expired)."""
     if entry is None or entry.status != ACTIVE:

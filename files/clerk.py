@@ -75,6 +75,23 @@ class LruCache:
             self._items.move_to_end(key)
             return item[0]
 
+    def get_many(self, keys) -> list:
+        """:meth:`get` of many keys, under one lock."""
+        with self._lock:
+            items = self._items
+            out = []
+            for key in keys:
+                item = items.get(key)
+                if item is None:
+                    out.append(None)
+                else:
+                    items.move_to_end(key)
+                    out.append(item[0])
+            hits = len(out) - out.count(None)
+            self.hits += hits
+            self.misses += len(out) - hits
+            return out
+
     def put(self, key, value, nbytes: int) -> None:
         if nbytes > self.budget:
             return

@@ -220,7 +220,7 @@ class BlockKeys:
 class Block:
     """A decoded block: its Arrow batch plus numpy views for row access."""
 
-    __slots__ = ("batch", "keys", "cols", "nbytes", "_key_array")
+    __slots__ = ("batch", "keys", "cols", "nbytes", "_key_array", "_extra")
 
     def __init__(self, batch: pa.RecordBatch):
         self.batch = batch
@@ -230,6 +230,7 @@ class Block:
         # about as large as the keys again.
         self.nbytes = 2 * batch.nbytes + 64 * len(self.keys)
         self._key_array: np.ndarray | None = None
+        self._extra: list[bytes] | None = None
 
     def find_many(self, keys: np.ndarray) -> np.ndarray:
         """The row of each of ``keys`` (sorted, an object array) in this block, or -1."""
@@ -245,6 +246,15 @@ class Block:
         """The Ledger entry of row ``i``."""
         sqn, status, expiry, vhash, size, lm = (int(c[i]) for c in self.cols)
         return LedgerEntry(sqn, status, expiry, vhash, size, lm, self.batch.column(7)[i].as_py())
+
+    def entries(self, rows: np.ndarray) -> list[LedgerEntry]:
+        """The Ledger entries of many rows, built from the columns in one pass each."""
+        if self._extra is None:  # mostly empty: shared b"" objects
+            self._extra = self.batch.column(7).to_pylist()
+        extra = self._extra
+        cols = [c[rows].tolist() for c in self.cols]
+        make = tuple.__new__
+        return [make(LedgerEntry, t) for t in zip(*cols, [extra[i] for i in rows.tolist()])]
 
     def get(self, key: bytes) -> LedgerEntry | None:
         i = self.keys.find(key)

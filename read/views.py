@@ -154,9 +154,11 @@ async def _probe(host: ClerkHost, sst: SstInfo, keys: np.ndarray, hashes: np.nda
     async def one(lo: int, hi: int) -> None:
         block = await clerk.block(int(blocks[lo]))
         rows = block.find_many(keys[at[lo:hi]])
-        for i, row in zip(at[lo:hi][rows >= 0].tolist(), rows[rows >= 0].tolist()):
-            found[i] = block.entry(row)
-            left[i] = False
+        hit = rows >= 0
+        where = at[lo:hi][hit]
+        for i, entry in zip(where.tolist(), block.entries(rows[hit])):
+            found[i] = entry
+        left[where] = False
 
     await asyncio.gather(*(one(lo, hi) for lo, hi in zip(starts.tolist(), ends.tolist())
                            if blocks[lo] >= 0))
@@ -236,16 +238,17 @@ async def journal_fetch_many(host: ClerkHost, index: JournalIndex, sqns: list[in
 
 async def values_by_sqn(host: ClerkHost, index: JournalIndex, sqns: Iterable[int],
                        cache: LruCache | None = None) -> tuple[dict[int, bytes], int]:
-    """``(value of each SQN, how many came from the Journal)``: from ``cache`` when it has
-    them, else from the Journal (and then cached). Raises :class:`ObjectStoreError` if the
-    Journal has no entry for one."""
-    values = {s: cache.get(("v", s)) if cache is not None else None for s in sqns}
+    """``(value of each SQN, how many came from the Journal)``: from ``cache`` (values by
+    SQN) when it has them, else from the Journal (and then cached). Raises
+    :class:`ObjectStoreError` if the Journal has no entry for one."""
+    sqns = list(sqns)
+    values = dict(zip(sqns, cache.get_many(sqns) if cache is not None else [None] * len(sqns)))
     missing = [s for s, v in values.items() if v is None]
     if missing:
         for sqn, record in (await journal_fetch_many(host, index, missing)).items():
             values[sqn] = record.value
             if cache is not None:
-                cache.put(("v", sqn), record.value, len(record.value) + 64)
+                cache.put(sqn, record.value, len(record.value) + 64)
         lost = [s for s in missing if values.get(s) is None]
         if lost:
             raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}",

@@ -1,7 +1,7 @@
 """Ledger key encoding and input validation (no Ray)."""
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import leveled_ray as lr
@@ -96,3 +96,32 @@ def test_options_are_validated():
     with pytest.raises(lr.InvalidArgumentError, match="unknown option"):
         lr.Options().replace(colour="blue")
     assert lr.Options().replace(cache_size=0).cache_size == 0
+
+
+_NAMES = st.one_of(st.text(max_size=20), st.binary(max_size=20), st.just("\ud800"),
+                   st.just("a\x00b"), st.integers())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.tuples(_NAMES, _NAMES), st.lists(_NAMES, max_size=3)),
+                max_size=5))
+def test_checked_keys_gives_what_checked_key_gives_pair_by_pair(pairs):
+    """The many-key path (str names keyed in one step) gives the same keys and refuses the
+    same input as checking each pair."""
+    options = lr.Options(max_key_bytes=16)
+
+    def one_by_one():
+        out = []
+        for pair in pairs:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise lr.InvalidArgumentError("not a pair")
+            out.append(codec.checked_key(*pair, options))
+        return out
+
+    outcomes = []
+    for run in (one_by_one, lambda: codec.checked_keys(pairs, options)):
+        try:
+            outcomes.append(run())
+        except lr.InvalidArgumentError:
+            outcomes.append("refused")
+    assert outcomes[0] == outcomes[1]
