@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..codec import entry_to_head, unpack_extra
+from ..codec import heads_of, live_entries, unpack_extra
 from .key_ranges import Names
 
 KEYS_SCHEMA = pa.schema([("bucket", pa.string()), ("key", pa.string())])
@@ -91,4 +91,4 @@ def python_heads(table: pa.Table, now_s: float) -> list:
     buckets, keys = python_names(table)
     cols = [table.column(c).to_pylist() for c in
             ("sqn", "status", "expiry", "hash", "size", "last_modified", "extra")]
-    return [(b, k, entry_to_head(*e, now_s=now_s)) for b, k, e in zip(buckets, keys, zip(*cols))]
+    return list(zip(buckets, keys, heads_of(live_entries(list(zip(*cols)), now_s))))
