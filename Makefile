@@ -30,6 +30,7 @@ bench: setup
 	$(BIN)/python bench/put_get.py
 	$(BIN)/python bench/small_writes.py
 	$(BIN)/python bench/shards.py
+	$(BIN)/python bench/reads.py
 
 lint: setup
 	$(BIN)/pip install --quiet ruff import-linter

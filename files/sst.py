@@ -220,41 +220,30 @@ class BlockKeys:
 class Block:
     """A decoded block: its Arrow batch plus numpy views for row access."""
 
-    __slots__ = ("batch", "keys", "cols", "nbytes", "_key_array", "_extra")
+    __slots__ = ("batch", "keys", "cols", "nbytes", "_index")
 
     def __init__(self, batch: pa.RecordBatch):
         self.batch = batch
         self.keys = BlockKeys(batch.column(0))
         self.cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(1, 7)]
-        # The key array for many-key lookups, made at the first: its bytes objects are
-        # about as large as the keys again.
-        self.nbytes = 2 * batch.nbytes + 64 * len(self.keys)
-        self._key_array: np.ndarray | None = None
-        self._extra: list[bytes] | None = None
+        # Room for the entry index that many-key lookups build: a key object, an entry and
+        # a slot per row, about three times the block.
+        self.nbytes = 3 * batch.nbytes + 200 * len(self.keys)
+        self._index: dict[bytes, LedgerEntry] | None = None
 
-    def find_many(self, keys: np.ndarray) -> np.ndarray:
-        """The row of each of ``keys`` (sorted, an object array) in this block, or -1."""
-        if self._key_array is None:
-            self._key_array = _object_array(self.batch.column(0).to_pylist())
-        rows = np.searchsorted(self._key_array, keys)
-        inside = rows < len(self._key_array)
-        hit = np.zeros(len(keys), dtype=bool)
-        hit[inside] = self._key_array[rows[inside]] == keys[inside]
-        return np.where(hit, rows, -1)
+    def index(self) -> dict[bytes, LedgerEntry]:
+        """Key -> entry for every row, built at the first many-key lookup: each later key
+        costs one dict probe."""
+        if self._index is None:
+            cols = [c.tolist() for c in self.cols] + [self.batch.column(7).to_pylist()]
+            make = functools.partial(tuple.__new__, LedgerEntry)
+            self._index = dict(zip(self.batch.column(0).to_pylist(), map(make, zip(*cols))))
+        return self._index
 
     def entry(self, i: int) -> LedgerEntry:
         """The Ledger entry of row ``i``."""
         sqn, status, expiry, vhash, size, lm = (int(c[i]) for c in self.cols)
         return LedgerEntry(sqn, status, expiry, vhash, size, lm, self.batch.column(7)[i].as_py())
-
-    def entries(self, rows: np.ndarray) -> list[LedgerEntry]:
-        """The Ledger entries of many rows, built from the columns in one pass each."""
-        if self._extra is None:  # mostly empty: shared b"" objects
-            self._extra = self.batch.column(7).to_pylist()
-        extra = self._extra
-        cols = [c[rows].tolist() for c in self.cols]
-        make = tuple.__new__
-        return [make(LedgerEntry, t) for t in zip(*cols, [extra[i] for i in rows.tolist()])]
 
     def get(self, key: bytes) -> LedgerEntry | None:
         i = self.keys.find(key)

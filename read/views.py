@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..errors import ObjectStoreError
 from ..files.bloom import key_hash, key_hashes
 from ..files.clerk import ClerkHost, LruCache
-from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo, JournalRecord
+from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo
 from ..files.sst import SstInfo
 
 
@@ -152,13 +152,13 @@ async def _probe(host: ClerkHost, sst: SstInfo, keys: np.ndarray, hashes: np.nda
     ends = np.append(starts[1:], len(at))
 
     async def one(lo: int, hi: int) -> None:
-        block = await clerk.block(int(blocks[lo]))
-        rows = block.find_many(keys[at[lo:hi]])
-        hit = rows >= 0
-        where = at[lo:hi][hit]
-        for i, entry in zip(where.tolist(), block.entries(rows[hit])):
-            found[i] = entry
-        left[where] = False
+        get = (await clerk.block(int(blocks[lo]))).index().get
+        where = at[lo:hi]
+        for i, key in zip(where.tolist(), keys[where].tolist()):
+            entry = get(key)
+            if entry is not None:
+                found[i] = entry
+                left[i] = False
 
     await asyncio.gather(*(one(lo, hi) for lo, hi in zip(starts.tolist(), ends.tolist())
                            if blocks[lo] >= 0))
@@ -220,22 +220,6 @@ class JournalIndex:
         return len(self._files)
 
 
-async def journal_fetch_many(host: ClerkHost, index: JournalIndex, sqns: list[int],
-                             values_only: bool = False) -> dict[int, JournalRecord]:
-    """Records (or with ``values_only``, values) for many SQNs: one request per journal file
-    involved, files read concurrently."""
-    by_file: dict[str, tuple[JournalInfo, list[int]]] = {}
-    for sqn in sqns:
-        info = index.find(sqn)
-        if info is not None:
-            by_file.setdefault(info.name, (info, []))[1].append(sqn)
-    found: dict[int, JournalRecord] = {}
-    for part in await asyncio.gather(*(host.journal(info).fetch_many(wanted, values_only)
-                                       for info, wanted in by_file.values())):
-        found.update(part)
-    return found
-
-
 async def values_by_sqn(host: ClerkHost, index: JournalIndex, sqns: Iterable[int],
                        cache: LruCache | None = None) -> tuple[dict[int, bytes], int]:
     """``(value of each SQN, how many came from the Journal)``: from ``cache`` (values by
@@ -244,15 +228,12 @@ async def values_by_sqn(host: ClerkHost, index: JournalIndex, sqns: Iterable[int
     sqns = list(sqns)
     values = dict(zip(sqns, cache.get_many(sqns) if cache is not None else [None] * len(sqns)))
     missing = [s for s, v in values.items() if v is None]
-    if missing:
-        for sqn, record in (await journal_fetch_many(host, index, missing)).items():
-            values[sqn] = record.value
-            if cache is not None:
-                cache.put(sqn, record.value, len(record.value) + 64)
-        lost = [s for s in missing if values.get(s) is None]
-        if lost:
-            raise ObjectStoreError(f"the Journal has no value for SQNs {lost[:5]}",
-                                   definite=True)
+    if missing:  # as columns: each file's blocks read and decoded once, one take
+        read = (await journal_values(host, index, missing)).to_pylist()
+        values.update(zip(missing, read))
+        if cache is not None:
+            for sqn, value in zip(missing, read):
+                cache.put(sqn, value, len(value) + 64)
     return values, len(missing)
 
 
