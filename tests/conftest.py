@@ -145,6 +145,21 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05):
         time.sleep(interval)
 
 
+def run_until_ready_then_kill(script: str, *args: str) -> None:
+    """Run ``script`` in a new Python process until it prints ``READY``, then kill it with
+    SIGKILL (no cleanup of any kind): a client or driver that dies at a chosen point."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
+                               text=True, cwd=REPO_ROOT.parent)
+    try:
+        assert process.stdout.readline().strip() == "READY"
+    finally:
+        process.kill()
+        process.wait()
+
+
 def kill_actor(handle) -> None:
     """Kill an actor (no cleanup, no restart) and wait until calls to it fail: a kill takes
     effect a little later, and a call sent meanwhile may still be answered."""

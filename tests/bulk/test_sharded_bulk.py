@@ -3,8 +3,6 @@ is killed (-9) at each phase of the commit: with no process holding the store op
 by the next bulk write or by opening the store) and through the running store (settled by its
 Bookies, and by a cut that meets it half-applied)."""
 
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -15,7 +13,7 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
 
-from conftest import REPO_ROOT, wait_until
+from conftest import run_until_ready_then_kill, wait_until
 
 N = 400
 KEYS = [("b", f"k{i:04d}") for i in range(N)]
@@ -57,14 +55,7 @@ time.sleep(600)
 
 def kill_driver_at(url: str, phase: str, name: str = "", address: str = "") -> str:
     txn = f"t{uuid.uuid4().hex}"
-    driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, url, phase, txn, name, address, str(N)],
-        stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT.parent)
-    try:
-        assert driver.stdout.readline().strip() == "READY"
-    finally:
-        driver.kill()  # SIGKILL: no cleanup of any kind
-        driver.wait()
+    run_until_ready_then_kill(DRIVER, url, phase, txn, name, address, str(N))
     return txn
 
 

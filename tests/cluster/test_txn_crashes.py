@@ -2,8 +2,6 @@
 commit, and when a shard's Bookie is killed at each phase."""
 
 import asyncio
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -14,7 +12,7 @@ from leveled_ray.codec import checked_key
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.txn_records import COMMIT, decide
 
-from conftest import REPO_ROOT, kill_actor, wait_until
+from conftest import kill_actor, run_until_ready_then_kill, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -70,15 +68,8 @@ def test_a_client_killed_at_any_phase_leaves_all_or_nothing(ray_cluster, tmp_url
     store = lr.open(tmp_url, OPTIONS, shards=2, name=name)
     try:
         store.put_many([lr.Put(b, k, b"old") for b, k in KEYS])
-        client = subprocess.Popen(
-            [sys.executable, "-c", CLIENT, name, ray_cluster.get_runtime_context().gcs_address,
-             f"t{uuid.uuid4().hex}", phase],
-            stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT.parent)
-        try:
-            assert client.stdout.readline().strip() == "READY"
-        finally:
-            client.kill()  # SIGKILL: no cleanup of any kind
-            client.wait()
+        run_until_ready_then_kill(CLIENT, name, ray_cluster.get_runtime_context().gcs_address,
+                                  f"t{uuid.uuid4().hex}", phase)
         # Reads of a key held by an undecided part wait for its decision: never half of it.
         assert store.get_many(KEYS) == [b"new" if visible else b"old"] * len(KEYS)
         wait_until(lambda: settled(store), timeout=30)

@@ -213,13 +213,10 @@ def test_a_store_opened_by_name_in_the_driver_is_found_by_its_name_alone(spark, 
         store.close()
 
 
-def test_a_failed_write_job_leaves_nothing_visible(spark, tmp_url):
+def write_a_job_that_fails(spark, url: str) -> None:
+    """A write of 5 000 rows to bucket ``b9`` whose task of one partition fails late, after
+    the other partition's task finished."""
     from pyspark.sql.functions import udf
-
-    generated(spark, 1000).write.format("leveled").option("url", tmp_url).mode(
-        "append").save()
-    manifests = ManifestStore(ObjectStore.from_url(tmp_url))
-    before = run_sync(manifests.latest())
 
     @udf("binary")
     def fail_late(i):
@@ -231,7 +228,16 @@ def test_a_failed_write_job_leaves_nothing_visible(spark, tmp_url):
         "'b9' as bucket", "format_string('k%07d', id) as key", "id").select(
         "bucket", "key", fail_late("id").alias("value"))
     with pytest.raises(Exception, match="failed on purpose"):
-        bad.write.format("leveled").option("url", tmp_url).mode("append").save()
+        bad.write.format("leveled").option("url", url).mode("append").save()
+
+
+def test_a_failed_write_job_leaves_nothing_visible(spark, tmp_url):
+    generated(spark, 1000).write.format("leveled").option("url", tmp_url).mode(
+        "append").save()
+    manifests = ManifestStore(ObjectStore.from_url(tmp_url))
+    before = run_sync(manifests.latest())
+
+    write_a_job_that_fails(spark, tmp_url)
     after = run_sync(manifests.latest())
     assert after[1].levels == before[1].levels and after[1].journal == before[1].journal
     with lr.reader(tmp_url) as r:
@@ -279,23 +285,11 @@ def test_a_sharded_store_is_read_per_shard_and_written_to_every_shard_at_once(sp
 
 
 def test_a_failed_write_job_leaves_no_shard_changed(spark, ray_cluster, tmp_url):
-    from pyspark.sql.functions import udf
-
     lr.open(tmp_url, shards=2).close()
     generated(spark, 1000).write.format("leveled").option("url", tmp_url).mode(
         "append").save()
 
-    @udf("binary")
-    def fail_late(i):
-        if i == 4321:
-            raise ValueError("a task failed on purpose")
-        return b"new %d" % i
-
-    bad = spark.range(5000).repartition(2).selectExpr(
-        "'b9' as bucket", "format_string('k%07d', id) as key", "id").select(
-        "bucket", "key", fail_late("id").alias("value"))
-    with pytest.raises(Exception, match="failed on purpose"):
-        bad.write.format("leveled").option("url", tmp_url).mode("append").save()
+    write_a_job_that_fails(spark, tmp_url)
     with lr.reader(tmp_url) as r:
         assert r.get_many([("b9", "k0000001"), ("b9", "k0000002")]) == [None, None]
         assert sum(1 for _ in r.fold_keys()) == 1000
