@@ -7,6 +7,7 @@ matplotlib they do nothing and return ``None``.
 from __future__ import annotations
 
 import os
+import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,7 +31,8 @@ def save_ratios(name: str, title: str, rows: list[tuple[str, float]], *,
     rows = [(label, ratio) for label, ratio in rows if ratio and ratio > 0]
     if plt is None or not rows:
         return None
-    fig, ax = plt.subplots(figsize=(8, 0.42 * len(rows) + 1.4))
+    longest = max(len(label) for label, _ in rows)  # the labels take their room, not the bars'
+    fig, ax = plt.subplots(figsize=(max(8.0, 5.0 + 0.075 * longest), 0.42 * len(rows) + 1.4))
     labels = [label for label, _ in rows][::-1]
     ratios = [ratio for _, ratio in rows][::-1]
     ax.barh(labels, [r - 1 for r in ratios], left=1, color="#3a78b0")
@@ -38,16 +40,19 @@ def save_ratios(name: str, title: str, rows: list[tuple[str, float]], *,
     lo, hi = min(ratios + [1.0]), max(ratios + [1.0])
     if hi / lo > 20:
         ax.set_xscale("log")
+        ax.set_xlim(lo / 2.2, hi * 2.2)  # room for the values beside the bars' ends
+    else:
+        pad = (hi - lo) * 0.18 + 0.05
+        ax.set_xlim(max(0.0, lo - pad), hi + pad)
     from matplotlib.ticker import ScalarFormatter
 
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(textwrap.fill(title, 70), fontsize=10)
     for y, r in enumerate(ratios):
         ax.annotate(f"{r:.2f}", (r, y), xytext=(3 if r >= 1 else -3, 0),
                     textcoords="offset points", va="center", ha="left" if r >= 1 else "right",
                     fontsize=8)
-    ax.margins(x=0.12)
     return _save(fig, plt, name)
 
 
@@ -73,6 +78,6 @@ def save_groups(name: str, title: str, groups: dict[str, dict[str, float]], *,
 def _save(fig, plt, name: str) -> str:
     path = os.path.join(HERE, f"{name}.png")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # long labels and titles never clipped
     plt.close(fig)
     return path
