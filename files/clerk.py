@@ -28,6 +28,7 @@ from .journal import JournalInfo, JournalRecord
 from .names import sst_name
 from .sst import SstInfo
 from .store import NotFound, ObjectStore
+from .sync import off_loop
 
 
 class FileState(str, enum.Enum):
@@ -244,7 +245,7 @@ class SstClerk(FileClerk):
         footer = await self.footer()
         raw = await self._read(self.host.store.get_range_async, footer.offsets[first],
                                footer.offsets[end])
-        return await asyncio.to_thread(sfmt.decode_blocks, raw, footer, first, self.name)
+        return await off_loop(sfmt.decode_blocks, raw, footer, first, self.name)
 
     async def read_table(self):
         """Every entry of the file, validated (bulk reads: merges, verification)."""
@@ -296,7 +297,7 @@ class JournalClerk(FileClerk):
             return table  # every row of the blocks read
         if len(where) <= INLINE_ROWS:
             return table.take(where)
-        return await asyncio.to_thread(table.take, where)
+        return await off_loop(table.take, where)
 
     async def blocks_holding(self, rows: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """The blocks that hold rows ``rows`` (ascending, no repeats), decoded, and where each
@@ -319,7 +320,7 @@ class JournalClerk(FileClerk):
         where = rows - footer.rows[blocks] + firsts[np.searchsorted(wanted, blocks)]
         if len(wanted) == 1:  # one block (a lookup): cheaper here than a hop to a thread
             return decode(), where
-        return await asyncio.to_thread(decode), where
+        return await off_loop(decode), where
 
     async def row_spans(self, rows: np.ndarray, span_bytes: int):
         """Rows ``rows`` (ascending), as an async iterator of tables that each come from at

@@ -4,6 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+
+#: True in an event loop that serves one caller only (a synchronous fold's own loop): there,
+#: work that a shared loop hands to a thread to stay responsive runs inline, saving the hop.
+INLINE = contextvars.ContextVar("leveled_inline", default=False)
+
+
+async def off_loop(fn, *args):
+    """``fn(*args)`` in a worker thread, so that the loop serves others meanwhile; inline in
+    a loop that serves one caller only (see :data:`INLINE`)."""
+    if INLINE.get():
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
+
+
+def inline_context() -> contextvars.Context:
+    """A context for the tasks of a loop that serves one caller only."""
+    context = contextvars.copy_context()
+    context.run(INLINE.set, True)
+    return context
 
 
 def run_sync(coro):

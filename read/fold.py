@@ -13,6 +13,8 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 
+from ..files.sync import inline_context
+
 
 def iterate(make: Callable[[], AsyncIterator], *, flatten: bool,
             on_close: Callable[[], None] | None = None) -> Fold:
@@ -104,12 +106,13 @@ def _close_dropped(dropped: queue.SimpleQueue) -> None:
 
 def _iterate(make, flatten, on_close: _Once):
     runner = asyncio.Runner()
+    context = inline_context()  # this loop serves this fold alone: no hops to threads
     agen = None
     try:
-        agen = make()
+        agen = context.run(make)
         while True:
             try:
-                batch = runner.run(agen.__anext__())
+                batch = runner.run(agen.__anext__(), context=context)
             except StopAsyncIteration:
                 return
             if flatten:
@@ -119,7 +122,7 @@ def _iterate(make, flatten, on_close: _Once):
     finally:
         try:
             if agen is not None:
-                runner.run(agen.aclose())
+                runner.run(agen.aclose(), context=context)
             runner.close()  # also stops the loop's worker threads
         finally:
             on_close()

@@ -21,6 +21,7 @@ from ..files.bloom import key_hash, key_hashes
 from ..files.clerk import ClerkHost, LruCache
 from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo
 from ..files.sst import SstInfo
+from ..files.sync import off_loop
 
 
 @dataclass(frozen=True)
@@ -281,4 +282,4 @@ async def journal_values(host: ClerkHost, index: JournalIndex, sqns) -> pa.Array
                               pa.binary())
     if len(where) == len(values) and np.array_equal(where, np.arange(len(where))):
         return values.combine_chunks()  # every value read, already in order
-    return await asyncio.to_thread(lambda: values.take(where).combine_chunks())
+    return await off_loop(lambda: values.take(where).combine_chunks())
