@@ -68,7 +68,7 @@ class SstFooter:
     @functools.cached_property
     def first_key_array(self) -> np.ndarray:
         """The blocks' first keys as a numpy array (for vectorised searches)."""
-        return _object_array(self.first_keys)
+        return object_array(self.first_keys)
 
     def blocks_of(self, keys: np.ndarray) -> np.ndarray:
         """:meth:`block_for` of sorted keys (an object array) within the file's key range:
@@ -250,7 +250,8 @@ class Block:
         return None if i is None else self.entry(i)
 
 
-def _object_array(items: list) -> np.ndarray:
+def object_array(items: list) -> np.ndarray:
+    """``items`` (bytes, say) as a numpy object array, for vectorised searches."""
     out = np.empty(len(items), dtype=object)
     out[:] = items
     return out

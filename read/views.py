@@ -20,7 +20,7 @@ from ..errors import ObjectStoreError
 from ..files.bloom import key_hash, key_hashes
 from ..files.clerk import ClerkHost, LruCache
 from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo
-from ..files.sst import SstInfo
+from ..files.sst import SstInfo, object_array
 from ..files.sync import off_loop
 
 
@@ -50,7 +50,7 @@ class LedgerFiles:
     @functools.cached_property
     def _key_bounds(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each level's files' smallest and largest keys, as object arrays."""
-        return [(_objects([s.min_key for s in level]), _objects([s.max_key for s in level]))
+        return [(object_array([s.min_key for s in level]), object_array([s.max_key for s in level]))
                 for level in self.levels]
 
     def files_of(self, level: int, keys: np.ndarray) -> np.ndarray:
@@ -75,12 +75,6 @@ async def ledger_get(host: ClerkHost, files: LedgerFiles, lkey: bytes) -> tuple 
         if entry is not None:
             return entry
     return None
-
-
-def _objects(items: list) -> np.ndarray:
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out
 
 
 async def ledger_entries(host: ClerkHost, files: LedgerFiles | Callable[[], LedgerFiles],
@@ -112,7 +106,7 @@ async def _files_entries(host: ClerkHost, files: LedgerFiles,
     """The newest entry of each key in the files: the keys sorted once, then level by level
     (newest first), each file's bloom filter and block index probed with one vectorised
     search for all the keys it may hold, and each block searched once for all of its keys."""
-    keys = _objects(lkeys)
+    keys = object_array(lkeys)
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
     hashes = key_hashes(keys)
@@ -124,7 +118,7 @@ async def _files_entries(host: ClerkHost, files: LedgerFiles,
         if n == 0:  # L0 files overlap: newest first, each for the keys still not found
             for sst in level:  # (bounds as object arrays: numpy would strip a bytes
                 # scalar's trailing zero bytes, which every object key ends with)
-                lo, hi = _objects([sst.min_key]), _objects([sst.max_key])
+                lo, hi = object_array([sst.min_key]), object_array([sst.max_key])
                 at = np.flatnonzero(left & (keys >= lo) & (keys <= hi))
                 if len(at):
                     await _probe(host, sst, keys, hashes, at, found, left)
