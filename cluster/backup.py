@@ -75,8 +75,7 @@ async def backup(store, target_url: str, target_options: Options | None, progres
     root = ObjectStore.from_url(target_url, options)
     layout = dataclasses.replace(store.shard_map, version=1)
     found = await find_shard_map(root, options)
-    if found is not None and (found.prefixes, found.runs, found.route_by) != (
-            layout.prefixes, layout.runs, layout.route_by):
+    if found is not None and not found.same_layout(layout):
         raise InvalidArgumentError(f"{target_url} holds a sharded store of another layout")
     if found is None and await root.list_async(MANIFEST_PREFIX):
         raise InvalidArgumentError(f"{target_url} holds a plain store")

@@ -64,8 +64,7 @@ async def create_sharded_clone(parent_url: str, parent_map: ShardMap, url: str,
     root = ObjectStore.from_url(url, options)
     found = await read_shard_map(root)
     if found is not None:
-        if (found.prefixes, found.runs, found.route_by) != (
-                parent_map.prefixes, parent_map.runs, parent_map.route_by):
+        if not found.same_layout(parent_map):
             raise InvalidArgumentError(f"{url} holds a sharded store of another layout")
         return found  # done (a plain clone checks its parent when opened: each shard's)
     if await root.list_async(MANIFEST_PREFIX):

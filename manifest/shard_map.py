@@ -59,6 +59,11 @@ class ShardMap:
     def count(self) -> int:
         return len(self.prefixes)
 
+    def same_layout(self, other: ShardMap) -> bool:
+        """Whether ``other`` places every key where this map does, whatever its version."""
+        return (self.prefixes, self.runs, self.route_by) == (
+            other.prefixes, other.runs, other.route_by)
+
     def shard_of(self, lkey: bytes) -> int:
         """The shard that holds an object Ledger key."""
         return shard_of_partition(partition_of(lkey, self.route_by), self.runs)

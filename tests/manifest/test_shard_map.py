@@ -2,6 +2,7 @@
 finds or creates."""
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -23,6 +24,14 @@ def test_a_map_round_trips_and_says_where_each_shard_lives():
     back = ShardMap.decode(m.encode(), "x")
     assert back == m and back.count == 4 and back.route_by == "bucket"
     assert back.shard_url("s3://bkt/db/", 2) == "s3://bkt/db/shard-002"
+
+
+def test_same_layout_ignores_the_version_and_nothing_else():
+    m = ShardMap.new(4, "key")
+    assert m.same_layout(dataclasses.replace(m, version=7))
+    assert not m.same_layout(ShardMap.new(4, "bucket"))
+    assert not m.same_layout(ShardMap.new(2, "key"))
+    assert not m.same_layout(dataclasses.replace(m, prefixes=m.prefixes[::-1]))
 
 
 @pytest.mark.parametrize("damage", [
