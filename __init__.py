@@ -22,6 +22,7 @@ from .errors import (
     ConflictError,
     CorruptObjectError,
     FencedError,
+    HistoryUnavailableError,
     InvalidArgumentError,
     LeveledError,
     ObjectStoreError,
@@ -37,7 +38,8 @@ __all__ = [
     "Admin", "Checkpoint", "Reader", "admin", "clone", "destroy", "gc", "reader",
     "CheckpointNotFoundError", "ConditionFailedError", "ConflictError", "CorruptObjectError",
     "Delete", "ShardedAdmin", "ShardedReader", "ShardedSnapshot", "ShardedStore",
-    "FencedError", "Head", "InvalidArgumentError", "LeveledError", "ObjectStoreError", "Options",
+    "FencedError", "Head", "HistoryUnavailableError", "InvalidArgumentError", "LeveledError",
+    "ObjectStoreError", "Options",
     "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",
 ]

@@ -41,6 +41,25 @@ class CheckpointNotFoundError(LeveledError):
     """No live checkpoint has that id (it never existed, was deleted, or expired)."""
 
 
+class HistoryUnavailableError(LeveledError):
+    """The changes after SQN ``after`` (or the store as it was then) are no longer all in the
+    Journal: compaction dropped some. History now begins after SQN ``history_sqn``.
+
+    To catch up, read the store at a point in time (a snapshot, or a checkpoint's reader),
+    then read its changes from that snapshot's SQN on. Hold a lease (``listen``, or a named
+    consumer) or set ``Options.history_s`` so that history is kept for you.
+    """
+
+    def __init__(self, after: int, history_sqn: int):
+        super().__init__(f"history after SQN {after} is gone: it now begins after SQN "
+                         f"{history_sqn}; restart from a snapshot (its SQN is a position)")
+        self.after = after
+        self.history_sqn = history_sqn
+
+    def _args(self) -> tuple:
+        return (self.after, self.history_sqn)
+
+
 class FencedError(LeveledError):
     """Another writer opened the store with a newer writer epoch.
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..admin import checkpoints
+from ..admin import checkpoints, history_leases
 from ..clock import Clock, system_clock
 from ..codec import LedgerRows, head_only, holds_index_entries
 from ..errors import FencedError, StoreClosedError
 from ..files.names import ulid
 from ..files.routed import store_for
 from ..files.store import ObjectStore
-from ..manifest.model import Checkpoint, Manifest
+from ..manifest.model import Checkpoint, HistoryLease, Manifest
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
@@ -446,6 +446,18 @@ class Bookie:
         await checkpoints.delete_checkpoint(self.manifests, checkpoint_id, self.clock)
         await self.lease.flush()
         self.reaper.wake.set()
+
+    # -- history leases (see manifest.history) --
+
+    async def set_history_lease(self, name: str, sqn: int, lifetime: float) -> HistoryLease:
+        """Hold every change after ``sqn`` from journal compaction for ``lifetime`` seconds."""
+        return await history_leases.set_lease(self.manifests, name, sqn, lifetime, self.clock)
+
+    async def drop_history_lease(self, name: str) -> None:
+        await history_leases.drop_lease(self.manifests, name, self.clock)
+
+    async def list_history_leases(self) -> list[HistoryLease]:
+        return await history_leases.list_leases(self.manifests, self.clock)
 
     async def compact_journal(self) -> str:
         """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running.

@@ -21,7 +21,7 @@ from ..files.clerk import ClerkHost
 from ..files.framing import codec_id
 from ..files.names import compacted_journal_name
 from ..files.store import ObjectStore
-from ..manifest.journal_compaction import best_run, file_score, keep_record
+from ..manifest.journal_compaction import best_run, file_score, plan_rewrite
 from ..options import Options
 from .remote import call, process_stats
 
@@ -31,17 +31,19 @@ READ_AHEAD = 16
 
 @dataclass(frozen=True)
 class CompactionResult:
-    """One journal compaction: the candidates' scores, the files it replaced (names) and the
-    files it wrote in their place."""
+    """One journal compaction: the candidates' scores, the files it replaced (names), the
+    files it wrote in their place, and the SQN history begins after once they replace them."""
 
     scores: list[float]
     removed: list[str] = field(default_factory=list)
     added: list[jfmt.JournalInfo] = field(default_factory=list)
+    history_sqn: int = 0
 
     def __add__(self, other: CompactionResult) -> CompactionResult:
         """Two rewrites of one compaction as one result."""
         return CompactionResult(self.scores + other.scores, self.removed + other.removed,
-                                self.added + other.added)
+                                self.added + other.added,
+                                max(self.history_sqn, other.history_sqn))
 
 
 class InkerClerk:
@@ -62,22 +64,30 @@ class InkerClerk:
         keys = sorted(set(lkeys))
         return dict(zip(keys, await call(self.bookie.current_sqns, keys)))
 
-    async def score(self, info: jfmt.JournalInfo) -> float:
-        """100 x the share of a sample of the file's entries that is still current."""
+    async def _plan(self, records, persisted_sqn: int, protect: int | None):
+        current = await self._current([r.lkey for r in records if r.op != OP_KEY_DELTA])
+        return plan_rewrite([(r.sqn, r.op, r.lkey, r.indexes) for r in records], current,
+                            persisted_sqn, self.options.journal.recovery_strategy, protect)
+
+    async def score(self, info: jfmt.JournalInfo, persisted_sqn: int,
+                    protect: int | None) -> float:
+        """100 x the share of a sample of the file's entries that a rewrite would keep with
+        its value."""
         clerk = self.host.journal(info)
         sqns = (await clerk.footer()).sqns.tolist()
         sample = self.rng.sample(sqns, min(len(sqns), self.options.journal.compaction_sample))
-        records = list((await clerk.fetch_many(sample)).values())
-        current = await self._current([r.lkey for r in records if r.op != OP_KEY_DELTA])
-        live = sum(1 for r in records if r.op != OP_KEY_DELTA and current[r.lkey] == r.sqn)
+        records = sorted((await clerk.fetch_many(sample)).values(), key=lambda r: r.sqn)
+        fates, _ = await self._plan(records, persisted_sqn, protect)
+        live = sum(1 for r, f in zip(records, fates)
+                   if r.op != OP_KEY_DELTA and f.op is not None and f.keep_value)
         return file_score(live, len(records))
 
-    async def compact(self, candidates: list, persisted_sqn: int,
-                      epoch: int) -> CompactionResult:
+    async def compact(self, candidates: list, persisted_sqn: int, epoch: int,
+                      protect: int | None = None) -> CompactionResult:
         """Score the candidates (consecutive journal files, oldest first) and rewrite the best
-        run (nothing removed when no run qualifies)."""
+        run (nothing removed when no run qualifies). Changes above ``protect`` are kept."""
         started = time.monotonic()
-        scores = [await self.score(f) for f in candidates]
+        scores = [await self.score(f, persisted_sqn, protect) for f in candidates]
         o = self.options
         run = best_run(scores, o.journal.max_run_length, o.journal.singlefile_compactionpercentage,
                        o.journal.maxrunlength_compactionpercentage)
@@ -85,17 +95,18 @@ class InkerClerk:
             return CompactionResult(scores)
         chosen = candidates[run.start : run.start + run.length]
         return CompactionResult(scores, *await self._replace(chosen, persisted_sqn, epoch,
-                                                              started))
+                                                              started, protect))
 
-    async def rewrite(self, chosen: list, persisted_sqn: int, epoch: int) -> CompactionResult:
+    async def rewrite(self, chosen: list, persisted_sqn: int, epoch: int,
+                      protect: int | None = None) -> CompactionResult:
         """Rewrite ``chosen`` (consecutive journal files, oldest first) without scoring them:
         a run of small files (see :func:`~leveled_ray.manifest.journal_compaction.small_run`)."""
-        removed, added = await self._replace(chosen, persisted_sqn, epoch, time.monotonic())
-        return CompactionResult([], removed, added)
+        return CompactionResult([], *await self._replace(chosen, persisted_sqn, epoch,
+                                                         time.monotonic(), protect))
 
-    async def _replace(self, chosen, persisted_sqn: int, epoch: int,
-                       started: float) -> tuple[list[str], list]:
-        added = await self._rewrite(chosen, persisted_sqn, epoch)
+    async def _replace(self, chosen, persisted_sqn: int, epoch: int, started: float,
+                       protect: int | None) -> tuple[list[str], list, int]:
+        added, history_sqn = await self._rewrite(chosen, persisted_sqn, epoch, protect)
         for f in chosen:
             self.host.forget(f.name)
         self.counters["runs"] += 1
@@ -103,24 +114,24 @@ class InkerClerk:
         self.counters["files_out"] += len(added)
         self.counters["bytes_read"] += sum(f.size for f in chosen)
         self.counters["seconds"] += time.monotonic() - started
-        return [f.name for f in chosen], added
+        return [f.name for f in chosen], added, history_sqn
 
-    async def _rewrite(self, chosen, persisted_sqn: int, epoch: int) -> list:
+    async def _rewrite(self, chosen, persisted_sqn: int, epoch: int,
+                       protect: int | None) -> tuple[list, int]:
         records = []
         for i in range(0, len(chosen), READ_AHEAD):  # a run of small files is many GETs
             for part in await asyncio.gather(*(self.host.journal(info).read_records()
                                                for info in chosen[i : i + READ_AHEAD])):
                 records += part
-        current = await self._current([r.lkey for r in records])
+        records.sort(key=lambda r: r.sqn)
+        fates, history_sqn = await self._plan(records, persisted_sqn, protect)
         kept, size = [], 0
         outputs: list[jfmt.JournalInfo] = []
-        for r in sorted(records, key=lambda r: r.sqn):
-            what = keep_record(r.op, r.sqn, r.indexes, current.get(r.lkey), persisted_sqn,
-                               self.options.journal.recovery_strategy)
-            if what is None:
+        for r, fate in zip(records, fates):
+            if fate.op is None:
                 continue
-            op, keep_value, indexes = what
-            value = r.value if keep_value else None
+            op, indexes = fate.op, fate.indexes
+            value = r.value if fate.keep_value else None
             self.counters["key_deltas"] += op == OP_KEY_DELTA and r.op != OP_KEY_DELTA
             entry = (r.sqn, op, r.lkey, value, indexes, r.expiry, r.extra, r.last_modified)
             entry_size = len(r.lkey) + len(value or b"") + 64
@@ -133,7 +144,7 @@ class InkerClerk:
             outputs.append(await self._write(kept, epoch))
         self.counters["entries_in"] += len(records)
         self.counters["entries_out"] += sum(f.entries for f in outputs)
-        return outputs
+        return outputs, history_sqn
 
     async def _write(self, records, epoch: int) -> jfmt.JournalInfo:
         name = compacted_journal_name()

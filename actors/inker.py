@@ -32,6 +32,7 @@ from ..files.journal_slots import write_fence
 from ..files.names import journal_slot_name
 from ..files.outcomes import Created
 from ..files.store import ObjectStore
+from ..manifest.history import protected_sqn
 from ..manifest.journal_compaction import small_run
 from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
@@ -64,12 +65,14 @@ class _Unsettled:
 
 
 class JournalView(NamedTuple):
-    """The journal files as of a compaction: its manifest version, the data files, and the
-    names of the files replaced since the version the asker knew."""
+    """The journal files as of a compaction: its manifest version, the data files, the
+    names of the files replaced since the version the asker knew, and the SQN history begins
+    after (see :mod:`leveled_ray.manifest.history`)."""
 
     version: int
     files: list[jfmt.JournalInfo]
     removed: list[str]
+    history_sqn: int = 0
 
 
 class Inker(Owner):
@@ -346,23 +349,28 @@ class Inker(Owner):
             await self.catalog()
             latest = await self.manifests.latest(self.latest)
             persisted = latest.manifest.ledger_sqn  # the Penciller moves it: read the newest
+            protect = protected_sqn(latest.manifest, self.clock(), None)
             if self.head_only:  # trim_journal: the Ledger holds everything, values included
-                removed = [f.name for f in self.candidates(persisted)]
-                return await self._replace(CompactionResult([], removed))
+                trimmed = [f for f in self.candidates(persisted)
+                           if protect is None or f.max_sqn <= protect]
+                return await self._replace(CompactionResult(
+                    [], [f.name for f in trimmed], [], max((f.max_sqn for f in trimmed),
+                                                           default=0)))
             result = CompactionResult([])
             # Runs of small files first, oldest first, while each rewrite leaves fewer files.
             while run := self._small_run():
                 started = self.clock()  # the rewrite's files are written after this
                 merged = await self._replace(
-                    await call(self.clerk().rewrite, run, persisted, self.epoch), started)
+                    await call(self.clerk().rewrite, run, persisted, self.epoch, protect),
+                    started)
                 result += merged
                 if len(merged.added) >= len(merged.removed):
                     break
             if not small_only:
                 started = self.clock()
                 result += await self._replace(await call(
-                    self.clerk().compact, self.candidates(persisted), persisted, self.epoch),
-                    started)
+                    self.clerk().compact, self.candidates(persisted), persisted, self.epoch,
+                    protect), started)
             return result
         except Exception as exc:
             self.counters["compaction_failures"] += 1
@@ -378,7 +386,8 @@ class Inker(Owner):
         if result.removed:
             if started is not None:
                 check_publishable(started, self.options, self.clock())
-            await self.commit(replace_journal, tuple(result.removed), tuple(result.added))
+            await self.commit(replace_journal, tuple(result.removed), tuple(result.added),
+                              result.history_sqn, self.clock())
             gone = set(result.removed)
             self.files = sorted([f for f in self.files if f.name not in gone]
                                 + list(result.added), key=lambda f: (f.min_sqn, f.slot))
@@ -398,7 +407,8 @@ class Inker(Owner):
             return None
         removed = [name for version, names in self.removals if version > known_version
                    for name in names]
-        return JournalView(self.journal_version, self.data_files(), removed)
+        return JournalView(self.journal_version, self.data_files(), removed,
+                           self.latest.manifest.history_sqn)
 
     def stats(self) -> dict:
         return {

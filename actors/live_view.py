@@ -42,6 +42,7 @@ class LiveView:
         self.files = LedgerFiles(-1, ((),), 0)
         self.journal = JournalIndex()
         self.journal_version = -1
+        self.history_sqn = 0
         self.use_store(store)
         self.counters = {"gets": 0, "get_bytes": 0, "heads": 0, "journal_reads": 0}
 
@@ -56,6 +57,7 @@ class LiveView:
         """Start from manifest ``version`` and the Inker's journal files."""
         self.journal_version = version
         self.journal = JournalIndex(journal)
+        self.history_sqn = manifest.history_sqn
         self.files = LedgerFiles(version, manifest.levels, manifest.ledger_sqn)
 
     def adopt(self, files: LedgerFiles) -> None:
@@ -80,6 +82,7 @@ class LiveView:
         retired = [f for f in self.journal.files if f.name in removed]
         self.journal = JournalIndex(list(view.files) + newer)
         self.journal_version = view.version
+        self.history_sqn = max(self.history_sqn, view.history_sqn)
         for info in retired:
             self.host.journal(info).retire(view.version)
         if retired:
@@ -160,4 +163,5 @@ class LiveView:
     def point_in_time(self, sqn: int) -> PointInTime:
         """This view, frozen (for a snapshot: references to immutable batches, no copy)."""
         return PointInTime(self.url, self.options, self.files, self.journal.files,
-                           self.cache.overlay_batches(), sqn, store=self.store, clock=self.clock)
+                           self.cache.overlay_batches(), sqn, store=self.store, clock=self.clock,
+                           history_sqn=self.history_sqn)

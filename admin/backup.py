@@ -83,7 +83,8 @@ def backup_manifest(source: Manifest, previous: Versioned | None,
     """The backup's next manifest: the journal files, and an empty Ledger."""
     base = previous.manifest if previous is not None else Manifest.new(
         **dict(source.settings), **{BACKUP_OF: source.store_id})
-    return base.with_changes(journal=tuple(files), journal_next_slot=source.journal_next_slot)
+    return base.with_changes(journal=tuple(files), journal_next_slot=source.journal_next_slot,
+                             history_sqn=source.history_sqn)
 
 
 @dataclass(frozen=True)

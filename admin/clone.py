@@ -47,6 +47,7 @@ def clone_manifest(parent: Manifest, parent_url: str, checkpoint_id: str) -> Man
         levels=tuple(tuple(replace(s, name=foreign_name(sid, s.name)) for s in level)
                      for level in parent.levels),
         journal=journal, ledger_sqn=parent.ledger_sqn, stores=stores,
+        history_sqn=parent.history_sqn,
         parent=CloneParent(parent_url, checkpoint_id), initialized=False)
 
 

@@ -6,14 +6,16 @@ average, against a target that rises from ``single_pct`` for one file to ``max_r
 full-length run; the run furthest below its target is compacted, if any run is below it.
 Before any scoring, runs of small files are merged (see :func:`small_run`).
 
-When a run is rewritten, an entry stays if it is current in the Ledger or above the Ledger's
-persisted SQN (the Ledger may still need it for recovery). A replaced entry is dropped under
+When a run is rewritten, an entry stays if it is current in the Ledger, above the Ledger's
+persisted SQN (the Ledger may still need it for recovery), or held for history (see
+:func:`plan_rewrite` and :mod:`leveled_ray.manifest.history`). A replaced entry is dropped under
 ``recovr``; under ``retain`` its key changes stay as a *key delta* (no value), so a Ledger rebuilt
 from the Journal still has its full index history.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..codec import OP_DELETE, OP_KEY_DELTA
@@ -76,16 +78,62 @@ def small_run(sizes: list[int], small_bytes: int, files: int,
     return None
 
 
-def keep_record(op: int, sqn: int, indexes: tuple, current_sqn: int | None, persisted_sqn: int,
-                strategy: str) -> tuple[int, bool, tuple] | None:
-    """What of one journal entry survives compaction: ``None`` (dropped), or ``(op, keep_value,
-    indexes)`` where ``keep_value`` says whether the value stays."""
-    if sqn > persisted_sqn or current_sqn == sqn:
-        return op, True, indexes
+@dataclass(frozen=True)
+class Fate:
+    """What compaction does with one journal entry: keep it (``op`` may become a key delta,
+    with the value dropped), or drop it (``op`` is ``None``)."""
+
+    op: int | None
+    keep_value: bool = True
+    indexes: tuple = ()
+
+
+def plan_rewrite(records: Sequence[tuple[int, int, bytes, tuple]],
+                 current: dict[bytes, int | None], persisted_sqn: int, strategy: str,
+                 protect: int | None) -> tuple[list[Fate], int]:
+    """Decide each entry of a run of consecutive journal files, and the new lower bound on
+    ``history_sqn`` the run's rewrite needs.
+
+    ``records`` are ``(sqn, op, lkey, indexes)`` in SQN order; ``current`` gives each key's
+    newest SQN in the Ledger (``None``: no entry, as after a delete whose tombstone was reaped).
+
+    An entry stays whole if the Ledger may still need it (above ``persisted_sqn``), if it is
+    current, if it is above ``protect``, or unless its *successor* (the key's next change) is
+    known and at or below ``protect``: then no position at or above ``protect`` needs it. Its
+    successor is the key's next entry in the run (a run holds every SQN between its first and
+    last), else the key's current SQN. An entry that loses its value (dropped, or a key delta
+    under ``retain``) raises the bound to its successor, or to ``persisted_sqn`` when the
+    successor is unknown (a reaped delete is in the Ledger's files, so at or below it).
+    """
+    successors: list[int | None] = [None] * len(records)
+    last_at: dict[bytes, int] = {}
+    for i, (sqn, _, lkey, _) in enumerate(records):
+        j = last_at.get(lkey)
+        if j is not None:
+            successors[j] = sqn
+        last_at[lkey] = i
+    fates, bound = [], 0
+    for (sqn, op, lkey, indexes), succ in zip(records, successors):
+        now_sqn = current.get(lkey)
+        if succ is None and now_sqn is not None and now_sqn > sqn:
+            succ = now_sqn
+        whole = (sqn > persisted_sqn or now_sqn == sqn
+                 or (protect is not None and (sqn > protect or succ is None or succ > protect)))
+        if whole or op == OP_KEY_DELTA:  # a key delta has nothing more to lose
+            fates.append(Fate(op, op != OP_KEY_DELTA, indexes))
+            continue
+        bound = max(bound, persisted_sqn if succ is None else succ)
+        fates.append(_without_value(op, indexes, strategy))
+    return fates, bound
+
+
+def _without_value(op: int, indexes: tuple, strategy: str) -> Fate:
+    """A replaced entry: dropped under ``recovr``; under ``retain`` its key changes stay as a
+    key delta, so a Ledger rebuilt from the Journal still has its full index history."""
     if strategy != RETAIN:
-        return None
+        return Fate(None)
     if op == OP_DELETE:  # a replaced delete's index changes were all removals
         indexes = tuple((1, field, term) for _, field, term in indexes)
     if not indexes:
-        return None  # a key delta with no index changes would record nothing
-    return OP_KEY_DELTA, False, indexes
+        return Fate(None)  # a key delta with no index changes would record nothing
+    return Fate(OP_KEY_DELTA, False, indexes)

@@ -35,6 +35,16 @@ IDENTITY_BYTES = _HEAD.size
 
 
 @dataclass(frozen=True)
+class HistoryLease:
+    """A consumer's hold on history: journal compaction keeps every change after ``sqn``
+    until ``expires_at`` (see :mod:`leveled_ray.manifest.history`)."""
+
+    name: str
+    sqn: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """A durable pin of one manifest version (SlateDB), with an optional expiry."""
 
@@ -75,6 +85,9 @@ class Manifest:
     #: A clone's ancestors whose files it still reads: ``(store_id, url)``. Their files appear
     #: in ``levels`` and ``journal`` as ``@<store_id>/<name>``.
     stores: tuple[tuple[str, str], ...] = ()
+    #: Every change above this SQN is still in the Journal (see ``manifest.history``).
+    history_sqn: int = 0
+    leases: tuple[HistoryLease, ...] = ()
 
     @classmethod
     def new(cls, **settings: str) -> Manifest:
@@ -139,6 +152,8 @@ def encode(manifest: Manifest, manifest_id: int, codec: int = CODEC_LZ4) -> byte
         "created_at": manifest.created_at,
         "settings": [list(kv) for kv in manifest.settings],
         "stores": [list(kv) for kv in manifest.stores],
+        "history_sqn": manifest.history_sqn,
+        "leases": [[h.name, h.sqn, h.expires_at] for h in manifest.leases],
     }
     raw = msgpack.packb(doc, use_bin_type=True)
     used, payload = compress(codec, raw)
@@ -181,6 +196,9 @@ def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
             created_at=float(doc["created_at"]),
             settings=tuple(tuple(kv) for kv in doc["settings"]),
             stores=tuple(tuple(kv) for kv in doc.get("stores", ())),
+            history_sqn=int(doc.get("history_sqn", 0)),
+            leases=tuple(HistoryLease(str(n), int(q), float(e))
+                         for n, q, e in doc.get("leases", ())),
         )
     except CorruptObjectError:
         raise

@@ -8,7 +8,7 @@ returns the manifest unchanged (so nothing is written twice).
 
 from __future__ import annotations
 
-from ..errors import FencedError, InvalidArgumentError
+from ..errors import FencedError, HistoryUnavailableError, InvalidArgumentError
 from ..files.journal import JournalInfo
 from ..files.sst import SstInfo
 from .model import Manifest
@@ -79,8 +79,13 @@ def persist_ledger_sqn(manifest: Manifest, epoch: int, ledger_sqn: int) -> Manif
 
 
 def replace_journal(manifest: Manifest, epoch: int, removed: tuple[str, ...],
-                    added: tuple[JournalInfo, ...]) -> Manifest:
-    """Journal compaction's change: the run's files out, the rewritten files in."""
+                    added: tuple[JournalInfo, ...], history_sqn: int = 0,
+                    now: float = 0.0) -> Manifest:
+    """Journal compaction's change: the run's files out, the rewritten files in, and history
+    now beginning after ``history_sqn`` at the earliest (what the rewrite dropped).
+
+    Refused (:class:`~leveled_ray.errors.HistoryUnavailableError`) when a lease live at
+    ``now`` holds a position below that: it was set after the rewrite chose what to drop."""
     require_writer(manifest, epoch)
     names = {j.name for j in manifest.journal}
     if removed and names.isdisjoint(removed) and {j.name for j in added} <= names:
@@ -88,9 +93,13 @@ def replace_journal(manifest: Manifest, epoch: int, removed: tuple[str, ...],
     gone = set(removed)
     if missing := gone - names:
         raise InvalidArgumentError(f"journal files left the manifest: {sorted(missing)[:3]}")
+    leases = tuple(h for h in manifest.leases if h.expires_at > now)
+    if held := [h.sqn for h in leases if h.sqn < history_sqn]:
+        raise HistoryUnavailableError(min(held), history_sqn)
     kept = tuple(j for j in manifest.journal if j.name not in gone)
-    return manifest.with_changes(journal=tuple(sorted(kept + tuple(added),
-                                                      key=lambda j: (j.min_sqn, j.slot))))
+    return manifest.with_changes(
+        journal=tuple(sorted(kept + tuple(added), key=lambda j: (j.min_sqn, j.slot))),
+        history_sqn=max(manifest.history_sqn, history_sqn), leases=leases)
 
 
 def mark_destroyed(manifest: Manifest, now: float) -> Manifest:

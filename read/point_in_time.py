@@ -41,12 +41,14 @@ class PointInTime:
     def __init__(self, url: str, options: Options, files: LedgerFiles,
                  journal: list[JournalInfo], batches: list[pa.RecordBatch], sqn: int,
                  store: ObjectStore | None = None, routes: tuple = (),
-                 host: ClerkHost | None = None, clock: Clock = system_clock):
+                 host: ClerkHost | None = None, clock: Clock = system_clock,
+                 history_sqn: int = 0):
         self.url = url
         self.options = options
         self.clock = clock  # TTL expiry is judged by it
         self.files = files
         self.journal = JournalIndex(journal)
+        self.history_sqn = history_sqn  # its journal holds every change after this SQN
         self._batches = list(batches)
         self._overlay: dict[bytes, tuple] | None = None
         self._sorted_overlay: tuple[list[bytes], pa.Table] | None = None
@@ -86,12 +88,13 @@ class PointInTime:
             batches = [LedgerRows.from_entries(self._overlay.items()).to_batch()]
         return {"url": self.url, "options": self.options, "files": self.files,
                 "journal": self.journal.files, "sqn": self.sqn, "routes": self.routes,
-                "batches": batches, "clock": self.clock}
+                "batches": batches, "clock": self.clock, "history_sqn": self.history_sqn}
 
     def __setstate__(self, state: dict) -> None:
         PointInTime.__init__(self, state["url"], state["options"], state["files"],
                              state["journal"], state["batches"], state["sqn"],
-                             routes=state["routes"], clock=state["clock"])
+                             routes=state["routes"], clock=state["clock"],
+                             history_sqn=state["history_sqn"])
 
     @property
     def store(self) -> ObjectStore:

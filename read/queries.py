@@ -24,6 +24,7 @@ from ..errors import InvalidArgumentError
 from ..files.framing import size_cuts
 from ..files.sync import run_sync
 from ..options import check_positive_int
+from .changes import Change, changes_batch, check_range, journal_changes, python_changes
 from .fold import aiterate, iterate
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
 from .point_in_time import PointInTime
@@ -363,6 +364,54 @@ class Queries:
         """Async iterator form of :meth:`fold_objects`."""
         return self._run_async(self._objects_query(bucket, start, end, batch_size, False,
                                                    False, order))
+
+    # -- the change feed --
+
+    def _changes_query(self, after, until, batch_size, arrow, binary_names, values):
+        after, until = check_range(after, until)
+        batch_size = check_batch_size(batch_size)
+
+        def make(view):
+            async def gen():
+                found = view.in_turn(lambda v: journal_changes(v, after, until, batch_size))
+                async with contextlib.aclosing(found) as it:
+                    async for rows in it:
+                        yield (changes_batch(rows, binary_names, values) if arrow
+                               else python_changes(rows, values))
+            return gen()
+        return True, not arrow, make
+
+    def changes(self, after: int = 0, until: int | None = None, *, values: bool = True,
+                batch_size: int = 1000) -> Iterator[Change]:
+        """Every change with ``after < sqn <= until`` (``until=None``: up to this point in
+        time) as :class:`~leveled_ray.read.changes.Change` tuples, in SQN order: puts and
+        deletes, with their metadata, index changes and (unless ``values=False``) values.
+
+        Streams in bounded memory. Raises
+        :class:`~leveled_ray.errors.HistoryUnavailableError` when journal compaction has
+        dropped changes after ``after``."""
+        return self._run(self._changes_query(after, until, batch_size, False, False, values))
+
+    def changes_batches(self, after: int = 0, until: int | None = None, *, values: bool = True,
+                        batch_size: int = 1000,
+                        binary_names: bool = False) -> Iterator[pa.RecordBatch]:
+        """:meth:`changes` as Arrow batches (columns: see
+        :data:`~leveled_ray.read.changes.CHANGES_SCHEMA`)."""
+        return self._run(self._changes_query(after, until, batch_size, True, binary_names,
+                                             values))
+
+    def changes_async(self, after: int = 0, until: int | None = None, *, values: bool = True,
+                      batch_size: int = 1000) -> AsyncIterator[Change]:
+        """Async iterator form of :meth:`changes`."""
+        return self._run_async(self._changes_query(after, until, batch_size, False, False,
+                                                   values))
+
+    def changes_batches_async(self, after: int = 0, until: int | None = None, *,
+                              values: bool = True, batch_size: int = 1000,
+                              binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
+        """Async iterator form of :meth:`changes_batches`."""
+        return self._run_async(self._changes_query(after, until, batch_size, True,
+                                                   binary_names, values))
 
     # -- secondary indexes --
 

@@ -37,7 +37,8 @@ class StoreReader(PointInTime, Queries):
         files = LedgerFiles(manifest_id, manifest.levels, manifest.ledger_sqn)
         journal = list(manifest.journal) + tail
         top = max([manifest.ledger_sqn] + [j.max_sqn for j in journal if j.entries])
-        super().__init__(store.url, options, files, journal, [], top, store=store, clock=clock)
+        super().__init__(store.url, options, files, journal, [], top, store=store, clock=clock,
+                         history_sqn=manifest.history_sqn)
         self.manifest_id = manifest_id
         self.manifest = manifest
         self.tail = tail  # journal files not yet recorded in the manifest

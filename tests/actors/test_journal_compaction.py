@@ -53,15 +53,20 @@ def test_runs_of_small_files():
 
 def test_what_an_entry_keeps():
     idx = ((0, "a_bin", "x"),)
+
+    def fate(op, sqn, indexes, current, persisted, strategy):
+        fates, _ = jc.plan_rewrite([(sqn, op, b"k", indexes)], {b"k": current}, persisted,
+                                   strategy, None)
+        return fates[0]
     # Current, or above the persisted SQN: kept whole.
-    assert jc.keep_record(OP_PUT, 5, idx, 5, 10, RECOVR) == (OP_PUT, True, idx)
-    assert jc.keep_record(OP_PUT, 12, idx, 20, 10, RECOVR) == (OP_PUT, True, idx)
+    assert fate(OP_PUT, 5, idx, 5, 10, RECOVR) == jc.Fate(OP_PUT, True, idx)
+    assert fate(OP_PUT, 12, idx, 20, 10, RECOVR) == jc.Fate(OP_PUT, True, idx)
     # Replaced: dropped under recovr, a key delta under retain.
-    assert jc.keep_record(OP_PUT, 5, idx, 9, 10, RECOVR) is None
-    assert jc.keep_record(OP_PUT, 5, idx, 9, 10, RETAIN) == (OP_KEY_DELTA, False, idx)
-    assert jc.keep_record(OP_PUT, 5, (), 9, 10, RETAIN) is None
-    assert jc.keep_record(OP_DELETE, 5, idx, 9, 10, RETAIN) == (
-        OP_KEY_DELTA, False, ((1, "a_bin", "x"),))
+    assert fate(OP_PUT, 5, idx, 9, 10, RECOVR).op is None
+    assert fate(OP_PUT, 5, idx, 9, 10, RETAIN) == jc.Fate(OP_KEY_DELTA, False, idx)
+    assert fate(OP_PUT, 5, (), 9, 10, RETAIN).op is None
+    assert fate(OP_DELETE, 5, idx, 9, 10, RETAIN) == jc.Fate(OP_KEY_DELTA, False,
+                                                             ((1, "a_bin", "x"),))
 
 
 async def _load_rounds(bookie, rounds=8, keys=30):

@@ -1,0 +1,175 @@
+"""The change feed: every change after a position, in SQN order, read from the Journal.
+
+A *position* is an SQN: "every change after it". ``changes(after, until)`` gives the puts and
+deletes with ``after < sqn <= until``, reading the journal files of one point in time in SQN
+order, a span of each file at a time, so memory stays bounded however long the history is.
+History before the view's ``history_sqn`` may be gone (see
+:mod:`leveled_ray.manifest.history`): asking for it raises
+:class:`~leveled_ray.errors.HistoryUnavailableError` before anything is read.
+
+The rows are built column by column; only the ``extra`` column (metadata, head_only values)
+and non-empty index changes are unpacked row by row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import NamedTuple
+
+import msgpack
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..codec import OP_DELETE, OP_PUT, unpack_extra
+from ..codec.entries import PACKED_EXTRA
+from ..errors import InvalidArgumentError
+from ..manifest.history import check_covered, check_position
+from .key_ranges import Names
+
+#: Bytes of journal entries read at a time (one ranged GET).
+SPAN_BYTES = 8 << 20
+KINDS = {OP_PUT: "put", OP_DELETE: "delete"}
+_INDEX_CHANGE = pa.struct([("change", pa.string()), ("field", pa.string()),
+                           ("term_bin", pa.string()), ("term_int", pa.int64())])
+CHANGES_SCHEMA = pa.schema([
+    ("bucket", pa.string()), ("key", pa.string()), ("sqn", pa.uint64()), ("kind", pa.string()),
+    ("last_modified", pa.timestamp("ms", tz="UTC")), ("expires_at", pa.timestamp("s", tz="UTC")),
+    ("metadata", pa.string()), ("indexes", pa.list_(_INDEX_CHANGE)), ("value", pa.binary()),
+])
+
+
+class Change(NamedTuple):
+    """One change: a put (``value`` is the new value) or a delete (``value`` is ``None``).
+
+    ``last_modified`` and ``expires_at`` are unix seconds (``expires_at``: ``None`` without a
+    TTL); ``indexes`` are the change's index changes, ``("add" | "remove", field, term)``.
+    ``value`` is also ``None`` when values were not asked for.
+    """
+
+    bucket: str | bytes
+    key: str | bytes
+    sqn: int
+    kind: str
+    value: bytes | None
+    last_modified: float
+    expires_at: float | None = None
+    metadata: dict | None = None
+    indexes: tuple = ()
+
+
+def changes_schema(binary_names: bool = False) -> pa.Schema:
+    if not binary_names:
+        return CHANGES_SCHEMA
+    return CHANGES_SCHEMA.set(0, pa.field("bucket", pa.binary())).set(
+        1, pa.field("key", pa.binary()))
+
+
+def check_range(after, until) -> tuple[int, int | None]:
+    check_position(after)
+    if until is not None:
+        check_position(until)
+        if until < after:
+            raise InvalidArgumentError(f"until ({until}) is before after ({after})")
+    return after, until
+
+
+async def journal_changes(view, after: int, until: int | None,
+                          batch_size: int) -> AsyncIterator[pa.Table]:
+    """The journal rows of the puts and deletes of ``view`` with ``after < sqn <= until``
+    (``None``: the view's SQN), in SQN order, ``batch_size`` rows at a time at most."""
+    check_covered(view.history_sqn, after)
+    top = view.sqn if until is None else min(until, view.sqn)
+    for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
+        if not info.entries or info.max_sqn <= after or info.min_sqn > top:
+            continue
+        clerk = view.host.journal(info)
+        sqns = (await clerk.footer()).sqns
+        wanted = np.flatnonzero((sqns > after) & (sqns <= top))
+        async for rows in clerk.row_spans(wanted, SPAN_BYTES):
+            ops = rows.column("op")
+            changes = rows.filter(pc.less_equal(ops, OP_DELETE))  # not key deltas
+            for start in range(0, changes.num_rows, batch_size):
+                yield changes.slice(start, batch_size)
+
+
+def _extras(extras: pa.Array) -> tuple[list, list] | None:
+    """``(metadata JSON, head_only values)`` per row, or ``None`` when no row packs more than
+    its metadata (the column is then the metadata itself)."""
+    if not pc.any(pc.starts_with(extras, pattern=PACKED_EXTRA)).as_py():
+        return None
+    unpacked = [unpack_extra(e) if e else (b"", (), None) for e in extras.to_pylist()]
+    return [m for m, _, _ in unpacked], [v for _, _, v in unpacked]
+
+
+def _index_changes(column: pa.Array) -> list:
+    return [[] if raw is None else [{"change": "add" if op == 0 else "remove", "field": f,
+                                     "term_bin": t if isinstance(t, str) else None,
+                                     "term_int": t if isinstance(t, int) else None}
+                                    for op, f, t in msgpack.unpackb(raw, raw=False)]
+            for raw in column.to_pylist()]
+
+
+def _no_index_changes(n: int) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                    pa.array([], _INDEX_CHANGE))
+
+
+def changes_batch(rows: pa.Table, binary_names: bool, values: bool) -> pa.RecordBatch:
+    """Journal rows as a batch of :data:`CHANGES_SCHEMA`."""
+    n = rows.num_rows
+    col = {name: rows.column(name).combine_chunks() for name in rows.column_names}
+    buckets, keys = Names(col["lkey"]).arrow(binary_names)
+    kinds = pc.if_else(pc.equal(col["op"], OP_PUT), "put", "delete")
+    expiry = col["expiry"].cast(pa.int64())
+    expires = pc.if_else(pc.equal(expiry, 0), pa.scalar(None, pa.int64()), expiry)
+    unpacked = _extras(col["extra"])
+    if unpacked is None:
+        extras = col["extra"]
+        metadata = pc.if_else(pc.equal(pc.binary_length(extras), 0),
+                              pa.scalar(None, pa.binary()), extras).cast(pa.string())
+    else:
+        metadata = pa.array([m.decode() if m else None for m in unpacked[0]], pa.string())
+    indexes = (_no_index_changes(n) if col["indexes"].null_count == n
+               else pa.array(_index_changes(col["indexes"]), pa.list_(_INDEX_CHANGE)))
+    if not values:
+        value = pa.nulls(n, pa.binary())
+    elif unpacked is not None and any(v is not None for v in unpacked[1]):  # head_only
+        value = pa.array(unpacked[1], pa.binary())
+    else:
+        value = col["value"]
+    return pa.RecordBatch.from_arrays([
+        buckets, keys, col["sqn"], kinds,
+        col["last_modified"].cast(pa.timestamp("ms", tz="UTC")),
+        expires.cast(pa.timestamp("s", tz="UTC")), metadata, indexes, value,
+    ], schema=changes_schema(binary_names))
+
+
+def python_changes(rows: pa.Table, values: bool) -> list[Change]:
+    """Journal rows as :class:`Change` tuples, names as they were written (``str`` or
+    ``bytes``)."""
+    buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
+    sqns = rows.column("sqn").to_pylist()
+    ops = rows.column("op").to_pylist()
+    lms = rows.column("last_modified").to_pylist()
+    expiries = rows.column("expiry").to_pylist()
+    extras = rows.column("extra").to_pylist()
+    index_col = rows.column("indexes")
+    indexes = ([None] * rows.num_rows if index_col.null_count == rows.num_rows
+               else index_col.to_pylist())
+    vals = rows.column("value").to_pylist() if values else [None] * rows.num_rows
+    out = []
+    for b, k, sqn, op, lm, exp, extra, idx, value in zip(buckets, keys, sqns, ops, lms,
+                                                         expiries, extras, indexes, vals):
+        metadata = None
+        if extra:
+            meta, _, packed_value = unpack_extra(extra)
+            metadata = json.loads(meta) if meta else None
+            if values and value is None:
+                value = packed_value
+        changes = () if idx is None else tuple(
+            ("add" if o == 0 else "remove", f, t) for o, f, t in msgpack.unpackb(idx, raw=False))
+        out.append(Change(b, k, sqn, KINDS[op], value, lm / 1000.0,
+                          float(exp) if exp else None, metadata, changes))
+    return out

@@ -1,0 +1,188 @@
+"""The change feed against a model: for random puts and deletes (with metadata and index
+changes), the changes after any SQN equal the model's log after that SQN, before and after
+journal compaction, from the running store's view and from a reader without Ray. In one
+process, without Ray."""
+
+import asyncio
+import json
+
+import pyarrow as pa
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import leveled_ray as lr
+from leveled_ray.actors.bookie import Bookie
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.read.changes import (
+    CHANGES_SCHEMA,
+    changes_batch,
+    journal_changes,
+    python_changes,
+)
+from leveled_ray.read.store_reader import StoreReader
+
+from test_merges import TINY, settle, write
+
+OPTIONS = TINY.replace(journal=dict(compaction_interval_s=0, max_run_length=4,
+                                   singlefile_compactionpercentage=95.0,
+                                   maxrunlength_compactionpercentage=99.0))
+KEYS = [("b", "k1"), ("b", "k2"), (b"raw", b"\x00k3"), ("c", "k4")]
+
+
+@st.composite
+def histories(draw):
+    """Groups of changes: each a put (with metadata and an index change sometimes) or a
+    delete of one of a few keys."""
+    groups = []
+    for g in range(draw(st.integers(1, 20))):
+        group = {}
+        for _ in range(draw(st.integers(1, 4))):
+            bucket, key = draw(st.sampled_from(KEYS))
+            if draw(st.integers(0, 3)) == 0:
+                group[(bucket, key)] = lr.Delete(bucket, key)
+            else:
+                meta = {"g": g} if draw(st.booleans()) else None
+                idx = [("add", "g_int", g)] if draw(st.booleans()) else []
+                group[(bucket, key)] = lr.Put(bucket, key, b"v%d" % g, indexes=idx,
+                                              metadata=meta)
+        groups.append(list(group.values()))
+    return groups
+
+
+async def compacted(bookie):
+    """Compact the Journal now, and wait until the Bookie's view has the result."""
+    await settle(bookie)
+    await bookie.compact_journal()
+    result = await bookie.inker.wait_compaction()
+    while bookie.view.journal_version < bookie.inker.journal_version:
+        await asyncio.sleep(0.01)
+    return result
+
+
+def expected(log, after):
+    return [c for c in log if c[2] > after]
+
+
+def as_model(change):
+    return (change.bucket, change.key, change.sqn, change.kind, change.value, change.metadata,
+            change.indexes)
+
+
+async def changes_of(view, after, until=None):
+    return [c async for rows in journal_changes(view, after, until, 3)
+            for c in python_changes(rows, True)]
+
+
+@settings(max_examples=15, deadline=None)
+@given(histories(), st.data())
+def test_changes_after_any_sqn_equal_the_model(tmp_path_factory, groups, data):
+    root = tmp_path_factory.mktemp("changes")
+    url = f"file://{root}/db"
+
+    async def run():
+        bookie = Bookie(url, OPTIONS, local=True)
+        await bookie.start()
+        log, held = [], {}  # held: the index terms each object holds
+        for group in groups:
+            sqns = await write(bookie, group, OPTIONS)
+            for change, sqn in zip(group, sqns):
+                name = (change.bucket, change.key)
+                had = held.pop(name, set())
+                if isinstance(change, lr.Delete):  # a delete removes every term held
+                    log.append((*name, sqn, "delete", None, None,
+                                tuple(("remove", f, t) for f, t in sorted(had))))
+                else:  # the journal records the terms the put adds
+                    added = {(f, t) for _, f, t in change.indexes}
+                    held[name] = had | added
+                    log.append((*name, sqn, "put", change.value, change.metadata,
+                                tuple(("add", f, t) for f, t in sorted(added - had))))
+        top = log[-1][2]
+        view = bookie.view.point_in_time(top)
+        for after in {0, top, data.draw(st.integers(0, top))}:
+            assert [as_model(c) for c in await changes_of(view, after)] == expected(log, after)
+        until = data.draw(st.integers(0, top))
+        assert [as_model(c) for c in await changes_of(view, 0, until)] == [
+            c for c in log if c[2] <= until]
+        # The Arrow form holds the same rows.
+        arrow = [changes_batch(rows, False, True) async for rows in
+                 journal_changes(view, 0, None, 1000)]
+        assert all(b.schema == CHANGES_SCHEMA for b in arrow)
+        rows = [r for b in arrow for r in b.to_pylist()]
+        assert [r["sqn"] for r in rows] == [c[2] for c in log]
+        assert [json.loads(r["metadata"]) if r["metadata"] else None for r in rows] == [
+            c[5] for c in log]
+
+        # A lease at a random position: compaction keeps every change after it, and moves
+        # history up to at most it.
+        leased = data.draw(st.integers(0, top))
+        await bookie.set_history_lease("model", leased, 600)
+        await compacted(bookie)
+        view = bookie.view.point_in_time(top)
+        assert view.history_sqn <= leased
+        event(f"history moved: {view.history_sqn > 0}")
+        assert [as_model(c) for c in await changes_of(view, leased)] == expected(log, leased)
+        if view.history_sqn:
+            with pytest.raises(lr.HistoryUnavailableError):
+                await changes_of(view, view.history_sqn - 1)
+        await bookie.close()
+
+        # A reader without Ray sees the same history.
+        reader = await StoreReader.open(ObjectStore.from_url(url, OPTIONS), OPTIONS)
+        assert reader.history_sqn == view.history_sqn
+        assert [as_model(c) for c in await changes_of(reader, leased)] == expected(log, leased)
+
+    asyncio.run(run())
+
+
+def test_history_gone_is_a_typed_error_that_says_where_it_begins(tmp_path):
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        bookie = Bookie(url, OPTIONS, local=True)
+        await bookie.start()
+        for r in range(8):  # every key overwritten each round: compaction drops old rounds
+            await write(bookie, [lr.Put("b", f"k{i}", b"r%d" % r) for i in range(10)], OPTIONS)
+        assert (await compacted(bookie)).removed
+        view = bookie.view.point_in_time(80)
+        assert view.history_sqn > 0
+        with pytest.raises(lr.HistoryUnavailableError) as e:
+            await changes_of(view, 0)
+        assert e.value.history_sqn == view.history_sqn and e.value.after == 0
+        assert "restart from a snapshot" in str(e.value)
+        # From where history begins, every change is there, in SQN order.
+        got = await changes_of(view, view.history_sqn)
+        assert [c.sqn for c in got] == list(range(view.history_sqn + 1, 81))
+        assert {c.value for c in got if c.key == "k3"} <= {b"r%d" % r for r in range(8)}
+        await bookie.close()
+
+    asyncio.run(run())
+
+
+def test_changes_reach_object_keys_and_values_of_every_kind(tmp_path):
+    """Binary names, TTLs, deletes and values=False in one feed."""
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        bookie = Bookie(url, OPTIONS, local=True)
+        await bookie.start()
+        await write(bookie, [lr.Put(b"\xffb", b"k", b"x", ttl=3600),
+                             lr.Put("b", "j", b"y", indexes=[("add", "t_bin", "red")])], OPTIONS)
+        await write(bookie, [lr.Delete("b", "j", indexes=[("remove", "t_bin", "red")])],
+                    OPTIONS)
+        view = bookie.view.point_in_time(3)
+        got = await changes_of(view, 0)
+        assert [(c.bucket, c.key, c.kind) for c in got] == [
+            (b"\xffb", b"k", "put"), ("b", "j", "put"), ("b", "j", "delete")]
+        assert got[0].expires_at is not None and got[1].expires_at is None
+        assert got[1].indexes == (("add", "t_bin", "red"),)
+        assert got[2].indexes == (("remove", "t_bin", "red"),) and got[2].value is None
+        batches = [changes_batch(r, True, False) async for r in
+                   journal_changes(view, 0, None, 10)]
+        table = pa.Table.from_batches(batches).to_pydict()
+        assert table["value"] == [None, None, None] and table["bucket"][0] == b"\xffb"
+        assert table["indexes"][1] == [{"change": "add", "field": "t_bin", "term_bin": "red",
+                                        "term_int": None}]
+        await bookie.close()
+
+    asyncio.run(run())
