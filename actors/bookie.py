@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pyarrow as pa
+
 from ..admin import checkpoints, history_leases
 from ..clock import Clock, system_clock
 from ..codec import LedgerRows, head_only, holds_index_entries
@@ -143,6 +145,7 @@ class Bookie:
             self.counters["replayed"] += batch.num_rows
             await self._push()  # replay waits for the Penciller: memory stays bounded
         self.writes.next_sqn = max(self.writes.durable_sqn, opened["max_sqn"], m.ledger_sqn) + 1
+        self.writes.tail.jump(self.writes.next_sqn - 1)  # listeners read older changes' files
         self.writes.indexed = self.cache.holds_index_entries() or holds_index_entries(
             f.min_key for level in m.levels for f in level)
         self.participant = Participant(self.store, self.options, self.writes, self.clock,
@@ -447,6 +450,21 @@ class Bookie:
         await self.lease.flush()
         self.reaper.wake.set()
 
+    # -- the change feed (see client.listen) --
+
+    async def listen_next(self, after: int, timeout: float, max_rows: int) -> pa.Table | None:
+        """For a listener at ``after``: the journal rows of the next acknowledged changes
+        (at most ``max_rows``), once there are any (an empty table after ``timeout``), or
+        ``None`` when they are no longer in memory (the listener reads the Journal)."""
+        self._check_readable()
+        tail = self.writes.tail
+        if not tail.covers(after):
+            return None
+        await tail.wait_after(after, timeout)
+        if not tail.covers(after):
+            return None
+        return tail.rows_after(after, max_rows)
+
     # -- history leases (see manifest.history) --
 
     async def set_history_lease(self, name: str, sqn: int, lifetime: float) -> HistoryLease:
@@ -459,14 +477,24 @@ class Bookie:
     async def list_history_leases(self) -> list[HistoryLease]:
         return await history_leases.list_leases(self.manifests, self.clock)
 
-    async def compact_journal(self) -> str:
+    async def compact_journal(self, wait: bool = False) -> str | dict:
         """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running.
-        L0 memory is persisted first: compaction drops only entries the Ledger's files hold."""
+        L0 memory is persisted first: compaction drops only entries the Ledger's files hold.
+        With ``wait``, wait for it (or the one running) and until reads see its files:
+        returns the files it removed and added, and where history now begins."""
         self._check_usable()
         if len(self.cache.unpushed):
             await self._push()
         await call(self.penciller.persist)
-        return self.inker.compact()
+        started = self.inker.compact()
+        if not wait:
+            return started
+        result = await self.inker.wait_compaction()
+        while self.view.journal_version < self.inker.journal_version:
+            await self.inker.wait_journal(self.view.journal_version, timeout=1.0)
+            await asyncio.sleep(0)  # the journal watcher adopts it
+        return {"removed": len(result.removed), "added": len(result.added),
+                "history_sqn": self.view.history_sqn}
 
     # -- admin ---------------------------------------------------------------------------------
 

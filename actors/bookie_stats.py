@@ -48,6 +48,7 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
         **(bookie.participant.counters if bookie.participant else {}),
         "txn_prepared_now": len(bookie.participant.parts) if bookie.participant else 0,
         "lease": bookie.lease.stats() if bookie.lease else {},
+        "history": history_stats(bookie),
         "io": bookie.store.stats.as_dict(),
         "process": process_stats(),
         "background_errors": bookie.tasks.errors,
@@ -61,3 +62,12 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
     }
     stats["write_amplification"] = round(write_amplification(stats), 3)
     return stats
+
+
+def history_stats(bookie) -> dict:
+    """Where history begins, who holds it (as the Inker last read the manifest), and the
+    changes kept in memory for listeners."""
+    manifest = bookie.inker.latest.manifest
+    return {"history_sqn": bookie.view.history_sqn,
+            "leases": {h.name: h.sqn for h in manifest.leases if h.expires_at > bookie.clock()},
+            "tail": bookie.writes.tail.stats()}

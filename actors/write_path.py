@@ -30,6 +30,7 @@ from ..files.sst import SstInfo
 from ..manifest.ingest import WINDOW_SQNS, check_install_order, reserve_base
 from ..options import Options
 from ..read.views import LedgerFiles
+from .change_tail import ChangeTail
 from .group_commit import Group, GroupCommit, JournalColumns
 from .ledger_cache import LedgerCache
 from .live_view import LiveView
@@ -46,6 +47,10 @@ def passed(changes: list[Change], counts: list[int], failures: list,
     keep = [not failure for count, failure in zip(counts, failures) for _ in range(count)]
     return ([c for c, k in zip(changes, keep) if k],
             ValueBatch(inline=[v for v, k in zip(values.inline, keep) if k]))
+
+
+#: Bytes of the newest changes kept in memory for listeners (see :mod:`.change_tail`).
+TAIL_BYTES = 16 << 20
 
 
 class WritePath:
@@ -65,6 +70,7 @@ class WritePath:
             closing=closing)
         self.next_sqn = 1
         self.durable_sqn = 0
+        self.tail = ChangeTail(TAIL_BYTES)  # for listeners
         #: Whether any object may hold index terms: then every change is resolved against
         #: the object's current entry (see :mod:`leveled_ray.codec.index_terms`).
         self.indexed = False
@@ -226,6 +232,7 @@ class WritePath:
             self.view.remember_values(group.sqns, group.values.resolved, group.nbytes)
             self.cache.release_pending(group.keys, group.sqns)
             self.durable_sqn = max(self.durable_sqn, group.sqns[-1])
+            self.tail.add(group)
             self.counters["changes"] += len(group.sqns)
             self.counters["put_bytes"] += group.nbytes
 
@@ -297,5 +304,6 @@ class WritePath:
         top = max(j.max_sqn for j in journal)
         self.next_sqn = max(self.next_sqn, top + 1)
         self.durable_sqn = max(self.durable_sqn, top)
+        self.tail.jump(top)
         self.indexed = self.indexed or holds_index_entries(s.min_key for s in ssts)
         return files

@@ -22,6 +22,7 @@ from .checkpoints import (
     refresh_checkpoint,
     release_checkpoint,
 )
+from .pinned_reads import PinnedReads
 
 
 @with_sync_twins
@@ -64,6 +65,20 @@ class Admin:
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
         """Delete a checkpoint; the files only it pinned may then be deleted."""
         await delete_checkpoint(await self._existing(), checkpoint_id, self.clock)
+
+    def changes(self, after: int = 0, until: int | None = None, *, values: bool = True,
+                batch_size: int = 1000):
+        """The store's changes after SQN ``after`` (see
+        :meth:`Queries.changes <leveled_ray.read.queries.Queries.changes>`), read without Ray
+        on a checkpoint made for the read and deleted when it ends."""
+        return PinnedReads(self).changes(after, until, values=values, batch_size=batch_size)
+
+    def changes_batches(self, after: int = 0, until: int | None = None, *, values: bool = True,
+                        batch_size: int = 1000, binary_names: bool = False):
+        """:meth:`changes` as Arrow batches."""
+        return PinnedReads(self).changes_batches(after, until, values=values,
+                                                 batch_size=batch_size,
+                                                 binary_names=binary_names)
 
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:

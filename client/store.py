@@ -33,10 +33,11 @@ from ..codec import head_only as head_only_mode
 from ..errors import InvalidArgumentError, StoreClosedError
 from ..files.store import ObjectStore, parse_url
 from ..files.sync import with_sync_twins
-from ..manifest.model import Checkpoint
+from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options
 from ..read.queries import Queries, check_index_query
 from .coalesce import Part, WriteCoalescer
+from .listen import Listener
 from .progress import progress_of
 from .ray_connection import ensure_ray
 from .snapshot import Snapshot
@@ -472,6 +473,41 @@ class Store(Queries):
         only the checkpoint needed."""
         return self._actor.delete_checkpoint.remote(checkpoint_id)
 
+    # -- the change feed and history leases --
+
+    def listen(self, after: int = 0, *, name: str | None = None, lifetime: float = 60.0,
+               values: bool = True, batch_size: int = 1000) -> Listener:
+        """A live subscription to every change after SQN ``after``, in SQN order, as each is
+        acknowledged (see :class:`~leveled_ray.client.listen.Listener`): iterate it with
+        ``for`` or ``async for``; its position is ``.sqn``. It holds a history lease named
+        ``name`` (a new name when ``None``) for ``lifetime`` seconds past each renewal.
+        Raises :class:`~leveled_ray.errors.HistoryUnavailableError` (when first read) if
+        compaction already dropped changes after ``after``."""
+        return Listener(self, after, name=name, lifetime=lifetime, values=values,
+                        batch_size=batch_size)
+
+    @bookie_call
+    def listen_next(self, after: int, timeout: float, max_rows: int):
+        """For a listener: the next changes' journal rows (see ``Bookie.listen_next``)."""
+        return self._actor.listen_next.remote(after, timeout, max_rows)
+
+    @bookie_call
+    def set_history_lease(self, name: str, sqn: int, lifetime: float) -> HistoryLease:
+        """Hold every change after ``sqn`` from journal compaction for ``lifetime`` seconds
+        (creates lease ``name``, or moves it either way). A consumer that keeps its position
+        elsewhere (Spark's checkpoint) names itself and moves its lease as it commits."""
+        return self._actor.set_history_lease.remote(name, sqn, lifetime)
+
+    @bookie_call
+    def drop_history_lease(self, name: str) -> None:
+        """Let go of lease ``name`` (nothing happens if it is absent or expired)."""
+        return self._actor.drop_history_lease.remote(name)
+
+    @bookie_call
+    def list_history_leases(self) -> list[HistoryLease]:
+        """The live history leases: ``HistoryLease(name, sqn, expires_at)``."""
+        return self._actor.list_history_leases.remote()
+
     async def backup_async(self, target_url: str, *, target_options: Options | None = None,
                            progress: bool | Callable[[int, int], None] = True) -> dict:
         """Incremental hot backup (see :mod:`leveled_ray.admin.backup`): bring the backup at
@@ -560,14 +596,16 @@ class Store(Queries):
         return self._actor.stats.remote()
 
     @bookie_call
-    def compact_journal(self) -> str:
+    def compact_journal(self, wait: bool = False) -> str | dict:
         """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running.
 
         It scores journal files by the share of their entries still current, rewrites the best
         run of up to ``max_run_length`` files if it beats its target, and deletes the old files
-        once no snapshot needs them. It also runs every ``journal.compaction_interval_s``.
+        once no snapshot needs them. It keeps every change a history lease holds. It also runs
+        every ``journal.compaction_interval_s``. With ``wait=True`` it returns once done and
+        visible to reads: ``{"removed": files, "added": files, "history_sqn": SQN}``.
         """
-        return self._actor.compact_journal.remote()
+        return self._actor.compact_journal.remote(bool(wait))
 
     @bookie_call
     def close(self) -> None:

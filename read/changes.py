@@ -1,10 +1,13 @@
 """The change feed: every change after a position, in SQN order, read from the Journal.
 
-A *position* is an SQN: "every change after it". ``changes(after, until)`` gives the puts and
-deletes with ``after < sqn <= until``, reading the journal files of one point in time in SQN
-order, a span of each file at a time, so memory stays bounded however long the history is.
-History before the view's ``history_sqn`` may be gone (see
-:mod:`leveled_ray.manifest.history`): asking for it raises
+A *position* is an SQN: "every change after it". On a sharded store it is a dict from each
+shard's number, as a string, to an SQN of that shard: ``{"0": 120, "1": 97, ...}`` (JSON as it
+is, so Spark can keep it as an offset); every change then also says its ``shard``.
+
+``changes(after, until)`` gives the puts and deletes with ``after < sqn <= until``, reading
+the journal files of one point in time in SQN order, a span of each file at a time, so memory
+stays bounded however long the history is. History before the view's ``history_sqn`` may be
+gone (see :mod:`leveled_ray.manifest.history`): asking for it raises
 :class:`~leveled_ray.errors.HistoryUnavailableError` before anything is read.
 
 The rows are built column by column; only the ``extra`` column (metadata, head_only values)
@@ -57,13 +60,15 @@ class Change(NamedTuple):
     expires_at: float | None = None
     metadata: dict | None = None
     indexes: tuple = ()
+    shard: int | None = None  # on a sharded store: the shard whose SQN this is
 
 
-def changes_schema(binary_names: bool = False) -> pa.Schema:
-    if not binary_names:
-        return CHANGES_SCHEMA
-    return CHANGES_SCHEMA.set(0, pa.field("bucket", pa.binary())).set(
-        1, pa.field("key", pa.binary()))
+def changes_schema(binary_names: bool = False, sharded: bool = False) -> pa.Schema:
+    schema = CHANGES_SCHEMA
+    if binary_names:
+        schema = schema.set(0, pa.field("bucket", pa.binary())).set(
+            1, pa.field("key", pa.binary()))
+    return schema.append(pa.field("shard", pa.int32())) if sharded else schema
 
 
 def check_range(after, until) -> tuple[int, int | None]:
@@ -75,12 +80,43 @@ def check_range(after, until) -> tuple[int, int | None]:
     return after, until
 
 
+def shard_positions(position, shards: int, name: str = "after") -> list[int] | None:
+    """A sharded position as a list of SQNs by shard. ``0`` stands for every shard's first
+    change; ``None`` (for ``until``) for no end."""
+    if position is None or position == 0 and not isinstance(position, bool):
+        return None if position is None else [0] * shards
+    want = {str(s) for s in range(shards)}
+    if not isinstance(position, dict) or set(position) != want:
+        raise InvalidArgumentError(
+            f"{name} must be a position of every shard, {{\"0\": sqn, ..., "
+            f"\"{shards - 1}\": sqn}}, not {position!r}")
+    return [check_position(position[str(s)]) for s in range(shards)]
+
+
+def check_shard_range(after, until, shards: int) -> list[tuple[int, int | None]]:
+    """``(after, until)`` of each shard, checked."""
+    afters = shard_positions(after, shards)
+    untils = shard_positions(until, shards, "until") or [None] * shards
+    return [check_range(a, u) for a, u in zip(afters, untils)]
+
+
+def advance(position: dict[str, int], changes) -> dict[str, int]:
+    """The sharded position after ``changes`` (each with its ``shard``) were read."""
+    moved = dict(position)
+    for change in changes:
+        moved[str(change.shard)] = change.sqn
+    return moved
+
+
 async def journal_changes(view, after: int, until: int | None,
                           batch_size: int) -> AsyncIterator[pa.Table]:
     """The journal rows of the puts and deletes of ``view`` with ``after < sqn <= until``
-    (``None``: the view's SQN), in SQN order, ``batch_size`` rows at a time at most."""
+    (``None``: the view's SQN), in SQN order, ``batch_size`` rows at a time (fewer only at
+    the end), however many files they come from."""
     check_covered(view.history_sqn, after)
     top = view.sqn if until is None else min(until, view.sqn)
+    held: list[pa.Table] = []
+    count = 0
     for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
         if not info.entries or info.max_sqn <= after or info.min_sqn > top:
             continue
@@ -88,10 +124,17 @@ async def journal_changes(view, after: int, until: int | None,
         sqns = (await clerk.footer()).sqns
         wanted = np.flatnonzero((sqns > after) & (sqns <= top))
         async for rows in clerk.row_spans(wanted, SPAN_BYTES):
-            ops = rows.column("op")
-            changes = rows.filter(pc.less_equal(ops, OP_DELETE))  # not key deltas
-            for start in range(0, changes.num_rows, batch_size):
-                yield changes.slice(start, batch_size)
+            held.append(rows.filter(pc.less_equal(rows.column("op"), OP_DELETE)))  # no deltas
+            count += held[-1].num_rows
+            if count < batch_size:
+                continue
+            table = pa.concat_tables(held)
+            full = count - count % batch_size
+            for start in range(0, full, batch_size):
+                yield table.slice(start, batch_size)
+            held, count = [table.slice(full)], count - full
+    if count:
+        yield pa.concat_tables(held)
 
 
 def _extras(extras: pa.Array) -> tuple[list, list] | None:
@@ -116,8 +159,10 @@ def _no_index_changes(n: int) -> pa.Array:
                                     pa.array([], _INDEX_CHANGE))
 
 
-def changes_batch(rows: pa.Table, binary_names: bool, values: bool) -> pa.RecordBatch:
-    """Journal rows as a batch of :data:`CHANGES_SCHEMA`."""
+def changes_batch(rows: pa.Table, binary_names: bool, values: bool,
+                  shard: int | None = None) -> pa.RecordBatch:
+    """Journal rows as a batch of :data:`CHANGES_SCHEMA` (with a ``shard`` column when the
+    rows are shard ``shard``'s)."""
     n = rows.num_rows
     col = {name: rows.column(name).combine_chunks() for name in rows.column_names}
     buckets, keys = Names(col["lkey"]).arrow(binary_names)
@@ -139,14 +184,16 @@ def changes_batch(rows: pa.Table, binary_names: bool, values: bool) -> pa.Record
         value = pa.array(unpacked[1], pa.binary())
     else:
         value = col["value"]
-    return pa.RecordBatch.from_arrays([
-        buckets, keys, col["sqn"], kinds,
-        col["last_modified"].cast(pa.timestamp("ms", tz="UTC")),
-        expires.cast(pa.timestamp("s", tz="UTC")), metadata, indexes, value,
-    ], schema=changes_schema(binary_names))
+    columns = [buckets, keys, col["sqn"], kinds,
+               col["last_modified"].cast(pa.timestamp("ms", tz="UTC")),
+               expires.cast(pa.timestamp("s", tz="UTC")), metadata, indexes, value]
+    if shard is not None:
+        columns.append(pa.array(np.full(n, shard, np.int32)))
+    return pa.RecordBatch.from_arrays(columns,
+                                      schema=changes_schema(binary_names, shard is not None))
 
 
-def python_changes(rows: pa.Table, values: bool) -> list[Change]:
+def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> list[Change]:
     """Journal rows as :class:`Change` tuples, names as they were written (``str`` or
     ``bytes``)."""
     buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
@@ -171,5 +218,5 @@ def python_changes(rows: pa.Table, values: bool) -> list[Change]:
         changes = () if idx is None else tuple(
             ("add" if o == 0 else "remove", f, t) for o, f, t in msgpack.unpackb(idx, raw=False))
         out.append(Change(b, k, sqn, KINDS[op], value, lm / 1000.0,
-                          float(exp) if exp else None, metadata, changes))
+                          float(exp) if exp else None, metadata, changes, shard))
     return out

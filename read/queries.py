@@ -24,7 +24,14 @@ from ..errors import InvalidArgumentError
 from ..files.framing import size_cuts
 from ..files.sync import run_sync
 from ..options import check_positive_int
-from .changes import Change, changes_batch, check_range, journal_changes, python_changes
+from .changes import (
+    Change,
+    changes_batch,
+    check_range,
+    check_shard_range,
+    journal_changes,
+    python_changes,
+)
 from .fold import aiterate, iterate
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
 from .point_in_time import PointInTime
@@ -367,17 +374,29 @@ class Queries:
 
     # -- the change feed --
 
+    def _shard_count(self) -> int | None:
+        """How many shards a position names (``None``: a plain store, whose position is an
+        SQN)."""
+        shard_map = getattr(self, "shard_map", None)
+        return None if shard_map is None else shard_map.count
+
     def _changes_query(self, after, until, batch_size, arrow, binary_names, values):
-        after, until = check_range(after, until)
+        shards = self._shard_count()
+        ranges = (check_shard_range(after, until, shards) if shards is not None
+                  else [check_range(after, until)])
         batch_size = check_batch_size(batch_size)
 
         def make(view):
+            views = getattr(view, "views", [view])  # a merged view: each shard's in turn
+
             async def gen():
-                found = view.in_turn(lambda v: journal_changes(v, after, until, batch_size))
-                async with contextlib.aclosing(found) as it:
-                    async for rows in it:
-                        yield (changes_batch(rows, binary_names, values) if arrow
-                               else python_changes(rows, values))
+                for shard, (part, (lo, hi)) in enumerate(zip(views, ranges)):
+                    tag = None if shards is None else shard
+                    found = journal_changes(part, lo, hi, batch_size)
+                    async with contextlib.aclosing(found) as it:
+                        async for rows in it:
+                            yield (changes_batch(rows, binary_names, values, tag) if arrow
+                                   else python_changes(rows, values, tag))
             return gen()
         return True, not arrow, make
 
@@ -386,6 +405,8 @@ class Queries:
         """Every change with ``after < sqn <= until`` (``until=None``: up to this point in
         time) as :class:`~leveled_ray.read.changes.Change` tuples, in SQN order: puts and
         deletes, with their metadata, index changes and (unless ``values=False``) values.
+        On a sharded store ``after`` and ``until`` are positions ``{"0": sqn, ...}`` (or
+        ``0`` for the start): each shard's changes come in its SQN order, shard after shard.
 
         Streams in bounded memory. Raises
         :class:`~leveled_ray.errors.HistoryUnavailableError` when journal compaction has

@@ -116,6 +116,14 @@ def durable_backend(request, tmp_path):
     yield from _backend(request.param, request, tmp_path)
 
 
+@pytest.fixture(params=[pytest.param("s3", marks=pytest.mark.s3)])
+def s3_backend(request, tmp_path):
+    """``(url, options)`` for a fresh store on s3:// (moto): for tests whose file:// twin
+    would add time but no coverage (the local store's protocol paths are what most other
+    tests run on)."""
+    yield from _backend(request.param, request, tmp_path)
+
+
 def _backend(kind, request, tmp_path):
     if kind == "memory":
         name = f"t-{uuid.uuid4().hex[:12]}"

@@ -14,8 +14,8 @@ from conftest import wait_until
 pytestmark = pytest.mark.ray
 
 
-def test_merges_keep_every_value_and_delete_replaced_files(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_merges_keep_every_value_and_delete_replaced_files(ray_cluster, s3_backend):
+    url, options = s3_backend
     options = options.replace(ledger=dict(l0_max_keys=400, push_keys=100, push_ms=5,
                                           sst_max_keys=300))
     store = lr.open(url, options)
@@ -59,8 +59,8 @@ def test_merges_keep_every_value_and_delete_replaced_files(ray_cluster, durable_
         store.close()
 
 
-def test_journal_compaction_through_ray(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_journal_compaction_through_ray(ray_cluster, s3_backend):
+    url, options = s3_backend
     options = options.replace(ledger=dict(l0_max_keys=200, push_keys=50, push_ms=5,
                                           sst_max_keys=150), journal=dict(compaction_interval_s=0))
     store = lr.open(url, options)

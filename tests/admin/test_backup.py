@@ -19,8 +19,8 @@ from conftest import REPO_ROOT, SMALL, wait_until
 pytestmark = pytest.mark.ray
 
 
-def test_a_backup_restores_every_acknowledged_write(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_a_backup_restores_every_acknowledged_write(ray_cluster, s3_backend):
+    url, options = s3_backend
     options = options.replace(**SMALL)
     store = lr.open(url, options)
     target = url.rstrip("/") + "-backup"

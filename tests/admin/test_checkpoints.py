@@ -16,8 +16,8 @@ from conftest import REPO_ROOT, SMALL, current_files, stored, wait_until
 pytestmark = pytest.mark.ray
 
 
-def test_a_checkpoint_holds_every_acknowledged_write(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_a_checkpoint_holds_every_acknowledged_write(ray_cluster, s3_backend):
+    url, options = s3_backend
     store = lr.open(url, options)
     try:
         store.put_many([lr.Put("b", f"k{i}", b"v%d" % i) for i in range(20)])
@@ -37,8 +37,8 @@ def test_a_checkpoint_holds_every_acknowledged_write(ray_cluster, durable_backen
         store.close()
 
 
-def test_checkpoint_admin_with_and_without_the_store(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_checkpoint_admin_with_and_without_the_store(ray_cluster, s3_backend):
+    url, options = s3_backend
     store = lr.open(url, options)
     try:
         store.put("b", "k", b"v1")

@@ -26,8 +26,8 @@ def keys(n):
     return [("b", f"k{i:03d}") for i in range(n)]
 
 
-def test_a_clone_and_its_parent_are_isolated_both_ways(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_a_clone_and_its_parent_are_isolated_both_ways(ray_cluster, s3_backend):
+    url, options = s3_backend
     child_url = sibling(url, "child")
     parent = lr.open(url, options)
     try:

@@ -87,8 +87,8 @@ def test_old_outputs_are_not_published():
 
 
 @pytest.mark.ray
-def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, s3_backend):
+    url, options = s3_backend
     # Outputs older than gc.min_age_s / 2 by the store's clock are not published: merges that
     # the advancing clock overtakes are redone, never collected half-published.
     options = options.replace(**SMALL, gc=dict(long_snapshot_timeout_s=3, interval_s=0,

@@ -24,8 +24,8 @@ def read_in_a_task(snap, keys):
     return snap.get_many(keys), snap.head("b", keys[0][1]).sqn
 
 
-def test_a_snapshot_sees_its_moment_from_any_process(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_a_snapshot_sees_its_moment_from_any_process(ray_cluster, s3_backend):
+    url, options = s3_backend
     store = lr.open(url, options)
     try:
         store.put_many([lr.Put("b", f"k{i:03d}", b"old %d" % i) for i in range(100)])
@@ -72,8 +72,8 @@ def test_bad_snapshot_calls_are_refused(ray_cluster, tmp_url):
         store.close()
 
 
-def test_a_snapshot_keeps_its_view_through_merges_and_compaction(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_a_snapshot_keeps_its_view_through_merges_and_compaction(ray_cluster, s3_backend):
+    url, options = s3_backend
     options = options.replace(**SMALL)
     store = lr.open(url, options)
     try:

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.ray
 KEYS = [("b", f"k{i:03d}") for i in range(100)]
 
 
-def test_readers_admin_backup_gc_and_destroy(ray_cluster, durable_backend, tmp_path):
-    url, options = durable_backend
+def test_readers_admin_backup_gc_and_destroy(ray_cluster, s3_backend, tmp_path):
+    url, options = s3_backend
     store = lr.open(url, options, shards=2)
     store.put_many([lr.Put(b, k, b"v1") for b, k in KEYS])  # one batch across both shards
     checkpoint = store.checkpoint(lifetime=600)
