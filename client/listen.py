@@ -40,7 +40,71 @@ POLL_S = 5.0
 RENEW_AFTER = 1 / 3
 
 
-class Listener:
+class Polling:
+    """Iteration, context management and synchronous forms over ``poll_async``,
+    ``poll_batch_async`` and ``close_async`` (shared by the plain and sharded listeners).
+    Synchronous calls run on a private event loop."""
+
+    _items: deque
+    _runner: asyncio.Runner | None = None
+
+    def _take_items(self) -> list[Change]:
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Change:
+        while not self._items:
+            self._items.extend(await self.poll_async())
+        return self._items.popleft()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close_async()
+
+    def _run(self, coro):
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner.run(coro)
+
+    def poll(self, timeout: float | None = None) -> list[Change]:
+        """Synchronous :meth:`poll_async`."""
+        return self._run(self.poll_async(timeout))
+
+    def poll_batch(self, timeout: float | None = None) -> pa.RecordBatch | None:
+        """Synchronous :meth:`poll_batch_async`."""
+        return self._run(self.poll_batch_async(timeout))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Change:
+        while not self._items:
+            self._items.extend(self.poll())
+        return self._items.popleft()
+
+    def close(self) -> None:
+        """Synchronous :meth:`close_async`."""
+        try:
+            self._run(self.close_async())
+        finally:
+            if self._runner is not None:
+                self._runner.close()
+                self._runner = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Listener(Polling):
     """See the module docstring. Iterate it (``for`` or ``async for``), or call
     :meth:`poll` / :meth:`poll_batch` for what is there within a timeout. Use it as a context
     manager, or :meth:`close` it."""
@@ -64,7 +128,6 @@ class Listener:
         self._catchup: AsyncIterator[pa.Table] | None = None
         self._release = None  # ends the catch-up's snapshot
         self._items: deque[Change] = deque()
-        self._runner: asyncio.Runner | None = None
 
     # -- the async core --
 
@@ -136,11 +199,6 @@ class Listener:
         self._advance(rows)
         return python_changes(rows, self.values)
 
-    def _take_items(self) -> list[Change]:
-        items = list(self._items)
-        self._items.clear()
-        return items
-
     async def close_async(self) -> None:
         """Stop listening: an unnamed listener's lease is dropped, a named one's is left to
         expire (or to be taken over by the next listener of that name)."""
@@ -153,57 +211,3 @@ class Listener:
             if not self.named and self._leased_at is not None:
                 with contextlib.suppress(Exception):  # it expires on its own anyway
                     await self.store.drop_history_lease_async(self.name)
-
-    # -- async iteration --
-
-    def __aiter__(self) -> Listener:
-        return self
-
-    async def __anext__(self) -> Change:
-        while not self._items:
-            self._items.extend(await self.poll_async())
-        return self._items.popleft()
-
-    async def __aenter__(self) -> Listener:
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close_async()
-
-    # -- synchronous forms, on a private event loop --
-
-    def _run(self, coro):
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        return self._runner.run(coro)
-
-    def poll(self, timeout: float | None = None) -> list[Change]:
-        """Synchronous :meth:`poll_async`."""
-        return self._run(self.poll_async(timeout))
-
-    def poll_batch(self, timeout: float | None = None) -> pa.RecordBatch | None:
-        """Synchronous :meth:`poll_batch_async`."""
-        return self._run(self.poll_batch_async(timeout))
-
-    def __iter__(self) -> Listener:
-        return self
-
-    def __next__(self) -> Change:
-        while not self._items:
-            self._items.extend(self.poll())
-        return self._items.popleft()
-
-    def close(self) -> None:
-        """Synchronous :meth:`close_async`."""
-        try:
-            self._run(self.close_async())
-        finally:
-            if self._runner is not None:
-                self._runner.close()
-                self._runner = None
-
-    def __enter__(self) -> Listener:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -20,12 +20,14 @@ from ..files.sync import with_sync_twins
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import ShardMap
 from ..options import Options
+from ..read.changes import shard_positions
 from ..read.merged import MergedView
 from ..read.queries import Queries
 from . import checkpoints, placement
 from .backup import backup
 from .cut import Early, cut
 from .fanout import per_shard_checked, shard_groups
+from .listen import ShardedListener
 from .snapshot import ShardedSnapshot
 from .totals import totals
 from .txn import put_across
@@ -203,10 +205,41 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
         return {**totals(parts), "url": self.url, "name": self.name,
                 "route_by": self.shard_map.route_by, "shards": list(parts)}
 
-    async def compact_journal_async(self) -> list[str]:
+    async def compact_journal_async(self, wait: bool = False) -> list:
         """Start a journal compaction on every shard: each shard's ``"started"`` or
-        ``"busy"``."""
-        return list(await asyncio.gather(*(s.compact_journal_async() for s in self._stores)))
+        ``"busy"`` (with ``wait``, each shard's result: see :meth:`Store.compact_journal`)."""
+        return list(await asyncio.gather(*(s.compact_journal_async(wait)
+                                           for s in self._stores)))
+
+    # -- the change feed and history leases --
+
+    def listen(self, after=0, *, name: str | None = None, lifetime: float = 60.0,
+               values: bool = True, batch_size: int = 1000) -> ShardedListener:
+        """Every shard's changes after position ``after`` (``{"0": sqn, ...}``, or ``0``), as
+        each is acknowledged (see :mod:`leveled_ray.cluster.listen`); ``.sqn`` is the
+        position. Each shard's listener holds a lease ``<name>.<shard>``."""
+        return ShardedListener(self._stores, after, name=name, lifetime=lifetime,
+                               values=values, batch_size=batch_size)
+
+    async def set_history_lease_async(self, name: str, position, lifetime: float) -> list:
+        """Hold every change after ``position`` (``{"0": sqn, ...}``) on every shard, as lease
+        ``name`` of each (see :meth:`Store.set_history_lease`)."""
+        sqns = shard_positions(position, self.shards, "position")
+        return list(await asyncio.gather(*(store.set_history_lease_async(name, sqn, lifetime)
+                                           for store, sqn in zip(self._stores, sqns))))
+
+    async def drop_history_lease_async(self, name: str) -> None:
+        await asyncio.gather(*(store.drop_history_lease_async(name) for store in self._stores))
+
+    async def list_history_leases_async(self) -> dict[str, dict[str, int]]:
+        """Each live lease's position: ``{name: {"0": sqn, ...}}`` (shards where a lease
+        is missing or expired are left out of its position)."""
+        found: dict[str, dict[str, int]] = {}
+        for shard, leases in enumerate(await asyncio.gather(
+                *(store.list_history_leases_async() for store in self._stores))):
+            for lease in leases:
+                found.setdefault(lease.name, {})[str(shard)] = lease.sqn
+        return found
 
     async def close_async(self) -> None:
         """Close every shard (each as :meth:`Store.close`), then free their placement."""

@@ -299,3 +299,51 @@ def test_a_sharded_store_answers_as_a_plain_store_and_a_dict(four, tmp_path):
             phases=(Phase.explicit, Phase.reuse, Phase.generate)))
     finally:
         plain.close()
+
+
+def test_changes_of_a_sharded_store_equal_each_shards_log(four):
+    """For random puts and deletes, the changes after random positions equal the model's log
+    of each shard after its SQN; a position is JSON as it is."""
+    import json
+    import random
+
+    rng = random.Random(11)
+    bucket = f"ch-{uuid.uuid4().hex[:6]}"
+    start = {str(s): shard["next_sqn"] - 1 for s, shard in enumerate(four.stats()["shards"])}
+    log = {str(s): [] for s in range(4)}
+    for i in range(120):
+        key = f"k{rng.randrange(25)}"
+        shard = str(four.shard_of(bucket, key))
+        if rng.random() < 0.25:
+            log[shard].append((bucket, key, four.delete(bucket, key), "delete", None))
+        else:
+            value = b"v%d" % i
+            log[shard].append((bucket, key, four.put(bucket, key, value), "put", value))
+    for _ in range(3):
+        after = {s: rng.choice([start[s]] + [c[2] for c in log[s]]) for s in log}
+        after = json.loads(json.dumps(after))  # as Spark keeps it
+        got = [c for c in four.changes(after) if c.bucket == bucket]
+        want = [(*c, int(s)) for s in sorted(log) for c in log[s] if c[2] > after[s]]
+        assert [(c.bucket, c.key, c.sqn, c.kind, c.value, c.shard) for c in got] == want
+    batch = next(four.changes_batches(start, batch_size=10_000))
+    assert set(batch.column("shard").to_pylist()) <= {0, 1, 2, 3}
+    with pytest.raises(lr.InvalidArgumentError):
+        four.changes({"0": 1})  # a position names every shard
+    with pytest.raises(lr.InvalidArgumentError):
+        four.changes(5)
+
+
+def test_listen_to_a_sharded_store_follows_every_shard(four):
+    bucket = f"ls-{uuid.uuid4().hex[:6]}"
+    position = {str(s): shard["next_sqn"] - 1 for s, shard in enumerate(four.stats()["shards"])}
+    with four.listen(position) as feed:
+        written = {(bucket, f"k{i}"): four.put(bucket, f"k{i}", b"x") for i in range(40)}
+        seen = {}
+        while len(seen) < len(written):
+            for change in feed.poll(timeout=5):
+                if change.bucket == bucket:
+                    assert (change.bucket, change.key) not in seen
+                    seen[(change.bucket, change.key)] = (change.shard, change.sqn)
+        assert {k: sqn for k, (_, sqn) in seen.items()} == written
+        assert all(four.shard_of(*k) == shard for k, (shard, _) in seen.items())
+        assert all(feed.sqn[str(shard)] >= sqn for shard, sqn in seen.values())
