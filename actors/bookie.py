@@ -255,13 +255,14 @@ class Bookie:
     async def ingest(self, packed: bytes) -> int:
         """Install a bulk write's files: writes pause, every acknowledged change is persisted
         to the Ledger, then the Penciller installs the files in one manifest change. Returns
-        the manifest version."""
-        journal, ssts = unpack(packed)
+        the manifest version. A streaming write's ``mark`` (``(writer, batch id)``) installs
+        a batch once however often it is sent."""
+        journal, ssts, mark = unpack(packed)
         self._check_usable()
-        return (await self._install_files(journal, ssts)).version
+        return (await self._install_files(journal, ssts, mark=mark)).version
 
-    async def _install_files(self, journal: tuple, ssts: tuple,
-                             txn: str | None = None) -> LedgerFiles:
+    async def _install_files(self, journal: tuple, ssts: tuple, txn: str | None = None,
+                             mark: tuple[str, int] | None = None) -> LedgerFiles:
         """:meth:`ingest`, also as the part of cross-shard bulk write ``txn``; files this
         store holds already (a part applied again after a restart) change nothing."""
         present = {j.name for j in self.inker.files}
@@ -270,8 +271,10 @@ class Bookie:
 
         async def install() -> LedgerFiles:
             await self._push()
-            files = await call(self.penciller.ingest, journal, ssts, self.writes.durable_sqn)
-            self.inker.adopt(journal)
+            files, installed = await call(self.penciller.ingest, journal, ssts,
+                                          self.writes.durable_sqn, mark)
+            if installed:
+                self.inker.adopt(journal)
             if files.version > self.view.files.version:
                 self._adopt(files)
             return files

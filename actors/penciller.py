@@ -216,10 +216,12 @@ class Penciller(Owner):
 
     # -- bulk writes --
 
-    async def ingest(self, journal: tuple, ssts: tuple, upto: int) -> LedgerFiles:
+    async def ingest(self, journal: tuple, ssts: tuple, upto: int,
+                     mark: tuple[str, int] | None = None) -> tuple[LedgerFiles, bool]:
         """Install a bulk write's files (see :mod:`leveled_ray.manifest.ingest`) once L0
         memory, holding every change up to ``upto``, is persisted. No merge runs meanwhile:
-        the files are placed by the levels as they are."""
+        the files are placed by the levels as they are. Returns the Ledger files, and whether
+        the write's files are in the store (not when ``mark`` says it was applied before)."""
         if self.error is not None:
             raise self.error
         while self.merging is not None:
@@ -230,7 +232,7 @@ class Penciller(Owner):
             await self.flush()
             check_publishable(named_at(f.name for f in journal + ssts), self.options,
                               time.time())  # named in wall time by the bulk writers
-            await self.commit(ingest, journal, ssts)
+            await self.commit(ingest, journal, ssts, mark)
             self.pushed_sqn = max(self.pushed_sqn, self.latest.manifest.ledger_sqn)
         finally:
             self.merging = None
@@ -238,7 +240,8 @@ class Penciller(Owner):
             self._merged = asyncio.Event()
         self.counters["ingests"] += 1
         self._notify()
-        return self.files()
+        names = {j.name for j in self.latest.manifest.journal}
+        return self.files(), all(j.name in names for j in journal)
 
     def stats(self) -> dict:
         levels = self.latest.manifest.levels

@@ -82,7 +82,7 @@ async def begin_reads_async(url: str, query: bulk_read.ReadQuery, options: Optio
     bulk_read.check_query(query)
     owner = None
     if checkpoint is None:
-        owner = await _sharded_handle(url, shard_map, options, store_name, ray_address)
+        owner = await sharded_handle(url, shard_map, options, store_name, ray_address)
         creating = (owner.checkpoint_async if hasattr(owner, "checkpoint_async")
                     else owner.create_checkpoint_async)
         checkpoint = (await creating(lifetime, "spark-read")).id
@@ -106,8 +106,8 @@ def begin_reads(url: str, query: bulk_read.ReadQuery, options: Options | None = 
     return run_sync(begin_reads_async(url, query, options, **kwargs))
 
 
-async def _sharded_handle(url: str, shard_map: ShardMap, options: Options,
-                          store_name: str | None, ray_address: str | None):
+async def sharded_handle(url: str, shard_map: ShardMap, options: Options,
+                         store_name: str | None = None, ray_address: str | None = None):
     """The running store ``store_name`` (its cuts hold writes briefly), or the store's admin
     (its checkpoints are refused while a shard is written)."""
     if store_name is None:

@@ -310,12 +310,14 @@ def gather_files(parts) -> tuple[tuple, tuple]:
     return journal, ssts
 
 
-async def commit_async(plan: BulkWrite, parts) -> int:
+async def commit_async(plan: BulkWrite, parts, mark: tuple[str, int] | None = None) -> int:
     """Install every partition's files at once; returns the rows written.
 
     Through the running Bookie when the write began with one; otherwise this claims the
     store as a new writer would (a Bookie that is still running on it is fenced) and
-    installs the files with the manifest's CAS loop."""
+    installs the files with the manifest's CAS loop. ``mark`` (a streaming write's
+    ``(writer, batch id)``) makes a batch sent again change nothing (its files are then
+    orphans, which GC removes)."""
     parts = [p for p in parts if p is not None]
     journal, ssts = gather_files(parts)
     try:
@@ -324,15 +326,16 @@ async def commit_async(plan: BulkWrite, parts) -> int:
                               time.time())
             if plan.store_name is not None:
                 running = await running_store(plan.store_name, plan.ray_address, began=True)
-                await running.ingest_async(journal, ssts)
+                await running.ingest_async(journal, ssts, mark)
             else:
-                await install_offline(plan.url, plan.options, journal, ssts)
+                await install_offline(plan.url, plan.options, journal, ssts, mark)
     finally:
         await release_pin(plan)
     return sum(p.rows for p in parts)
 
 
-async def install_offline(url: str, options: Options, journal, ssts) -> None:
+async def install_offline(url: str, options: Options, journal, ssts,
+                          mark: tuple[str, int] | None = None) -> None:
     """Install files in a store no process has open: claim it as a new writer would (a
     Bookie still running on it is fenced), then one manifest change. Files it lists already
     change nothing."""
@@ -343,13 +346,13 @@ async def install_offline(url: str, options: Options, journal, ssts) -> None:
     fence, tail = await write_fence(store, epoch, m.journal_next_slot)
     found = tuple(tail) + (fence,)
     await manifests.update(
-        lambda m: ingest(record_journal(m, found, fence.slot + 1), epoch, journal, ssts),
+        lambda m: ingest(record_journal(m, found, fence.slot + 1), epoch, journal, ssts, mark),
         Versioned(mid, m))
 
 
-def commit(plan: BulkWrite, parts) -> int:
+def commit(plan: BulkWrite, parts, mark: tuple[str, int] | None = None) -> int:
     """Synchronous :func:`commit_async`."""
-    return run_sync(commit_async(plan, parts))
+    return run_sync(commit_async(plan, parts, mark))
 
 
 async def abort_async(plan: BulkWrite, parts) -> None:

@@ -696,9 +696,11 @@ class Store(Queries):
         """Reserve a window of SQNs for a bulk write: ``{"base", "indexed", "epoch"}``."""
         return await _await(self._actor.reserve_bulk.remote())
 
-    async def ingest_async(self, journal: tuple, ssts: tuple) -> int:
-        """Install a bulk write's files through the Bookie; returns the manifest version."""
-        return await _await(self._actor.ingest.remote(pack((journal, ssts))))
+    async def ingest_async(self, journal: tuple, ssts: tuple,
+                           mark: tuple[str, int] | None = None) -> int:
+        """Install a bulk write's files through the Bookie; returns the manifest version
+        (``mark``: a streaming write's ``(writer, batch id)``, installed once)."""
+        return await _await(self._actor.ingest.remote(pack((journal, ssts, mark))))
 
     # -- for operators and tests --
 

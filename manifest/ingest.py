@@ -113,17 +113,23 @@ def place(levels: tuple[tuple[SstInfo, ...], ...],
     return tuple(tuple(level) for level in placed)
 
 
+def applied(manifest: Manifest, mark: tuple[str, int] | None) -> bool:
+    """Whether streaming writer ``mark[0]`` has applied batch ``mark[1]`` (or a later one)."""
+    return mark is not None and dict(manifest.stream_batches).get(mark[0], -1) >= mark[1]
+
+
 def ingest(manifest: Manifest, epoch: int, journal: tuple[JournalInfo, ...],
-           ssts: tuple[SstInfo, ...]) -> Manifest:
+           ssts: tuple[SstInfo, ...], mark: tuple[str, int] | None = None) -> Manifest:
     """Install a bulk write's journal files and SSTs, and move the persisted SQN past them.
 
     Refused (:class:`IngestConflictError`) unless every SQN of the write is above every SQN
     the store holds and every journal entry is already in the Ledger: then the new files are
     the newest of the store, and the persisted SQN may move past them. Installing the same
-    files twice changes nothing."""
+    files twice changes nothing. ``mark`` (``(writer, batch id)``, a streaming write's) is
+    recorded with the files; a batch the writer applied already changes nothing."""
     require_writer(manifest, epoch)
     present = {j.name for j in manifest.journal}
-    if not journal or all(j.name in present for j in journal):
+    if not journal or all(j.name in present for j in journal) or applied(manifest, mark):
         return manifest
     low = min(j.min_sqn for j in journal)
     high = max(j.max_sqn for j in journal)
@@ -137,8 +143,12 @@ def ingest(manifest: Manifest, epoch: int, journal: tuple[JournalInfo, ...],
         raise IngestConflictError(
             f"journal entries after SQN {manifest.ledger_sqn} are not in the Ledger yet: open "
             f"the store once (it replays them), or write through its running Bookie")
+    marks = manifest.stream_batches
+    if mark is not None:
+        marks = tuple(kv for kv in marks if kv[0] != mark[0]) + (tuple(mark),)
     return manifest.with_changes(
         journal=manifest.journal + tuple(sorted(journal, key=lambda j: j.min_sqn)),
         levels=place(manifest.levels, ssts),
         ledger_sqn=high,
+        stream_batches=marks,
     )

@@ -88,6 +88,9 @@ class Manifest:
     #: Every change above this SQN is still in the Journal (see ``manifest.history``).
     history_sqn: int = 0
     leases: tuple[HistoryLease, ...] = ()
+    #: Streaming writers' last applied batches, ``(writer, batch id)``: a batch is installed
+    #: once, even when the stream retries it (see ``manifest.ingest``).
+    stream_batches: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def new(cls, **settings: str) -> Manifest:
@@ -154,6 +157,7 @@ def encode(manifest: Manifest, manifest_id: int, codec: int = CODEC_LZ4) -> byte
         "stores": [list(kv) for kv in manifest.stores],
         "history_sqn": manifest.history_sqn,
         "leases": [[h.name, h.sqn, h.expires_at] for h in manifest.leases],
+        "stream_batches": [list(kv) for kv in manifest.stream_batches],
     }
     raw = msgpack.packb(doc, use_bin_type=True)
     used, payload = compress(codec, raw)
@@ -199,6 +203,7 @@ def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
             history_sqn=int(doc.get("history_sqn", 0)),
             leases=tuple(HistoryLease(str(n), int(q), float(e))
                          for n, q, e in doc.get("leases", ())),
+            stream_batches=tuple((str(w), int(b)) for w, b in doc.get("stream_batches", ())),
         )
     except CorruptObjectError:
         raise

@@ -56,12 +56,19 @@ from pyspark.sql.datasource import (
 from ..bulk import read as bulk_read
 from ..bulk import sharded as bulk
 from ..bulk import write as bulk_write
+from ..bulk.stream import SPARK_SCHEMA
 from ..client.ray_connection import ensure_ray
 from ..cluster.open import connect
 from ..errors import InvalidArgumentError
 from ..options import Options, value_from_text
 from ..read.key_ranges import term_from_text
 from .ray_on_spark import with_bin_dir
+from .stream import (
+    STREAM_READ_OPTIONS,
+    STREAM_WRITE_OPTIONS,
+    LeveledStreamReader,
+    LeveledStreamWriter,
+)
 
 FORMAT = "leveled"
 
@@ -175,13 +182,37 @@ class LeveledDataSource(DataSource):
         return {**self.defaults, **dict(self.options)}
 
     def schema(self) -> str:
+        if self._streaming():
+            return SPARK_SCHEMA
         return read_query(self._options()).spark_schema()
+
+    def _streaming(self) -> bool:
+        """Whether these options describe a stream: Spark asks ``schema()`` before it says
+        whether it reads a batch or a stream, so a stream names its ``startingPosition``."""
+        return "startingposition" in {k.lower() for k in self.options}
 
     def reader(self, schema) -> DataSourceReader:
         return LeveledReader(self._options())
 
     def writer(self, schema, overwrite: bool) -> LeveledWriter:
         return LeveledWriter(self._options(), schema, overwrite)
+
+    def streamReader(self, schema) -> LeveledStreamReader:
+        options = self._options()
+        if not self._streaming():
+            raise InvalidArgumentError(
+                'a stream of a leveled store needs option("startingPosition", ...): '
+                '"snapshot" (its contents, then its changes), "latest", or a position')
+        _check_names(options, STREAM_READ_OPTIONS)
+        return LeveledStreamReader(options, *_target(options))
+
+    def streamWriter(self, schema, overwrite: bool) -> LeveledStreamWriter:
+        options = self._options()
+        if overwrite:
+            raise InvalidArgumentError('the leveled data source only appends: use '
+                                       'outputMode("append")')
+        _check_names(options, STREAM_WRITE_OPTIONS)
+        return LeveledStreamWriter(options, schema, *_target(options))
 
 
 class SplitPartition(InputPartition):

@@ -10,6 +10,7 @@ from leveled_ray.files.sst import SstInfo
 from leveled_ray.manifest import Manifest
 from leveled_ray.manifest import ingest as ig
 from leveled_ray.manifest.levels import check_level
+from leveled_ray.manifest.model import decode, encode
 
 
 def sst(name, lo, hi, min_sqn=1, max_sqn=10):
@@ -124,6 +125,21 @@ def test_ingest_installs_every_file_and_moves_the_persisted_sqn():
     assert [f.name for f in m.journal][1:] == ["journal/c/p0.jnl", "journal/c/p1.jnl"]
     assert {f.name for f in m.sst_files()} >= {"ledger/x.sst", "ledger/b.sst"}
     assert ig.ingest(m, 3, j, s) is m  # installing twice changes nothing
+
+
+def test_a_streaming_batch_is_installed_once_however_often_it_is_sent():
+    first = (jnl("p0", 1000, 1010),), (sst("x", b"x", b"y", 1000, 1010),)
+    m = ig.ingest(manifest(), 3, *first, ("query-a", 7))
+    assert m.stream_batches == (("query-a", 7),) and ig.applied(m, ("query-a", 7))
+    again = (jnl("p9", 2000, 2010),), (sst("z", b"x", b"y", 2000, 2010),)  # a retry's files
+    assert ig.ingest(m, 3, *again, ("query-a", 7)) is m
+    assert ig.ingest(m, 3, *again, ("query-a", 6)) is m  # an older batch too
+    other = ig.ingest(m, 3, *again, ("query-b", 7))  # another writer's batch 7 is its own
+    assert dict(other.stream_batches) == {"query-a": 7, "query-b": 7}
+    assert ig.ingest(other, 3, (jnl("p8", 3000, 3001),), (), ("query-a", 8)).stream_batches[
+        -1] == ("query-a", 8)
+    back = decode(encode(other, 9), "m", 9)
+    assert back.stream_batches == other.stream_batches
 
 
 def test_ingest_refuses_when_the_store_got_past_the_window_or_is_behind():

@@ -1,0 +1,156 @@
+"""Spark Structured Streaming with the ``leveled`` format: ``spark.readStream`` of a store's
+changes (see :mod:`leveled_ray.bulk.stream` for offsets and what a batch holds) and
+``writeStream`` of rows into a store, each micro-batch exactly once.
+
+Read options (with ``url`` or ``store_name`` as for batch reads):
+
+- ``startingPosition``: ``snapshot`` (default: the contents at a cut, then every change
+  after it), ``latest``, or a position (``120``; ``{"0": 120, "1": 97}`` on a sharded store);
+- ``maxChangesPerTrigger``: about how many changes one micro-batch reads at most (the
+  contents batch is one batch, however large);
+- ``lease_s`` (3600): how long history is held for a query that stops committing;
+- ``splits`` (8): partitions of the contents batch.
+
+Write options: ``url`` or ``store_name``, and ``writer``: a name for the query that stays the
+same across its restarts (two queries must not share one). A micro-batch is installed with one
+manifest change that also records ``(writer, batch id)``, so a batch Spark sends again changes
+nothing. Streaming writes to a sharded store are refused for now.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from ..bulk import stream
+from ..bulk import write as bulk_write
+from ..client.ray_connection import ensure_ray
+from ..cluster.open import connect
+from ..errors import InvalidArgumentError
+from ..files.sync import run_sync
+from ..options import value_from_text
+
+#: Option names as Spark passes them (lower case).
+STREAM_READ_OPTIONS = ("startingposition", "maxchangespertrigger", "lease_s", "splits",
+                       "store_name", "ray_address")
+STREAM_WRITE_OPTIONS = ("writer", "store_name", "ray_address", "checkpointlocation")
+
+
+class PartPartition(InputPartition):
+    def __init__(self, part: stream.Part, index: int):
+        super().__init__(index)
+        self.part = part
+
+
+class LeveledStreamReader(DataSourceStreamReader):
+    """Offsets are :mod:`~leveled_ray.bulk.stream` offsets; :meth:`commit` moves the query's
+    history lease."""
+
+    def __init__(self, options: dict, url: str, store_options):
+        self.options = options
+        self.target = run_sync(stream.target_async(url, store_options))
+        self.lease_s = value_from_text("lease_s", "float", options.get("lease_s", 3600))
+        self.splits = value_from_text("splits", "int", options.get("splits", 8))
+        limit = options.get("maxchangespertrigger")
+        self.max_changes = None if limit is None else value_from_text(
+            "maxChangesPerTrigger", "int", limit)
+        if self.max_changes is not None and self.max_changes < 1:
+            raise InvalidArgumentError("maxChangesPerTrigger must be at least 1")
+        self._renewed: float | None = None
+
+    def _owner(self):
+        """The running store named ``store_name`` (a cut of a sharded store is made through
+        it while it runs), or ``None``."""
+        name = self.options.get("store_name")
+        if name is None:
+            return None
+        ensure_ray(self.options.get("ray_address"), join=True)
+        return connect(name)
+
+    def initialOffset(self) -> dict:
+        return run_sync(stream.start_async(self.target,
+                                           self.options.get("startingposition", "snapshot")))
+
+    def getDefaultReadLimit(self):
+        return ReadAllAvailable() if self.max_changes is None else ReadMaxRows(self.max_changes)
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        if stream.lease_due(self._renewed, self.lease_s):  # an idle query keeps its history
+            run_sync(stream.hold(self.target, start, self.lease_s))
+            self._renewed = time.monotonic()
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        owner = self._owner() if not start["lease"] else None
+        return run_sync(stream.latest_async(self.target, start, cap, lease_s=self.lease_s,
+                                            owner=owner))
+
+    def partitions(self, start: dict, end: dict):
+        parts = run_sync(stream.plan_async(self.target, start, end, self.splits))
+        return [PartPartition(p, i) for i, p in enumerate(parts)]
+
+    def read(self, partition: PartPartition):
+        yield from stream.read(self.target, partition.part)
+
+    def commit(self, end: dict) -> None:
+        run_sync(stream.commit_async(self.target, end, self.lease_s))
+        self._renewed = time.monotonic()
+
+
+@dataclass
+class StreamMessage(WriterCommitMessage):
+    plan: bulk_write.BulkWrite
+    files: bulk_write.PartitionFiles
+
+
+class LeveledStreamWriter(DataSourceStreamArrowWriter):
+    """Each micro-batch is a bulk write (see :mod:`leveled_ray.bulk.write`) whose commit
+    records ``(writer, batch id)`` with its files. Spark builds this writer once for the
+    query (and again for each commit), so each task reserves its own SQN window when it
+    starts: windows then sit above every batch installed before."""
+
+    def __init__(self, options: dict, schema, url: str, store_options):
+        writer = options.get("writer")
+        if not writer:
+            raise InvalidArgumentError('a streaming write needs option("writer", <a name that '
+                                       'stays the same across restarts of the query>)')
+        bulk_write.check_columns(schema.names)
+        target = run_sync(stream.target_async(url, store_options))
+        if target.shard_map is not None:
+            raise InvalidArgumentError("streaming writes to a sharded store are not supported "
+                                       "yet: use foreachBatch with a batch write")
+        self.writer = writer
+        self.url, self.store_options = url, store_options
+        self.store_name = options.get("store_name")
+        self.ray_address = options.get("ray_address")
+
+    def write(self, iterator) -> StreamMessage:
+        from pyspark import TaskContext
+
+        if self.store_name is not None:
+            ensure_ray(self.ray_address, join=True)
+        plan = bulk_write.begin(self.url, self.store_options, store_name=self.store_name,
+                                ray_address=self.ray_address)
+        partition = TaskContext.get().partitionId()
+        return StreamMessage(plan, bulk_write.write_partition(plan, partition, iterator))
+
+    def commit(self, messages, batchId: int) -> None:
+        done = [m for m in messages if m is not None]
+        if not done:
+            return
+        try:
+            bulk_write.commit(done[0].plan, [m.files for m in done], (self.writer, int(batchId)))
+        finally:
+            for m in done[1:]:
+                run_sync(bulk_write.release_pin(m.plan))
+
+    def abort(self, messages, batchId: int) -> None:
+        done = [m for m in messages if m is not None]
+        for m in done:
+            bulk_write.abort(m.plan, [m.files])
