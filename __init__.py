@@ -43,3 +43,12 @@ __all__ = [
     "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",
 ]
+
+
+def __getattr__(name: str):
+    # lr.data (Ray Data) is imported on first use: ray.data is heavy to import.
+    if name == "data":
+        from . import raydata
+
+        return raydata
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

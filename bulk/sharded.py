@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..admin.gc import check_publishable, named_at
 from ..cluster.admin import ShardedAdmin
 from ..cluster.open import connect, shard_name
@@ -44,6 +45,7 @@ from ..files.names import ulid
 from ..files.store import NotFound, ObjectStore
 from ..files.sync import run_sync
 from ..manifest.shard_map import ShardMap, read_shard_map
+from ..manifest.store import ManifestStore
 from ..manifest.txn_records import (
     ABORT,
     COMMIT,
@@ -67,37 +69,64 @@ from .rows import object_keys
 async def begin_reads_async(url: str, query: bulk_read.ReadQuery, options: Options | None = None,
                             *, checkpoint: str | None = None, lifetime: float = 600.0,
                             splits: int = 8, batch_size: int = bulk_read.BATCH_SIZE,
-                            store_name: str | None = None,
-                            ray_address: str | None = None) -> list[bulk_read.ReadPlan]:
+                            store_name: str | None = None, ray_address: str | None = None,
+                            owns_checkpoint: bool = False) -> list[bulk_read.ReadPlan]:
     """The plans of one read of the store at ``url``: one for a plain store, one per shard
     for a sharded one (each split into about ``splits / shards`` ranges), all at one
-    checkpoint. Without ``checkpoint`` the read makes its own: through the running store
-    ``store_name`` (on the Ray cluster at ``ray_address``), or without Ray."""
+    checkpoint. Without ``checkpoint`` the read makes its own (see :func:`pin_async`);
+    ``owns_checkpoint`` makes the read release ``checkpoint`` once it is read, as its own."""
     options = options or Options()
     shard_map = await read_shard_map(ObjectStore.from_url(url, options))
-    if shard_map is None:
-        return [await bulk_read.begin_read_async(url, query, options, checkpoint=checkpoint,
-                                                 lifetime=lifetime, splits=splits,
-                                                 batch_size=batch_size)]
     bulk_read.check_query(query)
-    owner = None
-    if checkpoint is None:
-        owner = await sharded_handle(url, shard_map, options, store_name, ray_address)
-        creating = (owner.checkpoint_async if hasattr(owner, "checkpoint_async")
-                    else owner.create_checkpoint_async)
-        checkpoint = (await creating(lifetime, "spark-read")).id
+    made = checkpoint is None
+    if made:
+        checkpoint = await pin_async(url, options, lifetime, store_name=store_name,
+                                     ray_address=ray_address, shard_map=shard_map)
+    owns = made or owns_checkpoint
     try:
+        if shard_map is None:
+            return [await bulk_read.begin_read_async(url, query, options, checkpoint=checkpoint,
+                                                     lifetime=lifetime, splits=splits,
+                                                     batch_size=batch_size,
+                                                     owns_checkpoint=owns)]
         each = max(1, math.ceil(splits / shard_map.count))
         return list(await asyncio.gather(*(bulk_read.begin_read_async(
             shard_map.shard_url(url, s), query, options, checkpoint=checkpoint,
-            lifetime=lifetime, splits=each, batch_size=batch_size,
-            owns_checkpoint=owner is not None)
+            lifetime=lifetime, splits=each, batch_size=batch_size, owns_checkpoint=owns)
             for s in range(shard_map.count))))
     except BaseException:
-        if owner is not None:
+        if made:
             with contextlib.suppress(LeveledError):
-                await owner.delete_checkpoint_async(checkpoint)
+                await unpin_async(url, options, checkpoint, shard_map)
         raise
+
+
+async def pin_async(url: str, options: Options, lifetime: float, *,
+                    store_name: str | None = None, ray_address: str | None = None,
+                    shard_map: ShardMap | None = None, name: str = "spark-read",
+                    owner=None) -> str:
+    """A checkpoint of the store at ``url`` for a read. Of a sharded store, at one cut of
+    every shard: through the running store (``owner``, an open handle, or the one named
+    ``store_name``: its cuts hold writes briefly), else without Ray (refused while a shard
+    is written)."""
+    if shard_map is None:
+        shard_map = await read_shard_map(ObjectStore.from_url(url, options))
+    if shard_map is None:  # a plain store's checkpoint needs no Ray, running or not
+        return (await create_checkpoint(ManifestStore(ObjectStore.from_url(url, options)),
+                                        lifetime, name=name)).id
+    owner = owner or await sharded_handle(url, shard_map, options, store_name, ray_address)
+    creating = (owner.checkpoint_async if hasattr(owner, "checkpoint_async")
+                else owner.create_checkpoint_async)
+    return (await creating(lifetime, name)).id
+
+
+async def unpin_async(url: str, options: Options, checkpoint: str,
+                      shard_map: ShardMap | None) -> None:
+    """Release a read's checkpoint in every shard."""
+    urls = [url] if shard_map is None else [shard_map.shard_url(url, s)
+                                            for s in range(shard_map.count)]
+    await asyncio.gather(*(release_checkpoint(ManifestStore(ObjectStore.from_url(u, options)),
+                                              checkpoint) for u in urls))
 
 
 def begin_reads(url: str, query: bulk_read.ReadQuery, options: Options | None = None,
