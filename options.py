@@ -365,6 +365,10 @@ class Options(_Group):
     #: (its client died between prepare and commit) is decided by the shard: aborted, unless
     #: its commit record says commit already. Its keys wait for that decision meanwhile.
     txn_timeout_s: float = 30.0
+    #: Journal compaction keeps every change of the last this many seconds (and what a view
+    #: of any moment in them needs), so ``snapshot(at_time=...)``, ``changes()`` and clones
+    #: reach back that far; 0 keeps only what history leases hold.
+    history_s: float = 0.0
     object_store: ObjectStoreOptions = field(default_factory=ObjectStoreOptions)
     ledger: LedgerOptions = field(default_factory=LedgerOptions)
     journal: JournalOptions = field(default_factory=JournalOptions)
@@ -372,7 +376,7 @@ class Options(_Group):
 
     _positive_ints = ("max_value_bytes", "max_key_bytes", "max_head_only_value_bytes")
     _counts = ("cache_size",)
-    _durations = ("metrics_interval_s",)
+    _durations = ("metrics_interval_s", "history_s")
     _positive_durations = ("txn_timeout_s",)
     _choices = {"compression": tuple(CODECS)}
 

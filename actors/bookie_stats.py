@@ -69,5 +69,6 @@ def history_stats(bookie) -> dict:
     changes kept in memory for listeners."""
     manifest = bookie.inker.latest.manifest
     return {"history_sqn": bookie.view.history_sqn,
+            "history_s": bookie.options.history_s, "window_sqn": bookie.inker.window_sqn,
             "leases": {h.name: h.sqn for h in manifest.leases if h.expires_at > bookie.clock()},
             "tail": bookie.writes.tail.stats()}

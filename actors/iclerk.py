@@ -58,7 +58,9 @@ class InkerClerk:
         self.rng = random.Random()
         self.counters = {"runs": 0, "files_in": 0, "files_out": 0, "entries_in": 0,
                          "entries_out": 0, "key_deltas": 0, "bytes_read": 0,
-                         "bytes_written": 0, "seconds": 0.0}
+                         "bytes_written": 0, "seconds": 0.0,
+                         # what the latest rewrite kept only for history (leases, history_s)
+                         "history_entries": 0, "history_bytes": 0}
 
     async def _current(self, lkeys: list[bytes]) -> dict[bytes, int | None]:
         keys = sorted(set(lkeys))
@@ -127,6 +129,9 @@ class InkerClerk:
         fates, history_sqn = await self._plan(records, persisted_sqn, protect)
         kept, size = [], 0
         outputs: list[jfmt.JournalInfo] = []
+        held = [r for r, fate in zip(records, fates) if fate.held]
+        self.counters["history_entries"] = len(held)
+        self.counters["history_bytes"] = sum(len(r.lkey) + len(r.value or b"") for r in held)
         for r, fate in zip(records, fates):
             if fate.op is None:
                 continue

@@ -32,7 +32,7 @@ from ..files.journal_slots import write_fence
 from ..files.names import journal_slot_name
 from ..files.outcomes import Created
 from ..files.store import ObjectStore
-from ..manifest.history import protected_sqn
+from ..manifest.history import protected_sqn, window_sqn
 from ..manifest.journal_compaction import small_run
 from ..manifest.store import Versioned
 from ..manifest.transitions import catalog_journal, replace_journal
@@ -100,6 +100,12 @@ class Inker(Owner):
         #: ``(manifest version, names)`` of the files each recent compaction removed.
         self.removals: deque[tuple[int, list[str]]] = deque(maxlen=REMOVALS_KEPT)
         self.journal_version = latest.id  # manifest version of the latest compaction
+        #: When each journal file was written, as far as this process knows: files from
+        #: before it started count as written at its start (so history keeps them longer,
+        #: never shorter); a rewritten file takes the newest time of the files it replaced.
+        self.started_at = clock()
+        self.written_at: dict[str, float] = {}
+        self.window_sqn: int | None = None  # where the history_s window began, last compaction
         self.counters = {"groups": 0, "entries": 0, "bytes": 0, "fence_slot": -1,
                          "catalog_failures": 0, "compactions": 0, "compaction_failures": 0,
                          "sealed_slots": 0, "commit_retries": 0}
@@ -190,6 +196,7 @@ class Inker(Owner):
 
     def _written(self, info: jfmt.JournalInfo) -> None:
         self.files.append(info)
+        self.written_at[info.name] = self.clock()
         self.uncatalogued.append(info)
         if len(self.uncatalogued) == 1:
             self._oldest_uncatalogued = time.monotonic()
@@ -349,7 +356,11 @@ class Inker(Owner):
             await self.catalog()
             latest = await self.manifests.latest(self.latest)
             persisted = latest.manifest.ledger_sqn  # the Penciller moves it: read the newest
-            protect = protected_sqn(latest.manifest, self.clock(), None)
+            now = self.clock()
+            window = window_sqn([(self.written_at.get(f.name, self.started_at), f.max_sqn)
+                                 for f in self.data_files()], now, self.options.history_s)
+            protect = protected_sqn(latest.manifest, now, window)
+            self.window_sqn = window
             if self.head_only:  # trim_journal: the Ledger holds everything, values included
                 trimmed = [f for f in self.candidates(persisted)
                            if protect is None or f.max_sqn <= protect]
@@ -389,6 +400,9 @@ class Inker(Owner):
             await self.commit(replace_journal, tuple(result.removed), tuple(result.added),
                               result.history_sqn, self.clock())
             gone = set(result.removed)
+            newest = max(self.written_at.pop(name, self.started_at) for name in gone)
+            for info in result.added:
+                self.written_at[info.name] = newest
             self.files = sorted([f for f in self.files if f.name not in gone]
                                 + list(result.added), key=lambda f: (f.min_sqn, f.slot))
             self.journal_version = self.latest.id

@@ -66,6 +66,16 @@ def drop_lease(manifest: Manifest, name: str, now: float) -> Manifest:
     return manifest.with_changes(leases=kept)
 
 
+def window_sqn(written: list[tuple[float, int]], now: float, history_s: float) -> int | None:
+    """The SQN the ``history_s`` window begins after: ``written`` holds each journal file's
+    ``(time it was written, its highest SQN)``. Every change above the result was written
+    within the window (``None``: no window)."""
+    if history_s <= 0:
+        return None
+    older = [sqn for at, sqn in written if at < now - history_s]
+    return max(older, default=0)
+
+
 def protected_sqn(manifest: Manifest, now: float, window_sqn: int | None) -> int | None:
     """Compaction keeps every change above this SQN (``None``: nothing is protected): the
     lowest live lease, or the first SQN of the ``history_s`` window (``window_sqn``)."""

@@ -86,6 +86,8 @@ class Fate:
     op: int | None
     keep_value: bool = True
     indexes: tuple = ()
+    #: Kept whole only because history holds it (it would go without ``protect``).
+    held: bool = False
 
 
 def plan_rewrite(records: Sequence[tuple[int, int, bytes, tuple]],
@@ -117,10 +119,11 @@ def plan_rewrite(records: Sequence[tuple[int, int, bytes, tuple]],
         now_sqn = current.get(lkey)
         if succ is None and now_sqn is not None and now_sqn > sqn:
             succ = now_sqn
-        whole = (sqn > persisted_sqn or now_sqn == sqn
-                 or (protect is not None and (sqn > protect or succ is None or succ > protect)))
-        if whole or op == OP_KEY_DELTA:  # a key delta has nothing more to lose
-            fates.append(Fate(op, op != OP_KEY_DELTA, indexes))
+        needed = sqn > persisted_sqn or now_sqn == sqn
+        held = not needed and protect is not None and (
+            sqn > protect or succ is None or succ > protect)
+        if needed or held or op == OP_KEY_DELTA:  # a key delta has nothing more to lose
+            fates.append(Fate(op, op != OP_KEY_DELTA, indexes, held and op != OP_KEY_DELTA))
             continue
         bound = max(bound, persisted_sqn if succ is None else succ)
         fates.append(_without_value(op, indexes, strategy))

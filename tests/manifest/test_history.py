@@ -128,3 +128,19 @@ def test_a_rewrite_committed_after_a_lower_lease_was_set_is_refused():
     # An expired lease does not hold it, and leaves the manifest.
     later = replace_journal(leased, 0, ("j1",), (new,), 3, 100.0)
     assert later.history_sqn == 3 and later.leases == ()
+
+
+def test_the_history_window_begins_after_the_newest_file_older_than_it():
+    written = [(100.0, 10), (200.0, 20), (300.0, 30)]
+    assert history.window_sqn(written, 350.0, 0) is None  # no window
+    assert history.window_sqn(written, 350.0, 100) == 20  # 30 was written within it
+    assert history.window_sqn(written, 350.0, 1000) == 0  # everything is within it
+    assert history.window_sqn(written, 10_000.0, 100) == 30
+
+
+def test_what_history_alone_keeps_is_marked_held():
+    run = [(1, OP_PUT, b"a", ()), (2, OP_PUT, b"a", ())]
+    fates, _ = plan_rewrite(run, {b"a": 2}, 10, RECOVR, 0)
+    assert [f.held for f in fates] == [True, False]  # 2 is current: needed anyway
+    fates, _ = plan_rewrite(run, {b"a": 2}, 10, RECOVR, None)
+    assert [f.held for f in fates] == [False, False] and fates[0].op is None
