@@ -13,6 +13,7 @@ from ..errors import (
 )
 from ..files.sync import with_sync_twins
 from ..options import Options
+from ..read.history_view import sqn_at_time, view_at
 from ..read.point_in_time import KeyReads
 from ..read.queries import Queries
 from ..read.store_reader import StoreReader
@@ -30,7 +31,11 @@ class Reader(KeyReads, Queries):
 
     def __init__(self, url: str, checkpoint: str | None = None,
                  options: Options | None = None, lifetime: float = 600.0,
-                 _owns: bool | None = None, clock: Clock | None = None):
+                 _owns: bool | None = None, clock: Clock | None = None,
+                 at_sqn: int | None = None, at_time: float | None = None):
+        if at_sqn is not None and at_time is not None:
+            raise InvalidArgumentError("give at most one of at_sqn and at_time")
+        self.at_sqn, self.at_time = at_sqn, at_time
         self.url = url
         self.options = options or Options()
         self.lifetime = lifetime
@@ -43,7 +48,7 @@ class Reader(KeyReads, Queries):
 
     def __reduce__(self):
         return (Reader, (self.url, self.checkpoint_id, self.options, self.lifetime, False,
-                         self._admin.clock))
+                         self._admin.clock, self.at_sqn, self.at_time))
 
     def __enter__(self) -> Reader:
         return self
@@ -61,9 +66,14 @@ class Reader(KeyReads, Queries):
             pinned = {c.id: c.manifest_id for c in found}
             if self.checkpoint_id not in pinned:
                 raise CheckpointNotFoundError(f"no live checkpoint {self.checkpoint_id!r}")
-            self._view = await StoreReader.open(self._admin.store, self.options,
-                                                manifest_id=pinned[self.checkpoint_id],
-                                                clock=self._admin.clock)
+            view = await StoreReader.open(self._admin.store, self.options,
+                                          manifest_id=pinned[self.checkpoint_id],
+                                          clock=self._admin.clock)
+            if self.at_time is not None or self.at_sqn is not None:  # an earlier moment
+                at = self.at_sqn if self.at_time is None else await sqn_at_time(
+                    view, self.at_time)
+                view = await view_at(view, at)
+            self._view = view
         if self._lease is not None:
             await self._lease.keep()
         return self._view
@@ -125,11 +135,15 @@ class Reader(KeyReads, Queries):
 
 
 def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
-           lifetime: float = 600.0, clock: Clock | None = None) -> Reader:
+           lifetime: float = 600.0, clock: Clock | None = None, at_sqn: int | None = None,
+           at_time: float | None = None) -> Reader:
     """A :class:`Reader` of the store at ``url``: at the given checkpoint, or at one of its
     own that it pins for ``lifetime`` seconds and renews while in use. ``clock`` is the time
-    it reads (TTL expiry, its checkpoint's; default: wall time)."""
-    out = Reader(url, checkpoint, options, lifetime, clock=clock)
+    it reads (TTL expiry, its checkpoint's; default: wall time). ``at_sqn`` / ``at_time``
+    read the store as it was then (see :meth:`Store.snapshot
+    <leveled_ray.client.store.Store.snapshot>`), within the history its Journal keeps."""
+    out = Reader(url, checkpoint, options, lifetime, clock=clock, at_sqn=at_sqn,
+                 at_time=at_time)
     if checkpoint is None:
         out.refresh()
     return out

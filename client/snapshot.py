@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..errors import InvalidArgumentError, SnapshotExpiredError
 from ..files.sync import run_sync
+from ..read.history_view import sqn_at_time, view_at
 from ..read.point_in_time import KeyReads, PointInTime
 from ..read.queries import Queries
 
@@ -65,6 +66,23 @@ class Snapshot(KeyReads, Queries):
             raise InvalidArgumentError(f"snapshot {self.id} was taken with values=False: "
                                        "it answers head and head_many only")
         return self._view
+
+    async def go_back_async(self, at_sqn: int | None = None,
+                            at_time: float | None = None) -> Snapshot:
+        """Make this snapshot show the store as it was at SQN ``at_sqn``, or at Unix time
+        ``at_time`` (its newest change written by then), within the history the Journal
+        keeps (see :mod:`leveled_ray.read.history_view`); returns it. Raises
+        :class:`~leveled_ray.errors.HistoryUnavailableError` before where history begins."""
+        if (at_sqn is None) == (at_time is None):
+            raise InvalidArgumentError("give one of at_sqn and at_time")
+        if not self.values:
+            raise InvalidArgumentError("a view of an earlier moment needs a snapshot with "
+                                       "values (it reads the Journal)")
+        view = self._view_for(True)
+        if at_time is not None:
+            at_sqn = await sqn_at_time(view, at_time)
+        self._view = await view_at(view, at_sqn)
+        return self
 
     def release(self) -> None:
         """End the snapshot (idempotent). Its files may be deleted from now on. On a pickled

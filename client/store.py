@@ -32,7 +32,7 @@ from ..codec import (
 from ..codec import head_only as head_only_mode
 from ..errors import InvalidArgumentError, StoreClosedError
 from ..files.store import ObjectStore, parse_url
-from ..files.sync import with_sync_twins
+from ..files.sync import run_sync, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options
 from ..read.queries import Queries, check_index_query
@@ -412,9 +412,9 @@ class Store(Queries):
         """Heads of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
         return Call(self._actor.head_many.remote(self._keys(pairs, "head")), heads_of)
 
-    @bookie_call
     def snapshot(self, long_running: bool = False, *, values: bool = True,
-                 timeout_s: float | None = None) -> Snapshot:
+                 timeout_s: float | None = None, at_sqn: int | None = None,
+                 at_time: float | None = None) -> Snapshot:
         """A :class:`~leveled_ray.client.snapshot.Snapshot`: the store as of now, readable from any
         process until released or expired.
 
@@ -424,7 +424,37 @@ class Store(Queries):
         Cost: one round trip plus registering with the owners. The changes not yet in an SST
         travel as the Bookie's Arrow batches (at most ``max_unpersisted_keys``); no file is
         copied.
+
+        ``at_sqn`` or ``at_time`` (Unix seconds) give the store exactly as it was then, within
+        the history the Journal keeps (``Options.history_s``, leases); earlier raises
+        :class:`~leveled_ray.errors.HistoryUnavailableError`. Cost: reading the changes since
+        then, and each changed key's entry before them, from the Journal.
         """
+        snap = self._snapshot(long_running, values=values, timeout_s=timeout_s)
+        if at_sqn is None and at_time is None:
+            return snap
+        try:
+            return run_sync(snap.go_back_async(at_sqn, at_time))
+        except BaseException:
+            snap.release()
+            raise
+
+    async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
+                             timeout_s: float | None = None, at_sqn: int | None = None,
+                             at_time: float | None = None) -> Snapshot:
+        """Async form of :meth:`snapshot`."""
+        snap = await self._snapshot_async(long_running, values=values, timeout_s=timeout_s)
+        if at_sqn is None and at_time is None:
+            return snap
+        try:
+            return await snap.go_back_async(at_sqn, at_time)
+        except BaseException:
+            await snap.release_async()
+            raise
+
+    @bookie_call
+    def _snapshot(self, long_running: bool = False, *, values: bool = True,
+                  timeout_s: float | None = None) -> Snapshot:
         return Call(self._actor.snapshot.remote(self._snapshot_timeout(long_running, timeout_s),
                                                 bool(values)), self._wrap_snapshot)
 
@@ -708,3 +738,4 @@ class Store(Queries):
         """Ray handles of the Bookie and the Penciller (to inspect them, or kill them); the Inker
         lives in the Bookie's process."""
         return [self._actor, *_get(self._actor.actor_handles.remote())]
+

@@ -117,15 +117,16 @@ def admin(url: str, options: Options | None = None, *,
 
 
 def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
-           lifetime: float = 600.0,
-           clock: Clock | None = None) -> plain_reader.Reader | ShardedReader:
+           lifetime: float = 600.0, clock: Clock | None = None, at_sqn=None,
+           at_time: float | None = None) -> plain_reader.Reader | ShardedReader:
     """A read-only handle on the store at ``url`` from any process, without Ray (see
     :func:`leveled_ray.client.reader.reader`); on a sharded store, every shard's part of the
-    checkpoint (see :mod:`.reader`)."""
+    checkpoint (see :mod:`.reader`), and ``at_sqn`` is a position ``{"0": sqn, ...}``."""
     found = admin(url, options, clock=clock)
     if isinstance(found, ShardedAdmin):
-        return run_blocking(open_reader(found, checkpoint, lifetime))
-    return plain_reader.reader(url, checkpoint, options=options, lifetime=lifetime, clock=clock)
+        return run_blocking(open_reader(found, checkpoint, lifetime, at_sqn, at_time))
+    return plain_reader.reader(url, checkpoint, options=options, lifetime=lifetime, clock=clock,
+                               at_sqn=at_sqn, at_time=at_time)
 
 
 def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,

@@ -11,6 +11,7 @@ from ..client.reader import Reader
 from ..codec import Head, checked_key
 from ..errors import SnapshotExpiredError
 from ..files.sync import with_sync_twins
+from ..read.changes import shard_positions
 from ..read.merged import MergedView
 from ..read.queries import Queries
 from .admin import ShardedAdmin
@@ -26,7 +27,8 @@ class ShardedReader(Queries):
     owns nothing."""
 
     def __init__(self, admin: ShardedAdmin, checkpoint: str, owns: bool,
-                 lifetime: float = 600.0):
+                 lifetime: float = 600.0, at_sqns: list | None = None,
+                 at_time: float | None = None):
         self._admin = admin
         self.url = admin.url
         self.shard_map = admin.shard_map
@@ -34,15 +36,18 @@ class ShardedReader(Queries):
         self.checkpoint_id = checkpoint
         self.owns = owns
         self.lifetime = lifetime
+        self.at_sqns, self.at_time = at_sqns or [None] * admin.shards, at_time
         self.parts = [Reader(self.shard_map.shard_url(self.url, s), checkpoint, self.options,
-                             lifetime, _owns=False, clock=admin.clock)
+                             lifetime, _owns=False, clock=admin.clock,
+                             at_sqn=self.at_sqns[s], at_time=at_time)
                       for s in range(admin.shards)]
         self._leases = [CheckpointLease(admin.shard(s).manifests, checkpoint, lifetime,
                                         admin.clock) for s in range(admin.shards)] if owns else []
         self.closed = False
 
     def __reduce__(self):
-        return (ShardedReader, (self._admin, self.checkpoint_id, False, self.lifetime))
+        return (ShardedReader, (self._admin, self.checkpoint_id, False, self.lifetime,
+                                self.at_sqns, self.at_time))
 
     def __enter__(self) -> ShardedReader:
         return self
@@ -96,13 +101,16 @@ class ShardedReader(Queries):
                 "state": "closed" if self.closed else "open"}
 
 
-async def open_reader(admin: ShardedAdmin, checkpoint: str | None,
-                      lifetime: float) -> ShardedReader:
-    """A reader at ``checkpoint``, or at one of its own made now."""
+async def open_reader(admin: ShardedAdmin, checkpoint: str | None, lifetime: float,
+                      at_sqn=None, at_time: float | None = None) -> ShardedReader:
+    """A reader at ``checkpoint``, or at one of its own made now; ``at_sqn`` (a position) or
+    ``at_time`` read every shard as it was then."""
+    sqns = (shard_positions(at_sqn, admin.shards, "at_sqn") if at_sqn is not None
+            else [None] * admin.shards)
     if checkpoint is not None:
-        return ShardedReader(admin, checkpoint, False, lifetime)
+        return ShardedReader(admin, checkpoint, False, lifetime, sqns, at_time)
     made = await admin.create_checkpoint_async(lifetime, name="reader")
-    return ShardedReader(admin, made.id, True, lifetime)
+    return ShardedReader(admin, made.id, True, lifetime, sqns, at_time)
 
 
 class ShardsAsTheyAre(Queries):

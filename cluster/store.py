@@ -151,16 +151,29 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
     # -- points in time --
 
     async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
-                             timeout_s: float | None = None) -> ShardedSnapshot:
+                             timeout_s: float | None = None, at_sqn=None,
+                             at_time: float | None = None) -> ShardedSnapshot:
         """A snapshot of every shard at one consistent cut (see :mod:`.cut`): it holds every
         write acknowledged before the call, and of two writes where the first was
         acknowledged before the second was sent, never the second without the first; of a
-        cross-shard ``put_many``, all or nothing."""
+        cross-shard ``put_many``, all or nothing. ``at_sqn`` (a position ``{"0": sqn, ...}``)
+        or ``at_time`` give every shard as it was then (see :meth:`Store.snapshot`)."""
         early = Early(("snapshot", long_running, values, timeout_s),
                       lambda _, snap: snap.release_async())
         taken, _ = await cut(self, lambda s: self._stores[s].snapshot_async(
             long_running, values=values, timeout_s=timeout_s), early)
-        return ShardedSnapshot(taken, self.shard_map, self.options)
+        snap = ShardedSnapshot(taken, self.shard_map, self.options)
+        if at_sqn is None and at_time is None:
+            return snap
+        try:
+            sqns = (shard_positions(at_sqn, self.shards, "at_sqn") if at_sqn is not None
+                    else [None] * self.shards)
+            await asyncio.gather(*(part.go_back_async(sqn, at_time)
+                                   for part, sqn in zip(taken, sqns)))
+        except BaseException:
+            await snap.release_async()
+            raise
+        return snap
 
     async def _cut(self, take, early: Early | None = None):
         return await cut(self, take, early)

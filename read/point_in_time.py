@@ -42,13 +42,16 @@ class PointInTime:
                  journal: list[JournalInfo], batches: list[pa.RecordBatch], sqn: int,
                  store: ObjectStore | None = None, routes: tuple = (),
                  host: ClerkHost | None = None, clock: Clock = system_clock,
-                 history_sqn: int = 0):
+                 history_sqn: int = 0, past: bool = False):
         self.url = url
         self.options = options
         self.clock = clock  # TTL expiry is judged by it
         self.files = files
         self.journal = JournalIndex(journal)
         self.history_sqn = history_sqn  # its journal holds every change after this SQN
+        #: A view of an earlier moment (see :mod:`.history_view`): its files hold entries
+        #: above its SQN, which its scans leave out.
+        self.past = past
         self._batches = list(batches)
         self._overlay: dict[bytes, tuple] | None = None
         self._sorted_overlay: tuple[list[bytes], pa.Table] | None = None
@@ -88,13 +91,14 @@ class PointInTime:
             batches = [LedgerRows.from_entries(self._overlay.items()).to_batch()]
         return {"url": self.url, "options": self.options, "files": self.files,
                 "journal": self.journal.files, "sqn": self.sqn, "routes": self.routes,
-                "batches": batches, "clock": self.clock, "history_sqn": self.history_sqn}
+                "batches": batches, "clock": self.clock, "history_sqn": self.history_sqn,
+                "past": self.past}
 
     def __setstate__(self, state: dict) -> None:
         PointInTime.__init__(self, state["url"], state["options"], state["files"],
                              state["journal"], state["batches"], state["sqn"],
                              routes=state["routes"], clock=state["clock"],
-                             history_sqn=state["history_sqn"])
+                             history_sqn=state["history_sqn"], past=state["past"])
 
     @property
     def store(self) -> ObjectStore:

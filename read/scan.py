@@ -185,8 +185,15 @@ async def scan(view: PointInTime, lo: bytes, hi: bytes, *, now_s: float | None =
     entries expired at ``now_s`` (default: the view's clock). Closing the iterator early stops
     its reads."""
     now_s = view.clock() if now_s is None else now_s
-    merged = merge_sorted(sources(view, lo, hi),
-                          lambda parts: sort_and_dedupe(pa.concat_tables(parts).combine_chunks()))
+    upto = view.sqn if getattr(view, "past", False) else None
+
+    def combine(parts: list[pa.Table]) -> pa.Table:
+        table = pa.concat_tables(parts).combine_chunks()
+        if upto is not None:  # a past view: what came later is not there yet
+            table = table.filter(pc.less_equal(table.column("sqn"), upto))
+        return sort_and_dedupe(table)
+
+    merged = merge_sorted(sources(view, lo, hi), combine)
     async with contextlib.aclosing(merged) as tables:
         async for out in tables:
             if live:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
+from leveled_ray.codec import object_key, split_object_key
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.read.changes import (
     CHANGES_SCHEMA,
@@ -20,6 +21,9 @@ from leveled_ray.read.changes import (
     journal_changes,
     python_changes,
 )
+from leveled_ray.read.history_view import view_at
+from leveled_ray.read.key_ranges import object_range
+from leveled_ray.read.queries import index_entries
 from leveled_ray.read.store_reader import StoreReader
 
 from test_merges import TINY, settle, write
@@ -50,8 +54,20 @@ def histories(draw):
     return groups
 
 
+async def pinned_view(bookie):
+    """A view of now, registered as a snapshot: merges keep its files until the next
+    :func:`compacted` releases it."""
+    taken = await bookie.snapshot(600.0, True)
+    bookie.test_snapshots = [*getattr(bookie, "test_snapshots", []), taken["id"]]
+    return taken["view"]
+
+
 async def compacted(bookie):
-    """Compact the Journal now, and wait until the Bookie's view has the result."""
+    """Compact the Journal now (releasing the views taken so far), and wait until the
+    Bookie's view has the result."""
+    for snapshot_id in getattr(bookie, "test_snapshots", []):
+        await bookie.release_snapshot(snapshot_id)
+    bookie.test_snapshots = []
     await settle(bookie)
     await bookie.compact_journal()
     result = await bookie.inker.wait_compaction()
@@ -67,6 +83,38 @@ def expected(log, after):
 def as_model(change):
     return (change.bucket, change.key, change.sqn, change.kind, change.value, change.metadata,
             change.indexes)
+
+
+def state_at(log, s):
+    """The model at SQN ``s``: each live object's value, and each index term's objects."""
+    objects, terms = {}, {}
+    for bucket, key, sqn, kind, value, _, indexes in log:
+        if sqn > s:
+            break
+        objects[(bucket, key)] = value if kind == "put" else None
+        for change, field, term in indexes:
+            held = terms.setdefault((field, term), set())
+            (held.add if change == "add" else held.discard)((bucket, key))
+    return ({k: v for k, v in objects.items() if v is not None},
+            {t: keys for t, keys in terms.items() if keys})
+
+
+async def check_view_at(view, log, s):
+    """A view of SQN ``s`` answers as the model at ``s`` does: point reads, a fold, and an
+    index query."""
+    past = await view_at(view, s)
+    objects, terms = state_at(log, s)
+    assert past.sqn == s
+    got = await past.get_many([object_key(b, k) for b, k in KEYS])
+    assert dict(zip(KEYS, got)) == {k: objects.get(k) for k in KEYS}
+    lo, hi = object_range(None, None, None, max_key_bytes=4096)
+    live = [split_object_key(k) for t in [t async for t in past.scan(lo, hi)]
+            for k in t.column("key").to_pylist()]
+    assert sorted(live, key=repr) == sorted(objects, key=repr)
+    for g in range(20):
+        found = [k for batch in [b async for b in index_entries(past, "b", "g_int", g, g)]
+                 for k in batch]
+        assert sorted(found) == sorted(k for b, k in terms.get(("g_int", g), ()) if b == "b")
 
 
 async def changes_of(view, after, until=None):
@@ -98,9 +146,10 @@ def test_changes_after_any_sqn_equal_the_model(tmp_path_factory, groups, data):
                     log.append((*name, sqn, "put", change.value, change.metadata,
                                 tuple(("add", f, t) for f, t in sorted(added - had))))
         top = log[-1][2]
-        view = bookie.view.point_in_time(top)
+        view = await pinned_view(bookie)
         for after in {0, top, data.draw(st.integers(0, top))}:
             assert [as_model(c) for c in await changes_of(view, after)] == expected(log, after)
+        await check_view_at(view, log, data.draw(st.integers(0, top)))
         until = data.draw(st.integers(0, top))
         assert [as_model(c) for c in await changes_of(view, 0, until)] == [
             c for c in log if c[2] <= until]
@@ -118,11 +167,14 @@ def test_changes_after_any_sqn_equal_the_model(tmp_path_factory, groups, data):
         leased = data.draw(st.integers(0, top))
         await bookie.set_history_lease("model", leased, 600)
         await compacted(bookie)
-        view = bookie.view.point_in_time(top)
+        view = await pinned_view(bookie)
         assert view.history_sqn <= leased
         event(f"history moved: {view.history_sqn > 0}")
         assert [as_model(c) for c in await changes_of(view, leased)] == expected(log, leased)
+        await check_view_at(view, log, data.draw(st.integers(view.history_sqn, top)))
         if view.history_sqn:
+            with pytest.raises(lr.HistoryUnavailableError):
+                await view_at(view, view.history_sqn - 1)
             with pytest.raises(lr.HistoryUnavailableError):
                 await changes_of(view, view.history_sqn - 1)
         await bookie.close()
@@ -144,7 +196,7 @@ def test_history_gone_is_a_typed_error_that_says_where_it_begins(tmp_path):
         for r in range(8):  # every key overwritten each round: compaction drops old rounds
             await write(bookie, [lr.Put("b", f"k{i}", b"r%d" % r) for i in range(10)], OPTIONS)
         assert (await compacted(bookie)).removed
-        view = bookie.view.point_in_time(80)
+        view = await pinned_view(bookie)
         assert view.history_sqn > 0
         with pytest.raises(lr.HistoryUnavailableError) as e:
             await changes_of(view, 0)
@@ -170,7 +222,7 @@ def test_changes_reach_object_keys_and_values_of_every_kind(tmp_path):
                              lr.Put("b", "j", b"y", indexes=[("add", "t_bin", "red")])], OPTIONS)
         await write(bookie, [lr.Delete("b", "j", indexes=[("remove", "t_bin", "red")])],
                     OPTIONS)
-        view = bookie.view.point_in_time(3)
+        view = await pinned_view(bookie)
         got = await changes_of(view, 0)
         assert [(c.bucket, c.key, c.kind) for c in got] == [
             (b"\xffb", b"k", "put"), ("b", "j", "put"), ("b", "j", "delete")]

@@ -1,0 +1,128 @@
+"""Point-in-time views: the store exactly as it was at an earlier SQN (or time), built from a
+view of now and the Journal's history (see :mod:`leveled_ray.manifest.history`).
+
+For SQN ``s`` at or above the view's ``history_sqn``, the keys changed after ``s`` are those of
+``changes(s)``; each of them reads as its newest change at or below ``s`` (found by reading
+the Journal backwards from ``s``, which history keeps), or as absent if it has none. Every
+other key reads as it does now. The result is the view of now with one more overlay batch:
+those keys' entries as of ``s`` (tombstones for the absent), and their index entries as they
+were (the terms added since removed, the terms held then restored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..codec import OP_DELETE, LedgerRows, split_object_key, unpack_extra, value_hash
+from ..codec.entries import ACTIVE, TOMBSTONE
+from ..codec.index_terms import held_terms
+from ..codec.keys import index_key
+from ..errors import InvalidArgumentError
+from ..manifest.history import check_covered, check_position
+from .changes import SPAN_BYTES, journal_changes
+from .point_in_time import PointInTime
+
+#: Rows a scan of the changes after ``s`` takes at a time.
+_BATCH = 65_536
+
+
+async def sqn_at_time(view: PointInTime, at_time: float) -> int:
+    """The SQN of the newest change written at or before ``at_time`` (Unix seconds; 0 if
+    none), found in the Journal from the newest file back (a store's clock moves forward
+    with its SQNs)."""
+    if not isinstance(at_time, (int, float)) or isinstance(at_time, bool):
+        raise InvalidArgumentError(f"at_time must be Unix seconds, not {at_time!r}")
+    limit = int(at_time * 1000)
+    for info in sorted(view.journal.files, key=lambda f: f.min_sqn, reverse=True):
+        if not info.entries or info.min_sqn > view.sqn:
+            continue
+        clerk = view.host.journal(info)
+        found = 0
+        rows_all = np.arange(len((await clerk.footer()).sqns))
+        async for rows in clerk.row_spans(rows_all, SPAN_BYTES):
+            sqns = rows.column("sqn").to_numpy()
+            old = (rows.column("last_modified").to_numpy() <= limit) & (sqns <= view.sqn)
+            if old.any():
+                found = max(found, int(sqns[old].max()))
+        if found:
+            return found
+    return 0
+
+
+async def view_at(view: PointInTime, sqn: int) -> PointInTime:
+    """``view`` as the store was at ``sqn`` (at or below ``view.sqn``; refused below
+    ``view.history_sqn`` with :class:`~leveled_ray.errors.HistoryUnavailableError`)."""
+    check_position(sqn)
+    if sqn > view.sqn:
+        raise InvalidArgumentError(f"SQN {sqn} is after this view (SQN {view.sqn})")
+    check_covered(view.history_sqn, sqn)
+    if sqn == view.sqn:
+        return view
+    changed: set[bytes] = set()
+    async for rows in journal_changes(view, sqn, None, _BATCH):
+        changed.update(rows.column("lkey").to_pylist())
+    then = await _newest_at_or_below(view, sqn, changed)
+    now = dict(zip(sorted(changed), await view.entries(sorted(changed))))
+    overlay = LedgerRows()
+    now_s = view.clock()
+    for lkey in sorted(changed):
+        record = then.get(lkey)
+        current = now.get(lkey)
+        if record is None or record["op"] == OP_DELETE:
+            overlay.add(lkey, 0 if record is None else record["sqn"], TOMBSTONE, 0, 0, 0,
+                        0 if record is None else record["last_modified"], b"")
+            held_then: set = set()
+        else:
+            value = record["value"] or b""
+            overlay.add(lkey, record["sqn"], ACTIVE, record["expiry"], value_hash(value),
+                        len(value), record["last_modified"], record["extra"] or b"")
+            held_then = set(unpack_extra(record["extra"])[1]) if record["extra"] else set()
+        bucket, key = split_object_key(lkey)
+        for field_name, term in held_terms(current, now_s) - held_then:
+            overlay.add(index_key(bucket, field_name, term, key), 0, TOMBSTONE, 0, 0, 0, 0, b"")
+        for field_name, term in held_then:
+            overlay.add(index_key(bucket, field_name, term, key), record["sqn"], ACTIVE,
+                        record["expiry"], 0, 0, record["last_modified"], b"")
+    past = PointInTime(view.url, view.options, view.files, view.journal.files,
+                       [*_overlay_batches(view), overlay.to_batch()], sqn,
+                       store=view._store, routes=view.routes, host=view._host,
+                       clock=view.clock, history_sqn=view.history_sqn, past=True)
+    return past
+
+
+def _overlay_batches(view: PointInTime) -> list[pa.RecordBatch]:
+    if view._overlay is not None:  # already a dict: send it as one batch
+        return [LedgerRows.from_entries(view._overlay.items()).to_batch()]
+    return list(view._batches)
+
+
+async def _newest_at_or_below(view: PointInTime, sqn: int, keys: set[bytes]) -> dict:
+    """Each key's newest put or delete at or below ``sqn`` (a journal row as a dict),
+    reading the Journal backwards from ``sqn`` until every key is found or it ends."""
+    found: dict[bytes, dict] = {}
+    wanted = pa.array(sorted(keys), pa.binary())
+    files = [f for f in view.journal.files if f.entries and f.min_sqn <= sqn]
+    for info in sorted(files, key=lambda f: f.min_sqn, reverse=True):
+        if len(found) == len(keys):
+            break
+        clerk = view.host.journal(info)
+        sqns = (await clerk.footer()).sqns
+        rows_wanted = np.flatnonzero(sqns <= sqn)
+        spans = [rows async for rows in clerk.row_spans(rows_wanted, SPAN_BYTES)]
+        for rows in reversed(spans):  # newest first
+            hits = rows.filter(pc.and_(pc.is_in(rows.column("lkey"), value_set=wanted),
+                                       pc.less_equal(rows.column("op"), OP_DELETE)))
+            for row in reversed(hits.to_pylist()):
+                if row["lkey"] not in found:
+                    found[row["lkey"]] = row
+    return found
+
+
+async def views_at_time(views: list[PointInTime], at_time: float) -> list[PointInTime]:
+    """Each view (one per shard) as it was at ``at_time``."""
+    sqns = await asyncio.gather(*(sqn_at_time(v, at_time) for v in views))
+    return list(await asyncio.gather(*(view_at(v, s) for v, s in zip(views, sqns))))
