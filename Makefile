@@ -31,6 +31,7 @@ bench: setup
 	$(BIN)/python bench/small_writes.py
 	$(BIN)/python bench/shards.py
 	$(BIN)/python bench/reads.py
+	$(BIN)/python bench/history.py
 
 lint: setup
 	$(BIN)/pip install --quiet ruff import-linter

@@ -135,6 +135,14 @@ GAUGES = [
            lambda s: s["penciller"].get("snapshots", 0)),
     Metric("leveled_live_checkpoints", "checkpoints in the newest manifest", (),
            lambda s: s["penciller"].get("checkpoints", 0)),
+    Metric("leveled_history_sqn", "every change above this SQN is still in the Journal", (),
+           lambda s: s["history"]["history_sqn"]),
+    Metric("leveled_history_window_seconds", "Options.history_s: the history window", (),
+           lambda s: s["history"]["history_s"]),
+    Metric("leveled_history_leases", "live history leases", (),
+           lambda s: len(s["history"]["leases"])),
+    Metric("leveled_history_bytes", "bytes the latest journal compaction kept only for history",
+           (), lambda s: s["compaction"].get("history_bytes", 0)),
 ]
 
 HISTOGRAMS = [

@@ -1,0 +1,197 @@
+"""History benchmark: the change feed, listeners, Spark streaming, Ray Data and the cost of
+history, each against its peer in the same run.
+
+* ``changes()`` rows/s against ``fold_objects(order="sqn")`` over the same store (every key
+  written once, so both hand out the same rows);
+* ``listen()`` latency, from a put's acknowledgement to the listener seeing it (p50), against
+  a single put's p50;
+* a Spark stream's rows/s (``startingPosition`` of the store's start, drained with
+  ``availableNow`` into a no-op sink) against the batch read of the same store;
+* ``lr.data.read`` rows/s against ``ray.data.read_parquet`` of the same rows;
+* write amplification with ``history_s`` = 1 h against 0, for a load that overwrites every
+  key 5 times, then compacts its Journal: bytes written to the object store per byte put.
+
+Run: ``python bench/history.py`` (``--quick`` for a smaller run, ``--no-spark`` to leave Spark
+out). Prints a table of ratios and saves ``bench/history.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+
+import leveled_ray as lr
+from leveled_ray.actors.metrics import write_amplification
+from leveled_ray.client.ray_connection import ensure_ray
+
+import plots
+from put_get import percentile, values
+
+BATCH = 1000
+
+
+def load(store, n: int, size: int) -> list[str]:
+    names = [f"k{i:08d}" for i in range(n)]
+    vals = values(n, size, 3)
+    for lo in range(0, n, BATCH):
+        store.put_many([lr.Put("bench", k, v) for k, v in
+                        zip(names[lo:lo + BATCH], vals[lo:lo + BATCH])])
+    return names
+
+
+def best_rate(n: int, fn, runs: int = 2) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return n / min(times)
+
+
+def feed_rows(store, n: int) -> list[tuple]:
+    changes = best_rate(n, lambda: sum(b.num_rows for b in store.changes_batches(
+        0, batch_size=65_536)))
+    fold = best_rate(n, lambda: sum(b.num_rows for b in store.fold_objects_batches(
+        "bench", order="sqn", batch_size=65_536)))
+    rows = [("changes_batches vs fold_objects_batches(order=sqn) (rows/s)", changes, fold,
+             ">= 1")]
+    changes_py = best_rate(n, lambda: sum(1 for _ in store.changes()))
+    fold_py = best_rate(n, lambda: sum(1 for _ in store.fold_objects("bench", order="sqn")))
+    rows.append(("changes vs fold_objects(order=sqn), Python rows (rows/s)", changes_py,
+                 fold_py, ">= 1"))
+    return rows
+
+
+def listen_latency(store, samples: int) -> tuple:
+    seen: dict[int, float] = {}
+    done = threading.Event()
+    start = store.put("bench", "listen-start", b"x")
+
+    def follow():
+        with store.listen(start) as feed:
+            while len(seen) < samples:
+                for change in feed.poll(timeout=5):
+                    seen[change.sqn] = time.perf_counter()
+        done.set()
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    time.sleep(0.5)  # the listener is waiting on the Bookie
+    acked, puts = {}, []
+    for i in range(samples):
+        t = time.perf_counter()
+        sqn = store.put("bench", f"listen-{i}", b"v")
+        acked[sqn] = time.perf_counter()
+        puts.append(acked[sqn] - t)
+        time.sleep(0.003)
+    done.wait(60)
+    thread.join(5)
+    lag = [seen[s] - at for s, at in acked.items() if s in seen]
+    return ("listen: acknowledgement to seen, p50 (ms)", percentile(lag, 0.5) * 1e3,
+            percentile(puts, 0.5) * 1e3, "<= 2")
+
+
+def spark_rows(url: str, n: int) -> tuple:
+    import leveled_ray.spark as lrs
+
+    spark = lrs.session("local[2]", "leveled-ray-history-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        def stream():
+            checkpoint = tempfile.mkdtemp(prefix="lr-bench-stream-")
+            query = (spark.readStream.format("leveled").option("url", url)
+                     .option("startingPosition", "0").load()
+                     .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                     .trigger(availableNow=True).start())
+            query.awaitTermination()
+            shutil.rmtree(checkpoint, ignore_errors=True)
+
+        def batch():
+            spark.read.format("leveled").option("url", url).load().write.format("noop").mode(
+                "overwrite").save()
+
+        streamed = best_rate(n, stream)
+        batched = best_rate(n, batch)
+    finally:
+        spark.stop()
+    return ("Spark stream of the changes vs batch read (rows/s)", streamed, batched, ">= 0.8")
+
+
+def ray_data_rows(url: str, root: str, names: list[str], size: int) -> tuple:
+    path = f"{root}/same.parquet"
+    pq.write_table(pa.table({"bucket": ["bench"] * len(names), "key": names,
+                             "value": values(len(names), size, 3)}), path)
+    ours = best_rate(len(names), lambda: lr.data.read(url).count())
+    theirs = best_rate(len(names), lambda: ray.data.read_parquet(path).count())
+    return ("lr.data.read vs ray.data.read_parquet (rows/s)", ours, theirs, ">= 0.5")
+
+
+def amplification(root: str, keys: int, size: int) -> tuple:
+    def run(history_s: float) -> float:
+        url = f"file://{root}/amp-{int(history_s)}"
+        options = lr.Options(history_s=history_s, journal={"compaction_interval_s": 0})
+        store = lr.open(url, options)
+        try:
+            for _ in range(5):
+                load(store, keys, size)
+            store.compact_journal(wait=True)
+            return write_amplification(store.stats())
+        finally:
+            store.close()
+
+    kept, none = run(3600), run(0)
+    return ("write amplification, history_s=1h vs 0 (bytes written / put)", kept, none,
+            "reported")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--objects", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--latency", type=int, default=300)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-spark", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.objects, args.latency = 20_000, 100
+    ensure_ray()
+    root = tempfile.mkdtemp(prefix="lr-bench-history-")
+    url = f"file://{root}/leveled"
+    rows = []
+    try:
+        store = lr.open(url)
+        names = load(store, args.objects, args.size)
+        store.close()
+        store = lr.open(url)
+        try:
+            rows += feed_rows(store, args.objects)
+            rows.append(listen_latency(store, args.latency))
+        finally:
+            store.close()
+        if not args.no_spark:
+            rows.append(spark_rows(url, args.objects + 1 + args.latency))
+        rows.append(ray_data_rows(url, root, names, args.size))
+        rows.append(amplification(root, max(1000, args.objects // 10), args.size))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\n{args.objects} objects of {args.size} B, file://\n")
+    print("| measure | leveled-ray | peer | ratio | target |")
+    print("|---|---|---|---|---|")
+    ratios = []
+    for what, ours, theirs, target in rows:
+        ratio = ours / theirs
+        print(f"| {what} | {ours:,.3g} | {theirs:,.3g} | {ratio:.2f} | {target} |")
+        ratios.append((what, ratio))
+    print("saved", plots.save_ratios("history", "History: leveled-ray / peer", ratios))
+
+
+if __name__ == "__main__":
+    main()
