@@ -51,6 +51,8 @@ from .snapshot_lease import LeasePublisher
 from .tasks import Tasks, watch
 from .write_path import WritePath
 
+#: How long ``compact_journal(wait=True)`` waits for reads to see the compaction.
+WAIT_ADOPTED_S = 30.0
 
 class Bookie:
     """Plain-object logic of the Bookie; :func:`make_actor` gives its Ray actor."""
@@ -493,9 +495,10 @@ class Bookie:
         if not wait:
             return started
         result = await self.inker.wait_compaction()
-        while self.view.journal_version < self.inker.journal_version:
-            await self.inker.wait_journal(self.view.journal_version, timeout=1.0)
-            await asyncio.sleep(0)  # the journal watcher adopts it
+        deadline = time.monotonic() + WAIT_ADOPTED_S
+        while (self.view.journal_version < self.inker.journal_version
+               and time.monotonic() < deadline):
+            await asyncio.sleep(0.01)  # the journal watcher adopts it
         return {"removed": len(result.removed), "added": len(result.added),
                 "history_sqn": self.view.history_sqn}
 

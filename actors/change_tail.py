@@ -16,11 +16,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from typing import NamedTuple
 
 import pyarrow as pa
 
 from ..files import journal as jfmt
-from .group_commit import Group
+from .group_commit import Group, JournalColumns
+
+
+class _Kept(NamedTuple):
+    """What the tail keeps of a group: its journal columns and values."""
+
+    sqns: range
+    records: JournalColumns
+    values: list
+    nbytes: int
 
 
 class ChangeTail:
@@ -30,13 +40,14 @@ class ChangeTail:
     def __init__(self, max_bytes: int, top: int = 0):
         self.max_bytes = max_bytes
         self.floor = self.top = top
-        self.groups: deque[Group] = deque()
+        self.groups: deque[_Kept] = deque()
         self.nbytes = 0
         self._changed = asyncio.Event()
 
     def add(self, group: Group) -> None:
         """A group is durable (groups arrive in SQN order)."""
-        self.groups.append(group)
+        self.groups.append(_Kept(group.sqns, group.records, group.values.resolved,
+                                 group.nbytes))
         self.nbytes += group.nbytes
         self.top = group.sqns[-1]
         while self.nbytes > self.max_bytes and len(self.groups) > 1:
@@ -68,7 +79,7 @@ class ChangeTail:
             if group.sqns[-1] <= after:
                 continue
             first, lm, ops, lkeys, indexes, expiries, extras = group.records
-            rows = zip(group.sqns, ops, lkeys, group.values.resolved, indexes, expiries, extras,
+            rows = zip(group.sqns, ops, lkeys, group.values, indexes, expiries, extras,
                        itertools.repeat(lm))
             records += (r for r in rows if r[0] > after)
             if len(records) >= max_rows:

@@ -182,7 +182,9 @@ class Listener(Polling):
         """The next changes as an Arrow batch (see
         :data:`~leveled_ray.read.changes.CHANGES_SCHEMA`), or ``None`` if none came within
         ``timeout`` seconds."""
-        self._take_items()
+        if self._items:
+            raise InvalidArgumentError("changes taken by iterating this listener are waiting: "
+                                       "iterate on, or use poll_batch alone")
         rows = await self._next_rows(timeout)
         if rows is None:
             return None

@@ -16,6 +16,7 @@ and non-empty index changes are unpacked row by row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import NamedTuple
@@ -30,6 +31,7 @@ from ..codec.entries import PACKED_EXTRA
 from ..errors import InvalidArgumentError
 from ..manifest.history import check_covered, check_position
 from .key_ranges import Names
+from .rebatch import rebatched
 
 #: Bytes of journal entries read at a time (one ranged GET).
 SPAN_BYTES = 8 << 20
@@ -115,26 +117,20 @@ async def journal_changes(view, after: int, until: int | None,
     the end), however many files they come from."""
     check_covered(view.history_sqn, after)
     top = view.sqn if until is None else min(until, view.sqn)
-    held: list[pa.Table] = []
-    count = 0
-    for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
-        if not info.entries or info.max_sqn <= after or info.min_sqn > top:
-            continue
-        clerk = view.host.journal(info)
-        sqns = (await clerk.footer()).sqns
-        wanted = np.flatnonzero((sqns > after) & (sqns <= top))
-        async for rows in clerk.row_spans(wanted, SPAN_BYTES):
-            held.append(rows.filter(pc.less_equal(rows.column("op"), OP_DELETE)))  # no deltas
-            count += held[-1].num_rows
-            if count < batch_size:
+
+    async def spans() -> AsyncIterator[pa.Table]:
+        for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
+            if not info.entries or info.max_sqn <= after or info.min_sqn > top:
                 continue
-            table = pa.concat_tables(held)
-            full = count - count % batch_size
-            for start in range(0, full, batch_size):
-                yield table.slice(start, batch_size)
-            held, count = [table.slice(full)], count - full
-    if count:
-        yield pa.concat_tables(held)
+            clerk = view.host.journal(info)
+            sqns = (await clerk.footer()).sqns
+            wanted = np.flatnonzero((sqns > after) & (sqns <= top))
+            async for rows in clerk.row_spans(wanted, SPAN_BYTES):
+                yield rows.filter(pc.less_equal(rows.column("op"), OP_DELETE))  # no deltas
+
+    async with contextlib.aclosing(rebatched(spans(), batch_size)) as found:
+        async for table in found:
+            yield table
 
 
 def _extras(extras: pa.Array) -> tuple[list, list] | None:

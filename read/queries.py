@@ -36,6 +36,7 @@ from .fold import aiterate, iterate
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
 from .point_in_time import PointInTime
 from .query_results import heads_batch, keys_batch, objects_batch, python_heads, python_names
+from .rebatch import rebatched
 from .views import journal_values
 
 ORDERS = ("key", "sqn")
@@ -60,21 +61,9 @@ async def fetch_values(view: PointInTime, sqns) -> pa.Array:
 async def fold_rows(view: PointInTime, lo: bytes, hi: bytes,
                     batch_size: int) -> AsyncIterator[pa.Table]:
     """Live Ledger rows in ``[lo, hi)``, ``batch_size`` at a time (fewer only at the end)."""
-    held: list[pa.Table] = []
-    count = 0
-    async with contextlib.aclosing(view.scan(lo, hi)) as tables:
-        async for table in tables:
-            held.append(table)
-            count += table.num_rows
-            if count < batch_size:
-                continue
-            rows = pa.concat_tables(held)
-            full = count - count % batch_size
-            for start in range(0, full, batch_size):
-                yield rows.slice(start, batch_size)
-            held, count = [rows.slice(full)], count - full
-    if count:
-        yield pa.concat_tables(held)
+    async with contextlib.aclosing(rebatched(view.scan(lo, hi), batch_size)) as rows:
+        async for table in rows:
+            yield table
 
 
 async def object_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
