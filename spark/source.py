@@ -207,10 +207,10 @@ class LeveledDataSource(DataSource):
         return LeveledStreamReader(options, *_target(options))
 
     def streamWriter(self, schema, overwrite: bool) -> LeveledStreamWriter:
+        # append mode, or complete mode (overwrite): either way each row is a put, so the
+        # keys of a complete aggregate's rows are brought up to date (and no other key is
+        # touched). Spark offers Python sinks no update mode.
         options = self._options()
-        if overwrite:
-            raise InvalidArgumentError('the leveled data source only appends: use '
-                                       'outputMode("append")')
         _check_names(options, STREAM_WRITE_OPTIONS)
         return LeveledStreamWriter(options, schema, *_target(options))
 
