@@ -17,6 +17,7 @@ and non-empty index changes are unpacked row by row.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from collections.abc import AsyncIterator
 from typing import NamedTuple
@@ -191,21 +192,27 @@ def changes_batch(rows: pa.Table, binary_names: bool, values: bool,
 
 def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> list[Change]:
     """Journal rows as :class:`Change` tuples, names as they were written (``str`` or
-    ``bytes``)."""
+    ``bytes``). Rows with neither metadata nor index changes (the common case) are built
+    column by column; the others one by one."""
+    n = rows.num_rows
     buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
     sqns = rows.column("sqn").to_pylist()
-    ops = rows.column("op").to_pylist()
-    lms = rows.column("last_modified").to_pylist()
-    expiries = rows.column("expiry").to_pylist()
-    extras = rows.column("extra").to_pylist()
-    index_col = rows.column("indexes")
-    indexes = ([None] * rows.num_rows if index_col.null_count == rows.num_rows
-               else index_col.to_pylist())
-    vals = rows.column("value").to_pylist() if values else [None] * rows.num_rows
-    out = []
-    for b, k, sqn, op, lm, exp, extra, idx, value in zip(buckets, keys, sqns, ops, lms,
-                                                         expiries, extras, indexes, vals):
-        metadata = None
+    kinds = pc.if_else(pc.equal(rows.column("op"), OP_PUT), "put", "delete").to_pylist()
+    lms = (rows.column("last_modified").to_numpy() / 1000.0).tolist()
+    expiry = rows.column("expiry").to_numpy()
+    expires = [None] * n if not expiry.any() else [float(e) if e else None
+                                                    for e in expiry.tolist()]
+    vals = rows.column("value").to_pylist() if values else [None] * n
+    out = list(map(Change._make, zip(buckets, keys, sqns, kinds, vals, lms, expires,
+                                     itertools.repeat(None), itertools.repeat(()),
+                                     itertools.repeat(shard))))
+    extras, index_col = rows.column("extra"), rows.column("indexes")
+    if index_col.null_count == n and not pc.any(pc.greater(pc.binary_length(extras), 0)).as_py():
+        return out
+    for i, (extra, idx) in enumerate(zip(extras.to_pylist(), index_col.to_pylist())):
+        if not extra and idx is None:
+            continue
+        metadata, value = None, out[i].value
         if extra:
             meta, _, packed_value = unpack_extra(extra)
             metadata = json.loads(meta) if meta else None
@@ -213,6 +220,5 @@ def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> li
                 value = packed_value
         changes = () if idx is None else tuple(
             ("add" if o == 0 else "remove", f, t) for o, f, t in msgpack.unpackb(idx, raw=False))
-        out.append(Change(b, k, sqn, KINDS[op], value, lm / 1000.0,
-                          float(exp) if exp else None, metadata, changes, shard))
+        out[i] = out[i]._replace(value=value, metadata=metadata, indexes=changes)
     return out

@@ -28,7 +28,11 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+try:  # PySpark 4.2 and later: a stream reader sees its start offset and a read limit
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+except ImportError:  # pragma: no cover (the project installs 4.3)
+    ReadAllAvailable = ReadMaxRows = None
 
 from ..bulk import stream
 from ..bulk import write as bulk_write
@@ -55,6 +59,9 @@ class LeveledStreamReader(DataSourceStreamReader):
     history lease."""
 
     def __init__(self, options: dict, url: str, store_options):
+        if ReadMaxRows is None:  # 4.0/4.1's latestOffset() cannot see its start: a capped
+            # batch could make offsets go backwards and read rows again
+            raise InvalidArgumentError("streaming reads need PySpark 4.2 or later")
         self.options = options
         self.target = run_sync(stream.target_async(url, store_options))
         self.lease_s = value_from_text("lease_s", "float", options.get("lease_s", 3600))
