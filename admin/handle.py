@@ -80,6 +80,20 @@ class Admin:
                                                  batch_size=batch_size,
                                                  binary_names=binary_names)
 
+    def changes_async(self, after: int = 0, until: int | None = None, *, values: bool = True,
+                      batch_size: int = 1000):
+        """Async iterator form of :meth:`changes`."""
+        return PinnedReads(self).changes_async(after, until, values=values,
+                                               batch_size=batch_size)
+
+    def changes_batches_async(self, after: int = 0, until: int | None = None, *,
+                              values: bool = True, batch_size: int = 1000,
+                              binary_names: bool = False):
+        """Async iterator form of :meth:`changes_batches`."""
+        return PinnedReads(self).changes_batches_async(after, until, values=values,
+                                                       batch_size=batch_size,
+                                                       binary_names=binary_names)
+
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:
         """One garbage-collection pass (see :mod:`leveled_ray.admin.gc`); returns

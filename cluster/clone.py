@@ -32,15 +32,66 @@ from .open import open as open_store
 
 def clone(parent_url: str, url: str, checkpoint: str | None = None, *,
           options: Options | None = None, parent_options: Options | None = None,
-          name: str | None = None):
+          name: str | None = None, at_sqn=None, at_time: float | None = None):
     """Create the clone at ``url`` of the store at ``parent_url`` (as of the checkpoint
     ``checkpoint``, or of now) and open it for writing; returns its store handle, sharded
     like its parent. Safe to retry: an interrupted clone is finished, a finished one is just
     opened. A sharded parent that is being written is cloned from a checkpoint taken through
-    it: ``lr.clone(parent_url, url, store.checkpoint().id)``."""
+    it: ``lr.clone(parent_url, url, store.checkpoint().id)``.
+
+    ``at_sqn`` (a position on a sharded store) or ``at_time`` make the clone hold the store
+    as it was then, within the history its Journal keeps: the clone is made, then every
+    object changed since is written back as it was (see :func:`revert`)."""
     options = options or Options()
     run_blocking(create_any_clone(parent_url, url, checkpoint, options, parent_options))
-    return open_store(url, options, name=name)
+    store = open_store(url, options, name=name)
+    if at_sqn is not None or at_time is not None:
+        try:
+            revert(store, at_sqn, at_time)
+        except BaseException:
+            store.close()
+            raise
+    return store
+
+
+def revert(store, at_sqn=None, at_time: float | None = None) -> int:
+    """Write back, as it was at ``at_sqn`` / ``at_time``, every object changed since: its
+    value, metadata, index terms and expiry, or its absence. Returns the objects written.
+    Running it again changes nothing more."""
+    import time
+
+    from ..codec import Delete, Put
+
+    written = 0
+    with store.snapshot(long_running=True, at_sqn=at_sqn, at_time=at_time) as past:
+        after = past.sqn if not hasattr(past, "parts") else {
+            str(s): part.sqn for s, part in enumerate(past.parts)}
+        changed = sorted({(c.bucket, c.key) for c in store.changes(after, values=False)},
+                         key=repr)
+        for lo in range(0, len(changed), REVERT_BATCH):
+            names = changed[lo:lo + REVERT_BATCH]
+            then, now = past.head_many(names), store.head_many(names)
+            values = past.get_many(names)
+            batch = []
+            for (bucket, key), old, new, value in zip(names, then, now, values):
+                if old is None or (old.expires_at and old.expires_at <= time.time()):
+                    if new is not None:
+                        batch.append(Delete(bucket, key))
+                    continue
+                held = set(new.indexes) if new is not None else set()
+                terms = ([("remove", f, t) for f, t in sorted(held - set(old.indexes))]
+                         + [("add", f, t) for f, t in old.indexes])
+                ttl = None if not old.expires_at else old.expires_at - time.time()
+                batch.append(Put(bucket, key, value, indexes=terms, ttl=ttl,
+                                 metadata=old.metadata))
+            if batch:
+                store.put_many(batch)
+                written += len(batch)
+    return written
+
+
+#: Objects a revert writes per ``put_many``.
+REVERT_BATCH = 1000
 
 
 async def create_any_clone(parent_url: str, url: str, checkpoint: str | None,

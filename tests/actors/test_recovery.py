@@ -16,8 +16,8 @@ def kill_all(store, ray):
         ray.kill(actor, no_restart=True)
 
 
-def test_kill_every_actor_then_reopen(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_kill_every_actor_then_reopen(ray_cluster, s3_backend):
+    url, options = s3_backend
     options = options.replace(ledger=dict(l0_max_keys=500, push_keys=100, push_ms=5),
                               journal=dict(catalog_files=3))
     store = lr.open(url, options)

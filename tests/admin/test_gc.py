@@ -133,8 +133,8 @@ def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, s3_backend):
 
 
 @pytest.mark.ray
-def test_destroy_soft_and_hard(ray_cluster, durable_backend):
-    url, options = durable_backend
+def test_destroy_soft_and_hard(ray_cluster, s3_backend):
+    url, options = s3_backend
     store = lr.open(url, options)
     store.put("b", "k", b"v")
     checkpoint = store.checkpoint()

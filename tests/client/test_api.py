@@ -147,11 +147,12 @@ def test_async_api(store):
 
 def test_every_operation_has_a_sync_and_an_async_form():
     """Each comes from one definition (``*_async`` or a Bookie call); a form never drifts
-    away by being missing. (``actors()`` and a reader's ``stats()`` do no I/O.)"""
+    away by being missing. (``actors()`` and a reader's ``stats()`` do no I/O; ``listen()``
+    returns a listener that is both an iterator and an async iterator.)"""
     from leveled_ray.admin.handle import Admin
     from leveled_ray.client.reader import Reader
 
-    local = ("actors", "stats", "shard", "shard_of")  # no I/O
+    local = ("actors", "stats", "shard", "shard_of", "listen")  # no I/O
     for cls in (lr.Store, Admin, Reader, lr.ShardedStore, lr.ShardedSnapshot):
         for name in dir(cls):
             if name.startswith("_"):

@@ -165,6 +165,13 @@ def test_point_in_time_views_inside_the_history_window(ray_cluster, tmp_path):
         store.close()
     with lr.reader(url, at_sqn=ends[2]) as r:
         assert r.get("b", "k7") == b"r2" and r.get("b", "k0") == b"r2"
+    restored = lr.clone(url, f"file://{tmp_path}/restored", at_sqn=ends[2] + 1)
+    try:  # a clone of the store as it was just after the delete
+        assert restored.get("b", "k0") is None
+        assert restored.get_many(keys[1:]) == [b"r2"] * 29
+        assert sum(1 for _ in restored.fold_keys("b")) == 29
+    finally:
+        restored.close()
 
     plain = f"file://{tmp_path}/plain"
     store = lr.open(plain, OPTIONS)

@@ -160,7 +160,7 @@ def _run(moto_endpoint, proxy, rate, seconds):
 @pytest.mark.parametrize("mode,rate", [("5xx", 0.15), ("lost", 0.15), ("delay", 0.06),
                                        ("reset", 0.15)])
 def test_one_fault_mode(ray_cluster, moto_endpoint, mode, rate):
-    report = _exercise(moto_endpoint, (mode,), rate, seconds=2)
+    report = _exercise(moto_endpoint, (mode,), rate, seconds=1.5)
     assert report["faults"] > 0 and report["acked"] > 0
 
 
