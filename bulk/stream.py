@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..admin import history_leases
-from ..admin.checkpoints import create_checkpoint, list_checkpoints, release_checkpoint
+from ..admin.checkpoints import list_checkpoints, release_checkpoint
 from ..errors import InvalidArgumentError
 from ..files.names import ulid
 from ..files.store import ObjectStore
@@ -120,8 +121,6 @@ async def start_async(target: Target, starting: str = "snapshot") -> dict:
     ``starting``: ``"snapshot"`` (the contents at a cut, made when the first batch is
     planned, then every change after it), ``"latest"`` (changes from now on), or a position
     as JSON text (``"120"``, or ``{"0": 120, ...}`` on a sharded store)."""
-    import json
-
     if starting in ("snapshot", "latest"):
         sqns = await tops(target)
     else:
@@ -135,19 +134,6 @@ async def start_async(target: Target, starting: str = "snapshot") -> dict:
         sqns = shard_positions(given, target.count, "startingPosition")
     return {"lease": "", "checkpoint": "", "done": starting != "snapshot",
             "sqn": {str(s): int(q) for s, q in enumerate(sqns)}}
-
-
-async def _pin(target: Target, lifetime: float, owner) -> str:
-    """A checkpoint at one cut: through the running store ``owner`` if given, else without
-    Ray (see :func:`leveled_ray.bulk.sharded.sharded_handle`)."""
-    if owner is not None:
-        return (await owner.checkpoint_async(lifetime, "stream-start")).id
-    if target.shard_map is None:
-        made = await create_checkpoint(ManifestStore(target.shard_store(0)), lifetime,
-                                       name="stream-start")
-        return made.id
-    handle = await bulk.sharded_handle(target.url, target.shard_map, target.options)
-    return (await handle.create_checkpoint_async(lifetime, "stream-start")).id
 
 
 async def _pinned_sqn(target: Target, shard: int, checkpoint: str) -> int:
@@ -183,7 +169,9 @@ async def latest_async(target: Target, start: dict, max_changes: int | None = No
     if not start["lease"]:
         end = {**start, "lease": f"stream-{ulid()}", "done": True}
         if not start["done"]:
-            end["checkpoint"] = await _pin(target, checkpoint_s, owner)
+            end["checkpoint"] = await bulk.pin_async(
+                target.url, target.options, checkpoint_s, shard_map=target.shard_map,
+                name="stream-start", owner=owner)
             sqns = await asyncio.gather(*(_pinned_sqn(target, s, end["checkpoint"])
                                           for s in range(target.count)))
             end["sqn"] = {str(s): int(q) for s, q in enumerate(sqns)}
