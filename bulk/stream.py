@@ -40,7 +40,7 @@ from ..files.store import ObjectStore
 from ..manifest.shard_map import ShardMap, read_shard_map
 from ..manifest.store import ManifestStore
 from ..options import Options
-from ..read.changes import changes_batch, journal_changes, shard_positions
+from ..read.changes import changes_batch, files_between, journal_changes, shard_positions
 from ..read.fold import iterate
 from ..read.store_reader import StoreReader
 from . import read as bulk_read
@@ -99,10 +99,9 @@ async def tops(target: Target) -> list[int]:
 async def change_sqns(view, after: int, top: int) -> np.ndarray:
     """The SQNs of ``view``'s changes in ``(after, top]``, from its journal footers."""
     found = []
-    for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
-        if info.entries and info.max_sqn > after and info.min_sqn <= top:
-            sqns = (await view.host.journal(info).footer()).sqns
-            found.append(sqns[(sqns > after) & (sqns <= top)])
+    for info in files_between(view, after, top):
+        sqns = (await view.host.journal(info).footer()).sqns
+        found.append(sqns[(sqns > after) & (sqns <= top)])
     return np.concatenate(found) if found else np.zeros(0, np.uint64)
 
 

@@ -13,7 +13,7 @@ from ..errors import (
 )
 from ..files.sync import with_sync_twins
 from ..options import Options
-from ..read.history_view import sqn_at_time, view_at
+from ..read.history_view import as_of
 from ..read.point_in_time import KeyReads
 from ..read.queries import Queries
 from ..read.store_reader import StoreReader
@@ -70,9 +70,7 @@ class Reader(KeyReads, Queries):
                                           manifest_id=pinned[self.checkpoint_id],
                                           clock=self._admin.clock)
             if self.at_time is not None or self.at_sqn is not None:  # an earlier moment
-                at = self.at_sqn if self.at_time is None else await sqn_at_time(
-                    view, self.at_time)
-                view = await view_at(view, at)
+                view = await as_of(view, self.at_sqn, self.at_time)
             self._view = view
         if self._lease is not None:
             await self._lease.keep()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..errors import InvalidArgumentError, SnapshotExpiredError
 from ..files.sync import run_sync
-from ..read.history_view import sqn_at_time, view_at
+from ..read.history_view import as_of
 from ..read.point_in_time import KeyReads, PointInTime
 from ..read.queries import Queries
 
@@ -73,15 +73,10 @@ class Snapshot(KeyReads, Queries):
         ``at_time`` (its newest change written by then), within the history the Journal
         keeps (see :mod:`leveled_ray.read.history_view`); returns it. Raises
         :class:`~leveled_ray.errors.HistoryUnavailableError` before where history begins."""
-        if (at_sqn is None) == (at_time is None):
-            raise InvalidArgumentError("give one of at_sqn and at_time")
         if not self.values:
             raise InvalidArgumentError("a view of an earlier moment needs a snapshot with "
                                        "values (it reads the Journal)")
-        view = self._view_for(True)
-        if at_time is not None:
-            at_sqn = await sqn_at_time(view, at_time)
-        self._view = await view_at(view, at_sqn)
+        self._view = await as_of(self._view_for(True), at_sqn, at_time)
         return self
 
     def release(self) -> None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 
 from ..admin.clone import create_clone
+from ..codec import Delete, Put
 from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.names import MANIFEST_PREFIX
 from ..files.store import ObjectStore, parse_url
@@ -58,10 +60,6 @@ def revert(store, at_sqn=None, at_time: float | None = None) -> int:
     """Write back, as it was at ``at_sqn`` / ``at_time``, every object changed since: its
     value, metadata, index terms and expiry, or its absence. Returns the objects written.
     Running it again changes nothing more."""
-    import time
-
-    from ..codec import Delete, Put
-
     written = 0
     with store.snapshot(long_running=True, at_sqn=at_sqn, at_time=at_time) as past:
         after = past.sqn if not hasattr(past, "parts") else {

@@ -111,6 +111,12 @@ def advance(position: dict[str, int], changes) -> dict[str, int]:
     return moved
 
 
+def files_between(view, after: int, top: int) -> list:
+    """The journal files of ``view`` holding changes in ``(after, top]``, in SQN order."""
+    return [f for f in sorted(view.journal.files, key=lambda f: f.min_sqn)
+            if f.entries and f.max_sqn > after and f.min_sqn <= top]
+
+
 async def journal_changes(view, after: int, until: int | None,
                           batch_size: int) -> AsyncIterator[pa.Table]:
     """The journal rows of the puts and deletes of ``view`` with ``after < sqn <= until``
@@ -120,9 +126,7 @@ async def journal_changes(view, after: int, until: int | None,
     top = view.sqn if until is None else min(until, view.sqn)
 
     async def spans() -> AsyncIterator[pa.Table]:
-        for info in sorted(view.journal.files, key=lambda f: f.min_sqn):
-            if not info.entries or info.max_sqn <= after or info.min_sqn > top:
-                continue
+        for info in files_between(view, after, top):
             clerk = view.host.journal(info)
             sqns = (await clerk.footer()).sqns
             wanted = np.flatnonzero((sqns > after) & (sqns <= top))

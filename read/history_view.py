@@ -11,8 +11,6 @@ were (the terms added since removed, the terms held then restored).
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -122,7 +120,12 @@ async def _newest_at_or_below(view: PointInTime, sqn: int, keys: set[bytes]) -> 
     return found
 
 
-async def views_at_time(views: list[PointInTime], at_time: float) -> list[PointInTime]:
-    """Each view (one per shard) as it was at ``at_time``."""
-    sqns = await asyncio.gather(*(sqn_at_time(v, at_time) for v in views))
-    return list(await asyncio.gather(*(view_at(v, s) for v, s in zip(views, sqns))))
+async def as_of(view: PointInTime, at_sqn: int | None = None,
+                at_time: float | None = None) -> PointInTime:
+    """``view`` as it was at SQN ``at_sqn``, or at Unix time ``at_time`` (its newest change
+    written by then): exactly one of them."""
+    if (at_sqn is None) == (at_time is None):
+        raise InvalidArgumentError("give one of at_sqn and at_time")
+    if at_time is not None:
+        at_sqn = await sqn_at_time(view, at_time)
+    return await view_at(view, at_sqn)

@@ -54,6 +54,12 @@ def histories(draw):
     return groups
 
 
+async def started(url: str) -> Bookie:
+    bookie = Bookie(url, OPTIONS, local=True)
+    await bookie.start()
+    return bookie
+
+
 async def pinned_view(bookie):
     """A view of now, registered as a snapshot: merges keep its files until the next
     :func:`compacted` releases it."""
@@ -129,8 +135,7 @@ def test_changes_after_any_sqn_equal_the_model(tmp_path_factory, groups, data):
     url = f"file://{root}/db"
 
     async def run():
-        bookie = Bookie(url, OPTIONS, local=True)
-        await bookie.start()
+        bookie = await started(url)
         log, held = [], {}  # held: the index terms each object holds
         for group in groups:
             sqns = await write(bookie, group, OPTIONS)
@@ -191,8 +196,7 @@ def test_history_gone_is_a_typed_error_that_says_where_it_begins(tmp_path):
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, OPTIONS, local=True)
-        await bookie.start()
+        bookie = await started(url)
         for r in range(8):  # every key overwritten each round: compaction drops old rounds
             await write(bookie, [lr.Put("b", f"k{i}", b"r%d" % r) for i in range(10)], OPTIONS)
         assert (await compacted(bookie)).removed
@@ -216,8 +220,7 @@ def test_changes_reach_object_keys_and_values_of_every_kind(tmp_path):
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, OPTIONS, local=True)
-        await bookie.start()
+        bookie = await started(url)
         await write(bookie, [lr.Put(b"\xffb", b"k", b"x", ttl=3600),
                              lr.Put("b", "j", b"y", indexes=[("add", "t_bin", "red")])], OPTIONS)
         await write(bookie, [lr.Delete("b", "j", indexes=[("remove", "t_bin", "red")])],
