@@ -406,6 +406,29 @@ def test_a_stream_must_say_where_it_starts_and_checks_its_options(spark, tmp_url
         spark.readStream.format("leveled").option("url", tmp_url).option(
             "startingPosition", "latest").option("maxChangesPerTrigger", "0").load(
         ).writeStream.format("console").start().processAllAvailable()
+    with pytest.raises(Exception, match="startingPosition must be"):
+        spark.readStream.format("leveled").option("url", tmp_url).option(
+            "startingPosition", "yesterday").load().writeStream.format(
+            "console").start().processAllAvailable()
+
+
+def test_a_streaming_write_names_its_writer_and_a_sharded_store_is_refused(spark, tmp_path):
+    plain, sharded = f"file://{tmp_path}/plain", f"file://{tmp_path}/sharded"
+    lr.open(plain).close()
+    lr.open(sharded, shards=2).close()
+    source = spark.readStream.format("rate").option("rowsPerSecond", 1).load().selectExpr(
+        "'b' AS bucket", "CAST(value AS STRING) AS key", "CAST(value AS STRING) AS value")
+    for url, options, message in ((plain, {}, "writer"),
+                                  (sharded, {"writer": "w"}, "sharded store")):
+        with pytest.raises(Exception, match=message):
+            query = (source.selectExpr("bucket", "key", "CAST(value AS BINARY) AS value")
+                     .writeStream.format("leveled").option("url", url).options(**options)
+                     .option("checkpointLocation", str(tmp_path / f"ck-{len(message)}"))
+                     .start())
+            try:
+                query.processAllAvailable()
+            finally:
+                query.stop()
 
 
 def test_a_streaming_write_applies_each_batch_once_even_when_spark_runs_it_again(
