@@ -158,12 +158,13 @@ async def hold(target: Target, offset: dict, lease_s: float) -> None:
 
 
 async def latest_async(target: Target, start: dict, max_changes: int | None = None, *,
-                       lease_s: float = 3600.0, checkpoint_s: float = 86_400.0,
-                       owner=None) -> dict:
+                       until: list[int] | None = None, lease_s: float = 3600.0,
+                       checkpoint_s: float = 86_400.0, owner=None) -> dict:
     """The offset a batch from ``start`` ends at. A stream's first batch names its lease (and
     holds its start position), and a stream that starts with the contents pins its cut (the
     batch is then the contents). Later batches reach each shard's newest change, or
-    (``max_changes``) about that many changes in all."""
+    (``max_changes``) about that many changes in all, and never pass ``until`` (each shard's
+    newest SQN when an ``availableNow`` run began: a query that stops there ends)."""
     check_offset(start, target)
     if not start["lease"]:
         end = {**start, "lease": f"stream-{ulid()}", "done": True}
@@ -180,7 +181,7 @@ async def latest_async(target: Target, start: dict, max_changes: int | None = No
         start = end
     afters = shard_positions(start["sqn"], target.count)
     views = await asyncio.gather(*(_newest(target, s) for s in range(target.count)))
-    ends = [v.sqn for v in views]
+    ends = [v.sqn if until is None else min(v.sqn, u) for v, u in zip(views, until or views)]
     if max_changes is not None:
         share = max(1, max_changes // target.count)
         for s, (view, after) in enumerate(zip(views, afters)):

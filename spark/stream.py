@@ -30,9 +30,14 @@ from pyspark.sql.datasource import (
 )
 
 try:  # PySpark 4.2 and later: a stream reader sees its start offset and a read limit
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 except ImportError:  # pragma: no cover (the project installs 4.3)
     ReadAllAvailable = ReadMaxRows = None
+    SupportsTriggerAvailableNow = object
 
 from ..bulk import stream
 from ..bulk import write as bulk_write
@@ -54,9 +59,12 @@ class PartPartition(InputPartition):
         self.part = part
 
 
-class LeveledStreamReader(DataSourceStreamReader):
+class LeveledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are :mod:`~leveled_ray.bulk.stream` offsets; :meth:`commit` moves the query's
-    history lease."""
+    history lease. ``availableNow`` runs batches (each within ``maxChangesPerTrigger``) up to
+    each shard's newest change when the run began: without
+    :meth:`prepareForTriggerAvailableNow`, Spark would run such a query as a single batch,
+    and a restart that re-plans its last batch would then read nothing new."""
 
     def __init__(self, options: dict, url: str, store_options):
         if ReadMaxRows is None:  # 4.0/4.1's latestOffset() cannot see its start: a capped
@@ -72,6 +80,7 @@ class LeveledStreamReader(DataSourceStreamReader):
         if self.max_changes is not None and self.max_changes < 1:
             raise InvalidArgumentError("maxChangesPerTrigger must be at least 1")
         self._renewed: float | None = None
+        self._until: list[int] | None = None  # an availableNow run's last positions
 
     def _owner(self):
         """The running store named ``store_name`` (a cut of a sharded store is made through
@@ -86,6 +95,9 @@ class LeveledStreamReader(DataSourceStreamReader):
         return run_sync(stream.start_async(self.target,
                                            self.options.get("startingposition", "snapshot")))
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = run_sync(stream.tops(self.target))
+
     def getDefaultReadLimit(self):
         return ReadAllAvailable() if self.max_changes is None else ReadMaxRows(self.max_changes)
 
@@ -95,8 +107,8 @@ class LeveledStreamReader(DataSourceStreamReader):
             self._renewed = time.monotonic()
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         owner = self._owner() if not start["lease"] else None
-        return run_sync(stream.latest_async(self.target, start, cap, lease_s=self.lease_s,
-                                            owner=owner))
+        return run_sync(stream.latest_async(self.target, start, cap, until=self._until,
+                                            lease_s=self.lease_s, owner=owner))
 
     def partitions(self, start: dict, end: dict):
         parts = run_sync(stream.plan_async(self.target, start, end, self.splits))
