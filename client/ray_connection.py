@@ -26,6 +26,18 @@ def ray_token() -> str | None:
         return None
 
 
+def join_with_token() -> None:
+    """Join clusters with this machine's token (unless ``RAY_AUTH_MODE`` says otherwise).
+    Ray reads ``RAY_AUTH_MODE`` when it is imported, and turns token auth on by itself only
+    for a cluster it finds on its own (address ``auto``), so a driver that joins by address
+    asks for it here (setting the variable alone is too late once ``ray`` is imported)."""
+    from ray._private.authentication.authentication_token_setup import (
+        maybe_enable_token_auth_if_token_available,
+    )
+
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
 def ensure_ray(address: str | None = None, *, join: bool = False) -> None:
     """Start, or join (at ``address``, else ``RAY_ADDRESS``), a Ray cluster in namespace
     ``leveled``. Joining uses token authentication when this machine has a Ray token; a
@@ -38,7 +50,7 @@ def ensure_ray(address: str | None = None, *, join: bool = False) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or ("auto" if join else None)
     if address and "RAY_AUTH_MODE" not in os.environ:
         if ray_token() is not None:
-            os.environ["RAY_AUTH_MODE"] = "token"  # before Ray reads its configuration
+            join_with_token()
         elif address.startswith("ray://"):
             raise InvalidArgumentError(
                 f"a Ray Client connection to {address} needs the cluster's token: set "

@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ..client.ray_connection import ensure_ray, ray_token
+from ..client.ray_connection import ensure_ray, join_with_token, ray_token
 from ..client.store import connect
 from ..client.store import open as open_store
 from ..errors import InvalidArgumentError
@@ -73,10 +73,8 @@ class RayOnSpark:
         import ray
 
         if not ray.is_initialized():
-            if self._token and not os.environ.get("RAY_AUTH_TOKEN") and ray_token() is None:
-                os.environ["RAY_AUTH_TOKEN"] = self._token
-            if self._token:
-                os.environ.setdefault("RAY_AUTH_MODE", "token")
+            if self._token and ray_token() is None:
+                os.environ["RAY_AUTH_TOKEN"] = self._token  # ensure_ray joins with it
             ensure_ray(self.address)
         return connect(self.store_name)
 
@@ -123,6 +121,8 @@ def start_ray_on_spark(spark, url: str, *, store_name: str = "leveled",
                                    "ray.shutdown() first")
     os.environ["PATH"] = with_bin_dir(os.environ.get("PATH", ""))  # Ray-on-Spark runs `ray`
     os.environ["RAY_ON_SPARK_START_HOOK"] = f"{__name__}.NodeEnvHook"
+    if ray_token() is not None:  # the nodes get the token (NodeEnvHook); setup_ray_cluster
+        join_with_token()        # then joins them by address from this process
     address, _ = setup_ray_cluster(
         max_worker_nodes=max_worker_nodes, num_cpus_worker_node=num_cpus_worker_node,
         head_node_options={"include_dashboard": False, **(head_node_options or {})},
