@@ -49,8 +49,10 @@ from ..manifest.store import ManifestStore
 from ..manifest.txn_records import (
     ABORT,
     COMMIT,
+    STREAM_TXN,
     TXN_PREFIX,
     Part,
+    claim_stream_batch,
     decide,
     decode_part,
     encode_part,
@@ -245,39 +247,60 @@ def shard_files(plan: ShardedBulkWrite, messages) -> dict[int, list]:
     return out
 
 
-async def commit_async(plan, messages) -> int:
+async def commit_async(plan, messages, mark: tuple[str, int] | None = None) -> int:
     """Install every partition's files at once, in every shard or none; returns the rows
-    written (see the module's note)."""
+    written (see the module's note). ``mark`` (a streaming write's ``(writer, batch id)``)
+    makes a batch sent again change nothing: on a sharded store the batch is committed
+    under its own claimed name (:func:`~leveled_ray.manifest.txn_records.claim_stream_batch`),
+    so a batch an earlier attempt committed is found, and this attempt's files are left to
+    garbage collection."""
     if isinstance(plan, bulk_write.BulkWrite):
-        return await bulk_write.commit_async(plan, messages)
+        return await bulk_write.commit_async(plan, messages, mark)
     messages = [m for m in messages if m is not None]
     by_shard = shard_files(plan, messages)
     try:
-        if len(by_shard) == 1:  # one shard: its own commit is atomic
+        if mark is not None:
+            txn = await claim_stream_batch(_root(plan), *mark)
+            if txn is None:
+                return 0
+            await _commit_across(plan, txn, by_shard)
+        elif len(by_shard) == 1:  # one shard: its own commit is atomic
             ((shard, parts),) = by_shard.items()
             await bulk_write.commit_async(plan.plans[shard], parts)
         elif by_shard:
-            files = {s: bulk_write.gather_files(parts) for s, parts in by_shard.items()}
-            written = [f.name for journal, ssts in files.values() for f in journal + ssts]
-            check_publishable(named_at(written), plan.options, time.time())
-            txn = ulid()
-            await prepare(plan, txn, files)
-            if await decide(_root(plan), txn, COMMIT) != COMMIT:
-                await drop(plan, txn, list(files))
-                raise ConflictError("not written: a shard aborted the bulk write after waiting "
-                                    f"{plan.options.txn_timeout_s:g}s for its decision")
-            await apply(plan, txn, list(files))
-            with contextlib.suppress(ObjectStoreError):
-                await _root(plan).delete_async(record_name(txn))  # else lr.gc(url) does
+            await _commit_across(plan, ulid(), by_shard)
     finally:
-        await asyncio.gather(*(bulk_write.release_pin(p) for p in plan.plans),
-                             return_exceptions=True)
+        await release_pins(plan)
     return sum(m.rows for m in messages)
 
 
-def commit(plan, messages) -> int:
+async def _commit_across(plan: ShardedBulkWrite, txn: str, by_shard: dict[int, list]) -> None:
+    """Prepare, decide and apply batch ``txn`` in the shards of ``by_shard`` (with none, only
+    the decision is recorded)."""
+    files = {s: bulk_write.gather_files(parts) for s, parts in by_shard.items()}
+    written = [f.name for journal, ssts in files.values() for f in journal + ssts]
+    check_publishable(named_at(written), plan.options, time.time())
+    await prepare(plan, txn, files)
+    if await decide(_root(plan), txn, COMMIT) != COMMIT:
+        await drop(plan, txn, list(files))
+        raise ConflictError("not written: a shard aborted the bulk write after waiting "
+                            f"{plan.options.txn_timeout_s:g}s for its decision")
+    await apply(plan, txn, list(files))
+    if not txn.startswith(STREAM_TXN):  # a stream's record says its batch is in
+        with contextlib.suppress(ObjectStoreError):
+            await _root(plan).delete_async(record_name(txn))  # else lr.gc(url) does
+
+
+def commit(plan, messages, mark: tuple[str, int] | None = None) -> int:
     """Synchronous :func:`commit_async`."""
-    return run_sync(commit_async(plan, messages))
+    return run_sync(commit_async(plan, messages, mark))
+
+
+async def release_pins(plan) -> None:
+    """Release what a bulk write of either layout pinned when it began (each task of a
+    streaming write begins its own)."""
+    plans = [plan] if isinstance(plan, bulk_write.BulkWrite) else plan.plans
+    await asyncio.gather(*(bulk_write.release_pin(p) for p in plans), return_exceptions=True)
 
 
 def _root(plan: ShardedBulkWrite) -> ObjectStore:

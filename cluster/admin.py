@@ -23,7 +23,12 @@ from ..manifest import snapshot_leases
 from ..manifest.backup_records import BACKUP_PREFIX
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import SHARD_MAP_PREFIX, ShardMap
-from ..manifest.txn_records import TXN_PREFIX, txn_of_part
+from ..manifest.txn_records import (
+    STREAM_TXN,
+    TXN_PREFIX,
+    txn_of_part,
+    unneeded_stream_records,
+)
 from ..options import Options
 from . import checkpoints
 from .backup import backup
@@ -93,7 +98,8 @@ class ShardedAdmin(checkpoints.CheckpointsOfShards):
                        progress=None) -> garbage_collection.Plan:
         """One GC pass on every shard, then on the root's commit records: a record goes once
         no shard holds its batch's part (every part was applied or dropped) and it is older
-        than ``min_age``. Returns the shards' plans together (paths under each shard's
+        than ``min_age`` (a streaming write's, once a newer batch of its writer has records).
+        Returns the shards' plans together (paths under each shard's
         prefix)."""
         plans = [await a.gc_async(min_age, dry_run, progress) for a in self._admins]
         out = garbage_collection.Plan()
@@ -118,13 +124,16 @@ class ShardedAdmin(checkpoints.CheckpointsOfShards):
 
     async def _unneeded_records(self, min_age: float) -> list[str]:
         """Commit records no shard needs: listed before the shards' parts, so a record whose
-        parts were still being settled is seen with them."""
+        parts were still being settled is seen with them. A streaming write's records go
+        once a newer batch of its writer has records (whatever their age)."""
         now = self.clock()
-        records = [m.path for m in await self.root.list_async(TXN_PREFIX)
-                   if (ulid_age(m.path, now) or 0) >= min_age]
+        listed = [m.path for m in await self.root.list_async(TXN_PREFIX)]
         held = {txn_of_part(m.path) for a in self._admins
                 for m in await a.store.list_async(TXN_PREFIX)}
-        return [path for path in records if path.removeprefix(TXN_PREFIX) not in held]
+        aged = [path for path in listed if (ulid_age(path, now) or 0) >= min_age
+                and not path.startswith(TXN_PREFIX + STREAM_TXN)]
+        return [path for path in aged if path.removeprefix(TXN_PREFIX) not in held] + \
+            unneeded_stream_records(listed, held)
 
     async def backup_async(self, target_url: str, target_options: Options | None = None,
                            progress=None) -> dict:

@@ -7,12 +7,23 @@ prepared its part, or ``abort`` by a shard whose part waited too long for a deci
 client may be dead). Whichever create lands first is the decision, for everyone: the client
 and every shard read it back when their own create finds the name taken. This is the idea
 of Percolator's primary lock and of persist's txn-wal, on create-if-absent alone.
+
+A micro-batch of a streaming write (Spark's ``writeStream``) that Spark may run again is
+committed under a name of its own, ``stream.<writer>.<batch>.<attempt>``: an attempt first
+claims its name (``txn/<name>.claim``, create-if-absent), and a later attempt decides every
+earlier one it finds (``abort`` unless it was committed), so at most one attempt of a batch
+is ever committed, and a batch run again after its commit finds that and changes nothing.
+A writer's records stay until a newer batch of it has records (see
+:func:`unneeded_stream_records`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
+import re
+import uuid
 from dataclasses import dataclass
 
 from ..errors import CorruptObjectError
@@ -74,6 +85,39 @@ def txn_of_part(path: str) -> str | None:
     return None
 
 
+STREAM_TXN = "stream."
+_STREAM_RECORD = re.compile(r"^stream\.([0-9a-f]{24})\.(\d{12})\.(\d{4,})(\.claim)?$")
+
+
+def stream_txn(writer: str, batch: int, attempt: int) -> str:
+    """The batch id of attempt ``attempt`` to commit micro-batch ``batch`` of the streaming
+    writer named ``writer`` (any text: it is hashed into the name)."""
+    key = hashlib.sha256(writer.encode()).hexdigest()[:24]
+    return f"{STREAM_TXN}{key}.{batch:012d}.{attempt:04d}"
+
+
+def claim_name(txn_id: str) -> str:
+    """The object an attempt of a streaming write creates before it prepares anything."""
+    return f"{TXN_PREFIX}{txn_id}.claim"
+
+
+def unneeded_stream_records(paths, held: set[str]) -> list[str]:
+    """The records (claims and decisions, at the root) of streaming-write batches that a
+    newer batch of the same writer supersedes (Spark runs again only a writer's newest
+    batch), and that no shard's part waits on. Other paths are not looked at."""
+    found = []
+    newest: dict[str, int] = {}
+    for path in paths:
+        match = _STREAM_RECORD.match(path.removeprefix(TXN_PREFIX))
+        if match is not None:
+            writer, batch = match.group(1), int(match.group(2))
+            txn = path.removeprefix(TXN_PREFIX).removesuffix(".claim")
+            found.append((path, writer, batch, txn))
+            newest[writer] = max(newest.get(writer, batch), batch)
+    return [path for path, writer, batch, txn in found
+            if batch < newest[writer] and txn not in held]
+
+
 def encode_record(decision: str) -> bytes:
     return json.dumps({"decision": decision}).encode()
 
@@ -95,6 +139,20 @@ async def decide(root: ObjectStore, txn_id: str, decision: str) -> str:
     if await root.put_if_absent_async(name, encode_record(decision)):
         return decision
     return decode_record(await root.get_async(name), name)
+
+
+async def claim_stream_batch(root: ObjectStore, writer: str, batch: int) -> str | None:
+    """The batch id of a new attempt to commit streaming batch ``(writer, batch)``, claimed
+    for the caller; or ``None`` if an earlier attempt was committed (the batch is in the
+    store: nothing more to do). Each earlier attempt still undecided is aborted here."""
+    attempt, token = 0, uuid.uuid4().hex.encode()  # the same bytes would read back as ours
+    while True:
+        txn = stream_txn(writer, batch, attempt)
+        if await root.put_if_absent_async(claim_name(txn), token):
+            return txn
+        if await decide(root, txn, ABORT) == COMMIT:
+            return None
+        attempt += 1
 
 
 async def read_decision(root: ObjectStore, txn_id: str) -> str | None:

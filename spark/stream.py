@@ -13,8 +13,8 @@ Read options (with ``url`` or ``store_name`` as for batch reads):
 
 Write options: ``url`` or ``store_name``, and ``writer``: a name for the query that stays the
 same across its restarts (two queries must not share one). A micro-batch is installed with one
-manifest change that also records ``(writer, batch id)``, so a batch Spark sends again changes
-nothing. Streaming writes to a sharded store are refused for now.
+manifest change (on a sharded store, one commit across the shards) that also records
+``(writer, batch id)``, so a batch Spark sends again changes nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover (the project installs 4.3)
     ReadAllAvailable = ReadMaxRows = None
     SupportsTriggerAvailableNow = object
 
+from ..bulk import sharded as bulk
 from ..bulk import stream
 from ..bulk import write as bulk_write
 from ..client.ray_connection import ensure_ray
@@ -124,15 +125,16 @@ class LeveledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 @dataclass
 class StreamMessage(WriterCommitMessage):
-    plan: bulk_write.BulkWrite
-    files: bulk_write.PartitionFiles
+    plan: bulk_write.BulkWrite | bulk.ShardedBulkWrite
+    files: bulk_write.PartitionFiles | bulk.ShardedPartitionFiles
 
 
 class LeveledStreamWriter(DataSourceStreamArrowWriter):
-    """Each micro-batch is a bulk write (see :mod:`leveled_ray.bulk.write`) whose commit
-    records ``(writer, batch id)`` with its files. Spark builds this writer once for the
-    query (and again for each commit), so each task reserves its own SQN window when it
-    starts: windows then sit above every batch installed before."""
+    """Each micro-batch is a bulk write (see :mod:`leveled_ray.bulk.sharded`) whose commit
+    records ``(writer, batch id)``: with its files in a plain store's manifest, or as the
+    batch's own commit record across a sharded store's shards. Spark builds this writer
+    once for the query (and again for each commit), so each task reserves its own SQN
+    windows when it starts: they then sit above every batch installed before."""
 
     def __init__(self, options: dict, schema, url: str, store_options):
         writer = options.get("writer")
@@ -140,10 +142,7 @@ class LeveledStreamWriter(DataSourceStreamArrowWriter):
             raise InvalidArgumentError('a streaming write needs option("writer", <a name that '
                                        'stays the same across restarts of the query>)')
         bulk_write.check_columns(schema.names)
-        target = run_sync(stream.target_async(url, store_options))
-        if target.shard_map is not None:
-            raise InvalidArgumentError("streaming writes to a sharded store are not supported "
-                                       "yet: use foreachBatch with a batch write")
+        run_sync(stream.target_async(url, store_options))  # a store is there
         self.writer = writer
         self.url, self.store_options = url, store_options
         self.store_name = options.get("store_name")
@@ -154,22 +153,22 @@ class LeveledStreamWriter(DataSourceStreamArrowWriter):
 
         if self.store_name is not None:
             ensure_ray(self.ray_address, join=True)
-        plan = bulk_write.begin(self.url, self.store_options, store_name=self.store_name,
+        plan = bulk.begin_write(self.url, self.store_options, store_name=self.store_name,
                                 ray_address=self.ray_address)
         partition = TaskContext.get().partitionId()
-        return StreamMessage(plan, bulk_write.write_partition(plan, partition, iterator))
+        return StreamMessage(plan, bulk.write_partition(plan, partition, iterator))
 
     def commit(self, messages, batchId: int) -> None:
         done = [m for m in messages if m is not None]
         if not done:
             return
         try:
-            bulk_write.commit(done[0].plan, [m.files for m in done], (self.writer, int(batchId)))
+            bulk.commit(done[0].plan, [m.files for m in done], (self.writer, int(batchId)))
         finally:
             for m in done[1:]:
-                run_sync(bulk_write.release_pin(m.plan))
+                run_sync(bulk.release_pins(m.plan))
 
     def abort(self, messages, batchId: int) -> None:
-        done = [m for m in messages if m is not None]
-        for m in done:
-            bulk_write.abort(m.plan, [m.files])
+        for m in messages:
+            if m is not None:
+                bulk.abort(m.plan, [m.files])

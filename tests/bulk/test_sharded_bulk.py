@@ -5,6 +5,7 @@ Bookies, and by a cut that meets it half-applied)."""
 
 import uuid
 
+import pyarrow as pa
 import pytest
 
 import leveled_ray as lr
@@ -136,3 +137,60 @@ def test_a_cut_installs_a_committed_bulk_write_it_finds_half_applied(ray_cluster
         wait_until(lambda: parts_left(tmp_url) == 0)
     finally:
         store.close()
+
+
+def _stream_batch(url: str, value: bytes, mark: tuple[str, int]) -> int:
+    """One streaming micro-batch of every key, in two partitions, committed with ``mark``."""
+    plan = bulk.begin_write(url)
+    rows = pa.record_batch({"bucket": [b for b, _ in KEYS], "key": [k for _, k in KEYS],
+                            "value": [value] * N})
+    messages = [bulk.write_partition(plan, p, [rows.slice(p * N // 2, N // 2)]) for p in (0, 1)]
+    return bulk.commit(plan, messages, mark)
+
+
+def test_a_streaming_batch_sent_again_changes_no_shard_and_a_dead_attempt_is_aborted(tmp_url):
+    """A micro-batch committed across shards is found by a later attempt of the same batch
+    (which then changes nothing); an attempt whose driver died prepared but undecided is
+    aborted by the next attempt, which commits; GC drops a writer's older batches' records
+    only."""
+    from leveled_ray.bulk.write import gather_files
+    from leveled_ray.manifest.txn_records import (
+        TXN_PREFIX,
+        claim_name,
+        claim_stream_batch,
+        record_name,
+        stream_txn,
+    )
+
+    new_sharded(tmp_url)
+    root = ObjectStore.from_url(tmp_url)
+    assert _stream_batch(tmp_url, b"v0", ("w", 0)) == N
+    assert _stream_batch(tmp_url, b"again", ("w", 0)) == 0  # Spark ran batch 0 again
+    assert values(tmp_url) == [b"v0"] * N
+    assert _stream_batch(tmp_url, b"v1", ("w", 1)) == N
+    assert _stream_batch(tmp_url, b"other", ("x", 0)) == N  # another writer, its own batch 0
+    assert values(tmp_url) == [b"other"] * N
+
+    # A driver died after preparing its attempt of batch 2, before deciding it.
+    plan = bulk.begin_write(tmp_url)
+    rows = pa.record_batch({"bucket": ["b"] * N, "key": [k for _, k in KEYS],
+                            "value": [b"dead"] * N})
+    messages = [bulk.write_partition(plan, 0, [rows])]
+    dead = run_sync(claim_stream_batch(root, "w", 2))
+    run_sync(bulk.prepare(plan, dead, {s: gather_files(p) for s, p in
+                                       bulk.shard_files(plan, messages).items()}))
+    assert parts_left(tmp_url) == 2
+    assert _stream_batch(tmp_url, b"v2", ("w", 2)) == N  # aborts the dead attempt, commits
+    assert values(tmp_url) == [b"v2"] * N
+    assert _stream_batch(tmp_url, b"again", ("w", 2)) == 0
+    assert values(tmp_url) == [b"v2"] * N
+    bulk.begin_write(tmp_url)  # settles the dead attempt's parts: dropped
+    assert parts_left(tmp_url) == 0
+
+    lr.gc(tmp_url, min_age=0)
+    # writer w keeps its newest batch's records (two attempts), x its only batch's
+    kept = [stream_txn("w", 2, 0), stream_txn("w", 2, 1), stream_txn("x", 0, 0)]
+    assert sorted(m.path for m in root.list(TXN_PREFIX)) == sorted(
+        [record_name(t) for t in kept] + [claim_name(t) for t in kept])
+    assert _stream_batch(tmp_url, b"again", ("w", 2)) == 0  # still found after GC
+    assert values(tmp_url) == [b"v2"] * N
