@@ -54,8 +54,10 @@ STREAM_SCHEMA = pa.schema([
 ])
 SPARK_SCHEMA = ("bucket string, key string, shard int, sqn bigint, kind string, "
                 "last_modified timestamp, value binary")
-#: Changes one task reads at most (a batch's range of a shard is cut into parts of this).
+#: Changes one task reads at most, and at least unless a shard's range has fewer: a batch's
+#: range of a shard is cut into about ``splits`` parts between these sizes.
 PART_CHANGES = 200_000
+MIN_PART_CHANGES = 50_000
 #: Rows per Arrow batch a task yields.
 BATCH_ROWS = 16_384
 
@@ -207,7 +209,8 @@ class Part:
 
 
 async def plan_async(target: Target, start: dict, end: dict, splits: int = 8) -> list[Part]:
-    """The parts of the batch ``(start, end]``: the same for the same offsets."""
+    """The parts of the batch ``(start, end]``, about ``splits`` of them: the same for the
+    same offsets."""
     check_offset(start, target)
     check_offset(end, target)
     if not start["done"] and end["done"]:
@@ -216,11 +219,13 @@ async def plan_async(target: Target, start: dict, end: dict, splits: int = 8) ->
         return [Part(s, plan, split) for s, plan in enumerate(plans) for split in plan.splits]
     parts = []
     afters = shard_positions(start["sqn"], target.count)
+    share = max(1, splits // target.count)
     for s, (lo, hi) in enumerate(zip(afters, shard_positions(end["sqn"], target.count))):
         if hi <= lo:
             continue
         sqns = await change_sqns(await _newest(target, s), lo, hi)
-        cuts = [int(q) for q in sqns[PART_CHANGES - 1:-1:PART_CHANGES]]
+        size = min(PART_CHANGES, max(MIN_PART_CHANGES, -(-len(sqns) // share)))
+        cuts = [int(q) for q in sqns[size - 1:-1:size]]
         bounds = [lo, *cuts, hi]
         parts += [Part(s, lo=a, hi=b) for a, b in zip(bounds, bounds[1:])]
     return parts

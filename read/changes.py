@@ -17,6 +17,7 @@ and non-empty index changes are unpacked row by row.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -194,6 +195,10 @@ def changes_batch(rows: pa.Table, binary_names: bool, values: bool,
                                       schema=changes_schema(binary_names, shard is not None))
 
 
+#: ``Change._make`` without its Python frame (every row has all ten fields).
+_new_change = functools.partial(tuple.__new__, Change)
+
+
 def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> list[Change]:
     """Journal rows as :class:`Change` tuples, names as they were written (``str`` or
     ``bytes``). Rows with neither metadata nor index changes (the common case) are built
@@ -201,15 +206,15 @@ def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> li
     n = rows.num_rows
     buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
     sqns = rows.column("sqn").to_pylist()
-    kinds = pc.if_else(pc.equal(rows.column("op"), OP_PUT), "put", "delete").to_pylist()
+    kinds = list(map(KINDS.__getitem__, rows.column("op").to_pylist()))
     lms = (rows.column("last_modified").to_numpy() / 1000.0).tolist()
     expiry = rows.column("expiry").to_numpy()
     expires = [None] * n if not expiry.any() else [float(e) if e else None
                                                     for e in expiry.tolist()]
     vals = rows.column("value").to_pylist() if values else [None] * n
-    out = list(map(Change._make, zip(buckets, keys, sqns, kinds, vals, lms, expires,
-                                     itertools.repeat(None), itertools.repeat(()),
-                                     itertools.repeat(shard))))
+    out = list(map(_new_change, zip(buckets, keys, sqns, kinds, vals, lms, expires,
+                                    itertools.repeat(None), itertools.repeat(()),
+                                    itertools.repeat(shard))))
     extras, index_col = rows.column("extra"), rows.column("indexes")
     if index_col.null_count == n and not pc.any(pc.greater(pc.binary_length(extras), 0)).as_py():
         return out
