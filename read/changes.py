@@ -132,7 +132,10 @@ async def journal_changes(view, after: int, until: int | None,
             sqns = (await clerk.footer()).sqns
             wanted = np.flatnonzero((sqns > after) & (sqns <= top))
             async for rows in clerk.row_spans(wanted, SPAN_BYTES):
-                yield rows.filter(pc.less_equal(rows.column("op"), OP_DELETE))  # no deltas
+                ops = rows.column("op")
+                if len(ops) and pc.max(ops).as_py() > OP_DELETE:  # no deltas (a filter copies
+                    rows = rows.filter(pc.less_equal(ops, OP_DELETE))  # every column)
+                yield rows
 
     async with contextlib.aclosing(rebatched(spans(), batch_size)) as found:
         async for table in found:
