@@ -1,0 +1,49 @@
+"""Synchronous folds run each step on their own event loop (``read/fold.py``): Ctrl-C during a
+step ends the fold with ``KeyboardInterrupt`` and releases it, and the SIGINT handler is
+the default again after every step (pure asyncio, no store)."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from leveled_ray.read.fold import iterate
+
+
+def batches(stall: threading.Event | None = None):
+    async def gen():
+        import asyncio
+
+        for i in range(3):
+            if stall is not None and i == 1:
+                stall.set()
+                await asyncio.sleep(60)  # Ctrl-C comes while this step runs
+            yield [i * 10 + j for j in range(10)]
+    return gen
+
+
+def test_a_fold_hands_out_every_item_and_leaves_sigint_alone():
+    released = []
+    assert list(iterate(batches(), flatten=True, on_close=lambda: released.append(1))) == \
+        list(range(30))
+    assert released == [1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    out = []
+    worker = threading.Thread(target=lambda: out.extend(iterate(batches(), flatten=False)))
+    worker.start()
+    worker.join(30)
+    assert out == [list(range(10)), list(range(10, 20)), list(range(20, 30))]
+
+
+def test_ctrl_c_during_a_step_interrupts_and_releases_the_fold():
+    released, stall = [], threading.Event()
+    fold = iterate(batches(stall), flatten=True, on_close=lambda: released.append(1))
+    threading.Thread(target=lambda: stall.wait(30) and os.kill(os.getpid(), signal.SIGINT),
+                     daemon=True).start()
+    seen = []
+    with pytest.raises(KeyboardInterrupt):
+        for item in fold:
+            seen.append(item)
+    assert seen == list(range(10)) and released == [1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
