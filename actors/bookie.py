@@ -242,9 +242,10 @@ class Bookie:
         self.writes.let_in(cut_id, txns)
         await asyncio.gather(*(self.participant.commit(txn) for txn in txns))
 
-    def thaw(self, cut_id: str) -> None:
-        """Admit writes again after cut ``cut_id``."""
-        self.writes.thaw(cut_id)
+    def thaw(self, cut_id: str) -> bool:
+        """Admit writes again after cut ``cut_id``; whether the cut still held them (a shard
+        thaws by itself after the cut's ``hold_s``)."""
+        return self.writes.thaw(cut_id)
 
     def _write_journal(self, groups: list[Group]):
         return self.inker.append([g.records for g in groups], [g.values for g in groups])

@@ -254,10 +254,12 @@ class WritePath:
         if self.frozen is not None and self.frozen[0] == cut_id:
             self._set_gate(False, self.cut_lets_in | set(txns))
 
-    def thaw(self, cut_id: str) -> None:
-        """Admit writes again, if cut ``cut_id`` still holds them."""
+    def thaw(self, cut_id: str) -> bool:
+        """Admit writes again, if cut ``cut_id`` still holds them; returns whether it did
+        (``False``: they were admitted again already, so the cut did not hold them
+        throughout)."""
         if self.frozen is None or self.frozen[0] != cut_id:
-            return
+            return False
         paused_ms = (time.monotonic() - self.frozen[1]) * 1000
         self.frozen = None
         self._set_gate(True)
@@ -265,6 +267,7 @@ class WritePath:
         self.counters["cuts"] += 1
         self.counters["cut_pause_ms_max"] = round(max(self.counters["cut_pause_ms_max"],
                                                       paused_ms), 3)
+        return True
 
     # -- bulk writes (see leveled_ray.bulk.write) ---
 

@@ -720,6 +720,10 @@ class Store(Queries):
         """Admit writes again after the cut (sent at once, not waited for)."""
         self._actor.thaw.remote(cut_id)
 
+    async def thaw_async(self, cut_id: str) -> bool:
+        """Admit writes again after the cut; whether the cut held them until now."""
+        return await _await(self._actor.thaw.remote(cut_id))
+
     # -- for bulk writes (see leveled_ray.bulk.write) --
 
     async def reserve_bulk_async(self) -> dict:

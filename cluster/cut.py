@@ -12,7 +12,9 @@ Cross-shard batches: a shard lists the parts it holds prepared when it freezes. 
 each one's commit record: a committed batch is applied by every shard still holding it before
 the cut is taken (it is in the cut everywhere); an undecided one is in no cut, since no shard
 can apply it while all are frozen. A frozen shard thaws by itself after :data:`HOLD_S`, should
-its cutter die; a shard frozen by another cut answers busy, and the cut tries again.
+its cutter die; the cutter learns from each shard, as it thaws it, whether the cut still held
+it, and gives back a cut one shard left early (it may hold writes the others lack). A shard
+frozen by another cut answers busy, and the cut tries again.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ class Early(NamedTuple):
     discard: Callable[[int, object], Awaitable]
 
 
+#: Attempts of a cut whose hold outlasted :data:`HOLD_S` (a shard thawed by itself).
+ATTEMPTS = 3
+
+
 async def cut(store, take: Callable[[int], Awaitable], early: Early | None = None
               ) -> tuple[list, float]:
     """``take(shard)`` of every shard at one consistent moment; returns what each gave, in
@@ -50,8 +56,27 @@ async def cut(store, take: Callable[[int], Awaitable], early: Early | None = Non
     ``early`` (see :meth:`Store.freeze_async <leveled_ray.client.store.Store.freeze_async>`)
     lets each shard take its part in the same call that freezes it, when it holds no
     prepared part: taking early is safe, since all that matters is that no shard thaws
-    before every shard froze. The thaws are sent, not waited for."""
+    before every shard froze. Every shard then says whether the cut still held it when it
+    was thawed: one that thawed by itself first (the cut outlasted :data:`HOLD_S`) may hold
+    writes the others lack, so what was taken is given back (``early.discard``) and the cut
+    tried again; :class:`ConflictError` after :data:`ATTEMPTS`."""
     shards = [store.shard(s) for s in range(store.shards)]
+    for _ in range(ATTEMPTS):
+        cut_id, taken, frozen_at = await _hold_and_take(store, shards, take, early)
+        held = await asyncio.gather(*(s.thaw_async(cut_id) for s in shards),
+                                    return_exceptions=True)
+        if all(h is True for h in held):
+            return taken, time.monotonic() - frozen_at
+        if early is not None:
+            await asyncio.gather(*(early.discard(s, t) for s, t in enumerate(taken)),
+                                 return_exceptions=True)
+    raise ConflictError(f"a shard admitted writes again before the cut was taken (it held "
+                        f"them over {HOLD_S:g}s), {ATTEMPTS} times: nothing was taken")
+
+
+async def _hold_and_take(store, shards: list, take, early: Early | None) -> tuple:
+    """Freeze every shard, apply the committed batches they hold prepared, and take each
+    shard's part: ``(cut_id, taken, frozen_at)``. The shards are thawed here only on error."""
     deadline = time.monotonic() + HOLD_S
     backoff = 0.002
     while True:
@@ -81,9 +106,10 @@ async def cut(store, take: Callable[[int], Awaitable], early: Early | None = Non
                                    for s, (held, _) in zip(shards, answers)
                                    if committed & set(held)))
         taken = await asyncio.gather(*(_taken(answers[s][1], take, s) for s in range(len(shards))))
-    finally:
+    except BaseException:
         _thaw(shards, cut_id)
-    return list(taken), time.monotonic() - frozen_at
+        raise
+    return cut_id, list(taken), frozen_at
 
 
 async def _taken(early_taken, take, shard: int):
