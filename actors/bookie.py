@@ -226,6 +226,7 @@ class Bookie:
         if not await self.writes.freeze(cut_id):
             return "busy"
         self.tasks.start(self._thaw_after(cut_id, hold_s), f"cut {cut_id}")
+        await self.participant.prepares_done()  # no part is prepared until the thaw
         pending = self.participant.pending()
         taken = None
         if take in ("snapshot", "checkpoint") and not pending:

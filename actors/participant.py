@@ -24,6 +24,7 @@ followed by any other write of its keys: applying it again is harmless.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -87,11 +88,35 @@ class Participant:
         self._roots: dict[str, ObjectStore] = {}
         self.counters = {"txn_prepared": 0, "txn_committed": 0, "txn_aborted": 0,
                          "txn_busy": 0, "txn_decided_here": 0, "txn_recovered": 0}
+        self._preparing = 0  # prepares under way
+        self._no_prepares = asyncio.Event()
+        self._no_prepares.set()
 
     def _root(self, url: str) -> ObjectStore:
         if url not in self._roots:
             self._roots[url] = ObjectStore.from_url(url, self.options)
         return self._roots[url]
+
+    @contextlib.asynccontextmanager
+    async def _preparing_part(self):
+        """A part is prepared only while no cut holds this shard's writes, and a cut waits for
+        the prepares under way (:meth:`prepares_done`): so the parts a shard lists when it
+        freezes are all it will hold until it thaws. Else a batch could be prepared here
+        during a cut, decided, and applied by the cut in the other shards only."""
+        await self.writes.admitted()
+        self._preparing += 1
+        self._no_prepares.clear()
+        try:
+            yield
+        finally:
+            self._preparing -= 1
+            if not self._preparing:
+                self._no_prepares.set()
+
+    async def prepares_done(self) -> None:
+        """Wait until no prepare is under way."""
+        while self._preparing:
+            await self._no_prepares.wait()
 
     async def prepare(self, txn: str, root_url: str, changes: list[Change],
                       values: list) -> Exception | str | tuple[int, int]:
@@ -99,6 +124,11 @@ class Participant:
         its number among the parts this shard prepared (see :meth:`began`); ``"busy"`` if
         another batch holds one of its keys; or the failure of its conditions (then nothing
         is held)."""
+        async with self._preparing_part():
+            return await self._prepare(txn, root_url, changes, values)
+
+    async def _prepare(self, txn: str, root_url: str, changes: list[Change],
+                       values: list) -> Exception | str | tuple[int, int]:
         self.writes.check_usable()
         if txn in self.parts:
             return self.parts[txn].number  # prepared already (a resent call)
@@ -120,10 +150,11 @@ class Participant:
         """Prepare this shard's part of a bulk write across shards: its files (written
         already) to install once the batch commits. No key is locked: a bulk write's rows
         are newer than every write acknowledged before it commits."""
-        self.writes.check_usable()
-        if txn in self.parts:
-            return self.parts[txn].number
-        return await self._hold(txn, Part(root_url, files=(tuple(journal), tuple(ssts))))
+        async with self._preparing_part():
+            self.writes.check_usable()
+            if txn in self.parts:
+                return self.parts[txn].number
+            return await self._hold(txn, Part(root_url, files=(tuple(journal), tuple(ssts))))
 
     async def _hold(self, txn: str, part: Part) -> tuple[int, int]:
         await self.store.put_if_absent_async(part_name(txn), encode_part(part), unique=True)

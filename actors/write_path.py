@@ -149,6 +149,11 @@ class WritePath:
 
     # -- admission: closed by a bulk install or a cut --
 
+    async def admitted(self) -> None:
+        """Wait while a cut or a bulk install holds writes (what a part's prepare waits for:
+        see :meth:`Participant.prepare <.participant.Participant.prepare>`)."""
+        await self._admission(None)
+
     def _admits(self, txn: str | None) -> bool:
         return self.writes_open or txn in self.cut_lets_in
 

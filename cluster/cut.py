@@ -8,8 +8,11 @@ never in a cut without it: if the later one is in, it was admitted before its sh
 the earlier one was acknowledged before that, and so before its own shard thawed; had it been
 admitted after its shard froze, it could have been acknowledged only after the thaw.
 
-Cross-shard batches: a shard lists the parts it holds prepared when it freezes. The cut reads
-each one's commit record: a committed batch is applied by every shard still holding it before
+Cross-shard batches: a shard lists the parts it holds prepared when it freezes, once the
+prepares under way have ended, and prepares no part until it thaws. So a batch that any shard
+holds applied, or that is decided by the time the cut reads its record, was prepared in every
+shard before that shard froze, and each lists it or has applied it. The cut reads each listed
+batch's commit record: a committed batch is applied by every shard still holding it before
 the cut is taken (it is in the cut everywhere); an undecided one is in no cut, since no shard
 can apply it while all are frozen. A frozen shard thaws by itself after :data:`HOLD_S`, should
 its cutter die; the cutter learns from each shard, as it thaws it, whether the cut still held
