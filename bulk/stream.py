@@ -183,7 +183,9 @@ async def latest_async(target: Target, start: dict, max_changes: int | None = No
         start = end
     afters = shard_positions(start["sqn"], target.count)
     views = await asyncio.gather(*(_newest(target, s) for s in range(target.count)))
-    ends = [v.sqn if until is None else min(v.sqn, u) for v, u in zip(views, until or views)]
+    ends = [v.sqn for v in views]
+    if until is not None:
+        ends = [min(e, u) for e, u in zip(ends, until)]
     if max_changes is not None:
         share = max(1, max_changes // target.count)
         for s, (view, after) in enumerate(zip(views, afters)):

@@ -18,7 +18,7 @@ def batches(stall: threading.Event | None = None):
         for i in range(3):
             if stall is not None and i == 1:
                 stall.set()
-                await asyncio.sleep(60)  # Ctrl-C comes while this step runs
+                await asyncio.Event().wait()  # blocks until Ctrl-C cancels this step
             yield [i * 10 + j for j in range(10)]
     return gen
 
