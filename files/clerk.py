@@ -311,9 +311,7 @@ class JournalClerk(FileClerk):
                                 footer.offsets[wanted + 1].tolist())
 
         def decode() -> pa.Table:
-            return pa.Table.from_batches(
-                [jfmt.decode_block(raw, footer, int(i), self.name) for i, raw in zip(wanted, raws)],
-                jfmt.JOURNAL_SCHEMA)
+            return jfmt.decode_blocks(raws, footer, wanted, self.name)
 
         sizes = footer.rows[wanted + 1] - footer.rows[wanted]
         firsts = np.cumsum(sizes) - sizes

@@ -50,6 +50,8 @@ def binary_lengths(array: pa.Array) -> np.ndarray:
 
 def checksum(*parts: bytes | memoryview) -> int:
     """xxh3-64 over the concatenation of ``parts``."""
+    if len(parts) == 1:
+        return xxhash.xxh3_64_intdigest(parts[0])
     h = xxhash.xxh3_64()
     for p in parts:
         h.update(p)
@@ -114,16 +116,20 @@ def encode_block(codec: int, batch: pa.RecordBatch) -> bytes:
 
 
 def decode_block(raw_block: bytes | memoryview, expected_sum: int, schema: pa.Schema,
-                 path: str, offset: int) -> pa.RecordBatch:
-    """Validate and decode one block read from ``offset`` as an Arrow batch of ``schema``."""
-    if checksum(raw_block) != expected_sum:
+                 path: str, offset: int, *, validate: bool = True) -> pa.RecordBatch:
+    """Validate and decode one block read from ``offset`` as an Arrow batch of ``schema``.
+    ``validate=False`` leaves the batch's full validation to the caller (who validates many
+    blocks at once)."""
+    if xxhash.xxh3_64_intdigest(raw_block) != expected_sum:
         raise CorruptObjectError(path, offset, "block checksum mismatch")
-    r = Reader(raw_block, path, base=offset)
-    codec, raw_len = r.unpack(_BLOCK_HEAD)
-    raw = decompress(codec, r.take(r.remaining()), raw_len, path, offset)
+    if len(raw_block) < _BLOCK_HEAD.size:
+        raise CorruptObjectError(path, offset, f"block of {len(raw_block)} bytes is too short")
+    codec, raw_len = _BLOCK_HEAD.unpack_from(raw_block)
+    raw = decompress(codec, memoryview(raw_block)[_BLOCK_HEAD.size:], raw_len, path, offset)
     try:
         batch = pa.ipc.read_record_batch(pa.py_buffer(raw), schema)
-        batch.validate(full=True)
+        if validate:
+            batch.validate(full=True)
     except (pa.ArrowInvalid, pa.ArrowException, ValueError) as exc:
         raise CorruptObjectError(path, offset, f"malformed block: {exc}") from None
     return batch

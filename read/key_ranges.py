@@ -87,6 +87,9 @@ class Names:
     """
 
     def __init__(self, lkeys: pa.Array):
+        self._bucket = None  # the one bucket of every row, when :meth:`_one_bucket` found it
+        if len(lkeys) and self._one_bucket(lkeys):
+            return
         # A key without escaped zero bytes splits at its zeros into exactly three parts:
         # tag, type and bucket | type and key | nothing.
         parts = pc.split_pattern(lkeys, pattern=b"\x00")
@@ -104,6 +107,28 @@ class Names:
             zero_copy_only=False) if n else np.zeros(0, bool)
         self.key_str = pc.equal(pc.binary_slice(seconds, 0, 1), _STR).to_numpy(
             zero_copy_only=False) if n else np.zeros(0, bool)
+
+    def _one_bucket(self, lkeys: pa.Array) -> bool:
+        """The common case, at a fraction of the cost: every key has the first key's bucket
+        and key type, and no zero byte in its key. Then each key is a slice at a fixed
+        offset, and the buckets one value."""
+        first = lkeys[0].as_py()
+        end = first.find(b"\x00", 2)  # the bucket's terminator (or an escaped zero in it)
+        if end < 0 or len(first) < end + 3:
+            return False
+        prefix = first[:end + 2]  # tag, bucket type, bucket, terminator, key type
+        if not pc.all(pc.starts_with(lkeys, pattern=prefix)).as_py():
+            return False
+        keys = pc.binary_slice(lkeys, len(prefix), -1)  # each key ends with its terminator
+        if pc.any(pc.match_substring(keys, pattern=b"\x00")).as_py():
+            return False  # an escaped zero byte, in a key or in the bucket
+        n = len(lkeys)
+        self._bucket = split_object_key(first)[0]
+        self.keys = keys
+        self.bucket_str = np.full(n, isinstance(self._bucket, str))
+        self.key_str = np.full(n, prefix[-1:] == _STR)
+        self.buckets = pa.repeat(pa.scalar(first[2:end], pa.binary()), n)
+        return True
 
     def _decode_slowly(self, lkeys: pa.Array) -> None:
         pairs = [split_object_key(k) for k in lkeys.to_pylist()]
@@ -127,7 +152,9 @@ class Names:
 
     def python(self) -> tuple[list, list]:
         """``(buckets, keys)`` as the ``str`` / ``bytes`` values they were written as."""
-        return _as_written(self.buckets, self.bucket_str), _as_written(self.keys, self.key_str)
+        buckets = ([self._bucket] * len(self.keys) if self._bucket is not None
+                   else _as_written(self.buckets, self.bucket_str))
+        return buckets, _as_written(self.keys, self.key_str)
 
 
 def _as_written(values: pa.Array, is_str: np.ndarray) -> list:

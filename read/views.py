@@ -274,6 +274,9 @@ async def journal_values(host: ClerkHost, index: JournalIndex, sqns) -> pa.Array
         where = where[back]
     values = pa.chunked_array([c for _, t, _ in parts for c in t.column("value").chunks],
                               pa.binary())
-    if len(where) == len(values) and np.array_equal(where, np.arange(len(where))):
-        return values.combine_chunks()  # every value read, already in order
+    if len(where) and where[-1] - where[0] == len(where) - 1 and np.array_equal(
+            where, np.arange(where[0], where[0] + len(where))):
+        # A run of consecutive entries (a key-order fold of keys written together): a
+        # slice, not a take, which copies each value once more.
+        return values.slice(int(where[0]), len(where)).combine_chunks()
     return await off_loop(lambda: values.take(where).combine_chunks())

@@ -11,15 +11,19 @@ import pytest
 from leveled_ray.read.fold import iterate
 
 
-def batches(stall: threading.Event | None = None):
+def batches(stall: threading.Event | None = None, ended: list | None = None):
     async def gen():
         import asyncio
 
-        for i in range(3):
-            if stall is not None and i == 1:
-                stall.set()
-                await asyncio.Event().wait()  # blocks until Ctrl-C cancels this step
-            yield [i * 10 + j for j in range(10)]
+        try:
+            for i in range(3):
+                if stall is not None and i == 1:
+                    stall.set()
+                    await asyncio.Event().wait()  # blocks until Ctrl-C cancels this step
+                yield [i * 10 + j for j in range(10)]
+        finally:
+            if ended is not None:
+                ended.append(threading.current_thread().name)
     return gen
 
 
@@ -47,3 +51,23 @@ def test_ctrl_c_during_a_step_interrupts_and_releases_the_fold():
             seen.append(item)
     assert seen == list(range(10)) and released == [1]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_fold_ends_when_closed_broken_out_of_or_dropped_unstarted():
+    """Closing ends the fold before ``close()`` returns; a fold dropped (a ``for`` loop broken
+    out of, or one never started) is ended by the closer thread."""
+    ended, released = [], []
+    fold = iterate(batches(ended=ended), flatten=True, on_close=lambda: released.append(1))
+    assert next(fold) == 0
+    fold.close()
+    assert released == [1] and ended == [threading.current_thread().name]
+    for how in ("broken out of", "never started"):
+        ended, done = [], threading.Event()
+        fold = iterate(batches(ended=ended), flatten=True, on_close=done.set)
+        if how == "broken out of":
+            for item in fold:
+                assert item == 0
+                break
+        del fold
+        assert done.wait(30), how
+        assert ended == (["lr-fold-closer"] if how == "broken out of" else []), how

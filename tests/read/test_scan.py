@@ -6,6 +6,8 @@ import random
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leveled_ray.codec import (
     ACTIVE,
@@ -154,3 +156,23 @@ def test_names_decode_in_bulk_like_one_by_one():
     with pytest.raises(InvalidArgumentError, match="binary_names"):
         Names(pa.array([object_key(b"\xff", "k")], pa.binary())).arrow(binary=False)
     assert encode_key(b"o", "a") < lkeys[0]
+
+
+_NAME_PART = st.one_of(st.text(alphabet="ab\x00\xff\u00e9", min_size=1, max_size=3),
+                       st.binary(min_size=1, max_size=3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(bucket=_NAME_PART, keys=st.lists(_NAME_PART, min_size=1, max_size=8),
+       others=st.lists(st.tuples(_NAME_PART, _NAME_PART), max_size=2), at=st.integers(0, 8))
+def test_names_of_one_bucket_or_many_decode_like_one_by_one(bucket, keys, others, at):
+    """Batches of one bucket (the fast path) and batches that leave it: a zero byte in a
+    key, a key of the other type, another bucket."""
+    names = [(bucket, k) for k in keys]
+    names[at % len(names):at % len(names)] = others
+    decoded = Names(pa.array([object_key(b, k) for b, k in names], pa.binary()))
+    assert list(zip(*decoded.python())) == names
+    buckets, keys_out = decoded.arrow(binary=True)
+    as_bytes = [(b.encode() if isinstance(b, str) else b, k.encode() if isinstance(k, str)
+                 else k) for b, k in names]
+    assert list(zip(buckets.to_pylist(), keys_out.to_pylist())) == as_bytes
