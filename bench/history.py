@@ -34,7 +34,7 @@ from leveled_ray.actors.metrics import write_amplification
 from leveled_ray.client.ray_connection import ensure_ray
 
 import plots
-from put_get import percentile, values
+from put_get import paired_rates, percentile, values
 
 BATCH = 1000
 
@@ -48,27 +48,17 @@ def load(store, n: int, size: int) -> list[str]:
     return names
 
 
-def best_rate(n: int, fn, runs: int = 2) -> float:
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return n / min(times)
-
-
 def feed_rows(store, n: int) -> list[tuple]:
-    changes = best_rate(n, lambda: sum(b.num_rows for b in store.changes_batches(
-        0, batch_size=65_536)))
-    fold = best_rate(n, lambda: sum(b.num_rows for b in store.fold_objects_batches(
-        "bench", order="sqn", batch_size=65_536)))
-    rows = [("changes_batches vs fold_objects_batches(order=sqn) (rows/s)", changes, fold,
-             ">= 1")]
-    changes_py = best_rate(n, lambda: sum(1 for _ in store.changes()))
-    fold_py = best_rate(n, lambda: sum(1 for _ in store.fold_objects("bench", order="sqn")))
-    rows.append(("changes vs fold_objects(order=sqn), Python rows (rows/s)", changes_py,
-                 fold_py, ">= 1"))
-    return rows
+    rate = paired_rates(n, {
+        "changes": lambda: sum(b.num_rows for b in store.changes_batches(0, batch_size=65_536)),
+        "fold": lambda: sum(b.num_rows for b in store.fold_objects_batches(
+            "bench", order="sqn", batch_size=65_536)),
+        "changes_py": lambda: sum(1 for _ in store.changes()),
+        "fold_py": lambda: sum(1 for _ in store.fold_objects("bench", order="sqn"))})
+    return [("changes_batches vs fold_objects_batches(order=sqn) (rows/s)", rate["changes"],
+             rate["fold"], ">= 1"),
+            ("changes vs fold_objects(order=sqn), Python rows (rows/s)", rate["changes_py"],
+             rate["fold_py"], ">= 1")]
 
 
 def listen_latency(store, samples: int) -> tuple:
@@ -191,9 +181,14 @@ def spark_rows(url: str, n: int, size: int) -> list[tuple]:
 
         ours = spark.readStream.format("leveled").option("url", url).option(
             "startingPosition", "0")
-        runs = [stream(ours) for _ in range(3)]
-        nowork = min(stream(spark.readStream.format("nowork_stream"))[0] for _ in range(2))
-        batched = best_rate(n, batch, runs=3)
+        runs, batch_s, nowork = [], [], []
+        for _ in range(3):  # in turn: this machine's speed drifts
+            runs.append(stream(ours))
+            t = time.perf_counter()
+            batch()
+            batch_s.append(time.perf_counter() - t)
+            nowork.append(stream(spark.readStream.format("nowork_stream"))[0])
+        batched, nowork = n / min(batch_s), min(nowork)
     finally:
         spark.stop()
     wall, micro = min(w for w, _ in runs), min(m for _, m in runs)
@@ -214,10 +209,12 @@ def ray_data_rows(url: str, root: str, names: list[str], size: int) -> tuple:
         assert rows == len(names)
         return rows
 
-    ours = best_rate(len(names), lambda: every_row(lr.data.read(  # not the listen-* keys
-        url, bucket="bench", start=names[0], end=names[-1])))
-    theirs = best_rate(len(names), lambda: every_row(ray.data.read_parquet(path)))
-    return ("lr.data.read vs ray.data.read_parquet (rows/s)", ours, theirs, ">= 0.5")
+    rate = paired_rates(len(names), {
+        "ours": lambda: every_row(lr.data.read(  # not the listen-* keys
+            url, bucket="bench", start=names[0], end=names[-1])),
+        "parquet": lambda: every_row(ray.data.read_parquet(path))})
+    return ("lr.data.read vs ray.data.read_parquet (rows/s)", rate["ours"], rate["parquet"],
+            ">= 0.5")
 
 
 def amplification(root: str, keys: int, size: int) -> tuple:

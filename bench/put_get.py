@@ -36,6 +36,19 @@ def percentile(samples, q):
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def paired_rates(n, fns: dict, runs: int = 3) -> dict:
+    """Rows/s of each of ``fns`` (each handles ``n`` rows), best of ``runs``, run in turn
+    (a, b, a, b, ...): this machine's speed drifts within a minute, and taking turns keeps
+    a ratio of two of them meaningful."""
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(runs):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t)
+    return {name: n / t for name, t in best.items()}
+
+
 def values(n, size, seed):
     rng = random.Random(seed)
     half = size // 2  # half random, half repeated: compressible like typical records

@@ -32,7 +32,7 @@ import leveled_ray as lr
 from leveled_ray.client.ray_connection import ensure_ray
 
 import plots
-from put_get import SlateRun, percentile, ray_rtt, values
+from put_get import SlateRun, paired_rates, percentile, ray_rtt, values
 
 BATCH = 1000
 
@@ -124,13 +124,13 @@ def main() -> None:
                     n += 1
             assert n == args.objects
 
-        parquet = args.objects / min(timed(parquet_rows) for _ in range(3))
+        rate = paired_rates(args.objects, {
+            "parquet": parquet_rows,
+            "objects": lambda: sum(1 for _ in store.fold_objects("bench")),
+            "heads": lambda: sum(1 for _ in store.fold_heads("bench"))})
         for kind in ("objects", "heads"):
-            fold = getattr(store, f"fold_{kind}")
-            rate = args.objects / min(timed(lambda: sum(1 for _ in fold("bench")))  # noqa: B023
-                                      for _ in range(2))
-            rows.append((f"fold_{kind} (rows/s)", rate, parquet, "Parquet rows (pyarrow)",
-                         ">= 0.5"))
+            rows.append((f"fold_{kind} (rows/s)", rate[kind], rate["parquet"],
+                         "Parquet rows (pyarrow)", ">= 0.5"))
         memory.append(("folds", rss_mb(store)))
         stats = store.stats()
         options = lr.Options()

@@ -17,7 +17,6 @@ and non-empty index changes are unpacked row by row.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -198,8 +197,6 @@ def changes_batch(rows: pa.Table, binary_names: bool, values: bool,
                                       schema=changes_schema(binary_names, shard is not None))
 
 
-#: ``Change._make`` without its Python frame (every row has all ten fields).
-_new_change = functools.partial(tuple.__new__, Change)
 
 
 def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> list[Change]:
@@ -209,15 +206,18 @@ def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> li
     n = rows.num_rows
     buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
     sqns = rows.column("sqn").to_pylist()
-    kinds = list(map(KINDS.__getitem__, rows.column("op").to_pylist()))
+    ops = rows.column("op").to_numpy()
+    kinds = (itertools.repeat("put") if bool((ops == OP_PUT).all())
+             else list(map(KINDS.__getitem__, ops.tolist())))
     lms = (rows.column("last_modified").to_numpy() / 1000.0).tolist()
     expiry = rows.column("expiry").to_numpy()
     expires = [None] * n if not expiry.any() else [float(e) if e else None
                                                     for e in expiry.tolist()]
     vals = rows.column("value").to_pylist() if values else [None] * n
-    out = list(map(_new_change, zip(buckets, keys, sqns, kinds, vals, lms, expires,
-                                    itertools.repeat(None), itertools.repeat(()),
-                                    itertools.repeat(shard))))
+    # Change._make without its Python frame: tuple.__new__(Change, row) for every row.
+    out = list(map(tuple.__new__, itertools.repeat(Change),
+                   zip(buckets, keys, sqns, kinds, vals, lms, expires, itertools.repeat(None),
+                       itertools.repeat(()), itertools.repeat(shard))))
     extras, index_col = rows.column("extra"), rows.column("indexes")
     if index_col.null_count == n and not pc.any(pc.greater(pc.binary_length(extras), 0)).as_py():
         return out
