@@ -299,26 +299,47 @@ class JournalClerk(FileClerk):
             return table.take(where)
         return await off_loop(table.take, where)
 
-    async def blocks_holding(self, rows: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    async def blocks_holding(self, rows: np.ndarray, keep: bool = False
+                             ) -> tuple[pa.Table, np.ndarray]:
         """The blocks that hold rows ``rows`` (ascending, no repeats), decoded, and where each
-        of those rows is in them: ``(table of the blocks, positions)``. Each block is read
-        once (the store coalesces nearby ranges into one request), decoded in a thread (one block,
-        on the event loop)."""
+        of those rows is in them: ``(table of the blocks, positions)``. The blocks not at hand
+        are read with one request (the store coalesces nearby ranges) and decoded in a thread
+        (one block, on the event loop). ``keep`` keeps decoded blocks in the host's cache:
+        point reads come back to the blocks near the values they asked for, while scans,
+        which read each block once, leave the cache alone."""
         footer = await self.footer()
         blocks = footer.blocks_of(rows)
         wanted = blocks[np.flatnonzero(np.diff(blocks, prepend=-1))]  # rows are ascending
-        raws = await self._read(self.host.store.get_ranges_async, footer.offsets[wanted].tolist(),
-                                footer.offsets[wanted + 1].tolist())
+        cache = self.host.cache if keep else None
+        held = {}
+        if cache is not None:
+            for i, block in zip(wanted.tolist(), cache.get_many(
+                    [(self.name, ("block", i)) for i in wanted.tolist()])):
+                if block is not None:
+                    held[i] = block
+        missing = wanted if not held else np.asarray(
+            [i for i in wanted.tolist() if i not in held], dtype=wanted.dtype)
+        table = None
+        if len(missing):
+            raws = await self._read(self.host.store.get_ranges_async,
+                                    footer.offsets[missing].tolist(),
+                                    footer.offsets[missing + 1].tolist())
 
-        def decode() -> pa.Table:
-            return jfmt.decode_blocks(raws, footer, wanted, self.name)
+            def decode() -> pa.Table:
+                return jfmt.decode_blocks(raws, footer, missing, self.name)
 
+            table = decode() if len(missing) == 1 else await off_loop(decode)
+            if cache is not None:
+                for i, block in zip(missing.tolist(), table.to_batches()):
+                    cache.put((self.name, ("block", i)), block, block.nbytes)
+                    held[i] = block
+        if held:
+            table = pa.Table.from_batches([held[i] for i in wanted.tolist()],
+                                          jfmt.JOURNAL_SCHEMA)
         sizes = footer.rows[wanted + 1] - footer.rows[wanted]
         firsts = np.cumsum(sizes) - sizes
         where = rows - footer.rows[blocks] + firsts[np.searchsorted(wanted, blocks)]
-        if len(wanted) == 1:  # one block (a lookup): cheaper here than a hop to a thread
-            return decode(), where
-        return await off_loop(decode), where
+        return table, where
 
     async def row_spans(self, rows: np.ndarray, span_bytes: int):
         """Rows ``rows`` (ascending), as an async iterator of tables that each come from at

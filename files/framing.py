@@ -87,7 +87,8 @@ def decompress(codec: int, payload: bytes | memoryview, raw_len: int, path: str,
         raise CorruptObjectError(path, offset, f"declared length {raw_len} is over the limit")
     try:
         if codec == CODEC_NONE:
-            out = payload
+            out = bytes(payload)  # a block's own copy: the payload may be a view into a larger
+            # read, which a cached block made from it would otherwise keep alive
         elif codec == CODEC_LZ4:
             out = lz4.block.decompress(payload, uncompressed_size=raw_len)
         elif codec == CODEC_ZSTD:

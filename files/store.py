@@ -194,8 +194,7 @@ class _Backend:
         return bytes(await obstore.get_range_async(self.inner, path, start=start, end=end))
 
     async def get_ranges(self, path, starts, ends):
-        got = await obstore.get_ranges_async(self.inner, path, starts=starts, ends=ends)
-        return [bytes(b) for b in got]
+        return await obstore.get_ranges_async(self.inner, path, starts=starts, ends=ends)
 
     async def put(self, path, data, create):
         await obstore.put_async(self.inner, path, data, mode="create" if create else "overwrite",
@@ -229,7 +228,7 @@ class _LocalBackend(_Backend):
         return bytes(obstore.get_range(self.inner, path, start=start, end=end))
 
     async def get_ranges(self, path, starts, ends):
-        return [bytes(b) for b in obstore.get_ranges(self.inner, path, starts=starts, ends=ends)]
+        return obstore.get_ranges(self.inner, path, starts=starts, ends=ends)
 
     async def put(self, path, data, create):
         obstore.put(self.inner, path, data, mode="create" if create else "overwrite",
@@ -544,8 +543,10 @@ class ObjectStore:
         self._count_get(len(data))
         return data
 
-    async def get_ranges_async(self, path: str, starts: list[int], ends: list[int]) -> list[bytes]:
-        """Several byte ranges of one object in one request (nearby ranges are coalesced)."""
+    async def get_ranges_async(self, path: str, starts: list[int], ends: list[int]) -> list:
+        """Several byte ranges of one object in one request (nearby ranges are coalesced), as
+        buffers (``obstore.Bytes``: sliced and compared like ``bytes``, read through a
+        ``memoryview``) not copied into ``bytes``: block decoders read them once."""
         check_path(path)
         small = sum(e - s for s, e in zip(starts, ends)) <= HEDGE_MAX_BYTES
         parts = await self._request("get_ranges", path,

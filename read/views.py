@@ -224,7 +224,7 @@ async def values_by_sqn(host: ClerkHost, index: JournalIndex, sqns: Iterable[int
     values = dict(zip(sqns, cache.get_many(sqns) if cache is not None else [None] * len(sqns)))
     missing = [s for s, v in values.items() if v is None]
     if missing:  # as columns: each file's blocks read and decoded once, one take
-        read = (await journal_values(host, index, missing)).to_pylist()
+        read = (await journal_values(host, index, missing, keep_blocks=True)).to_pylist()
         values.update(zip(missing, read))
         if cache is not None:
             for sqn, value in zip(missing, read):
@@ -232,10 +232,12 @@ async def values_by_sqn(host: ClerkHost, index: JournalIndex, sqns: Iterable[int
     return values, len(missing)
 
 
-async def journal_values(host: ClerkHost, index: JournalIndex, sqns) -> pa.Array:
+async def journal_values(host: ClerkHost, index: JournalIndex, sqns,
+                         keep_blocks: bool = False) -> pa.Array:
     """The values of ``sqns`` (any order, repeats allowed), as one Arrow array in that order:
     the blocks that hold them are decoded and one ``take`` gathers the values, with no Python
-    object per value. Raises :class:`ObjectStoreError` if the Journal has no entry for one."""
+    object per value. ``keep_blocks``: keep the decoded blocks in the file cache (point
+    reads). Raises :class:`ObjectStoreError` if the Journal has no entry for one."""
     sqns = np.asarray(sqns, dtype=np.uint64)
     back = None  # where each SQN asked for is in ``ordered``, unless it is ``sqns`` itself
     ordered = sqns
@@ -254,7 +256,7 @@ async def journal_values(host: ClerkHost, index: JournalIndex, sqns) -> pa.Array
             lost = ordered[lo:hi][rows < 0]
             raise ObjectStoreError(f"journal file {info.name} has no entry for SQNs "
                                    f"{lost[:5].tolist()}", definite=True)
-        return lo, *await clerk.blocks_holding(rows)
+        return lo, *await clerk.blocks_holding(rows, keep_blocks)
 
     # In SQN order, as index.group gives the files (their SQN ranges do not overlap).
     parts = await asyncio.gather(*(blocks(*g) for g in index.group(ordered)))
