@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import time
 
 from ..admin.clone import create_clone
 from ..codec import Delete, Put
@@ -70,16 +69,16 @@ def revert(store, at_sqn=None, at_time: float | None = None) -> int:
             names = changed[lo:lo + REVERT_BATCH]
             then, now = past.head_many(names), store.head_many(names)
             values = past.get_many(names)
-            batch = []
+            batch, now_s = [], store.clock()  # the store's time: expiry is judged by it
             for (bucket, key), old, new, value in zip(names, then, now, values):
-                if old is None or (old.expires_at and old.expires_at <= time.time()):
+                if old is None or (old.expires_at and old.expires_at <= now_s):
                     if new is not None:
                         batch.append(Delete(bucket, key))
                     continue
                 held = set(new.indexes) if new is not None else set()
                 terms = ([("remove", f, t) for f, t in sorted(held - set(old.indexes))]
                          + [("add", f, t) for f, t in old.indexes])
-                ttl = None if not old.expires_at else old.expires_at - time.time()
+                ttl = None if not old.expires_at else old.expires_at - now_s
                 batch.append(Put(bucket, key, value, indexes=terms, ttl=ttl,
                                  metadata=old.metadata))
             if batch:

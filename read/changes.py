@@ -205,7 +205,7 @@ def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> li
     column by column; the others one by one."""
     n = rows.num_rows
     buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
-    sqns = rows.column("sqn").to_pylist()
+    sqns = rows.column("sqn").to_numpy().tolist()
     ops = rows.column("op").to_numpy()
     kinds = (itertools.repeat("put") if bool((ops == OP_PUT).all())
              else list(map(KINDS.__getitem__, ops.tolist())))
@@ -219,7 +219,7 @@ def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> li
                    zip(buckets, keys, sqns, kinds, vals, lms, expires, itertools.repeat(None),
                        itertools.repeat(()), itertools.repeat(shard))))
     extras, index_col = rows.column("extra"), rows.column("indexes")
-    if index_col.null_count == n and not pc.any(pc.greater(pc.binary_length(extras), 0)).as_py():
+    if index_col.null_count == n and (not n or not pc.max(pc.binary_length(extras)).as_py()):
         return out
     for i, (extra, idx) in enumerate(zip(extras.to_pylist(), index_col.to_pylist())):
         if not extra and idx is None:
