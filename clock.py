@@ -13,6 +13,8 @@ expiry, object ages) comes from the clock.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import tempfile
 import time
@@ -36,6 +38,7 @@ class ManualClock:
             fd, path = tempfile.mkstemp(prefix="lr-clock-")
             os.write(fd, b"0")
             os.close(fd)
+            atexit.register(_remove, path)  # the creating process (a test run) owns the file
         self.path = path
         self._seen: tuple[tuple[int, int], float] = ((-1, -1), 0.0)  # (file identity, offset)
 
@@ -60,3 +63,8 @@ class ManualClock:
         with open(tmp, "w") as f:
             f.write(repr(new))
         os.replace(tmp, self.path)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
