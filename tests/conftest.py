@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import uuid
@@ -97,6 +98,7 @@ def ray_cluster():
     yield ray
     ray.shutdown()
     cluster.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)  # the session's Ray logs and sockets
 
 
 @pytest.fixture

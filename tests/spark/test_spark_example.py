@@ -4,6 +4,7 @@ a checkpoint read back and saved as Parquet, and the cluster torn down."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,8 +32,11 @@ def test_the_readme_spark_pipeline_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     ray_tmp = tempfile.mkdtemp(prefix="lr-ros-")  # short: Ray's socket paths must fit
     env.update(STORE_URL=url, PARQUET_OUT=out, RAY_TMPDIR=ray_tmp, PYTHONUNBUFFERED="1")
-    done = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    try:
+        done = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert "found 1000 of 1000" in done.stdout
     assert f"exported 50000 rows to {out}" in done.stdout
