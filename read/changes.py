@@ -197,8 +197,6 @@ def changes_batch(rows: pa.Table, binary_names: bool, values: bool,
                                       schema=changes_schema(binary_names, shard is not None))
 
 
-
-
 def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> list[Change]:
     """Journal rows as :class:`Change` tuples, names as they were written (``str`` or
     ``bytes``). Rows with neither metadata nor index changes (the common case) are built
