@@ -405,7 +405,8 @@ class Store(Queries):
     @bookie_call
     def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """Values of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
-        return self._actor.get_many.remote(self._keys(pairs, "get"))
+        return Call(self._actor.get_values.remote(self._keys(pairs, "get")),
+                    lambda values: values.to_pylist())
 
     @bookie_call
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
@@ -673,7 +674,9 @@ class Store(Queries):
 
     async def get_many_checked_async(self, pairs: Iterable[Sequence]) -> tuple[list, int, dict]:
         """:meth:`get_many` with the figures a sharded store checks batches with."""
-        return await _await(self._actor.get_many_checked.remote(self._keys(pairs, "get")))
+        values, began, notes = await _await(
+            self._actor.get_many_checked.remote(self._keys(pairs, "get")))
+        return values.to_pylist(), began, notes
 
     async def head_many_checked_async(self, pairs: Iterable[Sequence]
                                       ) -> tuple[list, int, dict]:
