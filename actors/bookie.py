@@ -378,7 +378,7 @@ class Bookie:
             await self.writes.wait_unlocked(lkeys)
         return await self.view.head_many(lkeys)
 
-    async def get_many_checked(self, lkeys: list[bytes]) -> tuple[list, int, dict]:
+    async def get_many_checked(self, lkeys: list[bytes]) -> tuple[pa.Array, int, dict]:
         """:meth:`get_values`, with what a sharded store's batched read needs to return whole
         cross-shard batches: how many parts this shard had prepared when the read began, and
         the part numbers noted for keys that recent batches wrote (see
