@@ -302,21 +302,21 @@ def decode_blocks(raws: list, footer: JournalFooter, blocks, path: str) -> pa.Ta
     except (pa.ArrowInvalid, pa.ArrowException, ValueError) as exc:
         raise CorruptObjectError(path, int(offsets[blocks[0]]), f"malformed block: {exc}") \
             from None
+    idx = np.asarray(blocks, dtype=np.int64)
+    sizes = footer.rows[idx + 1] - footer.rows[idx]
     expected = np.concatenate([footer.sqns[footer.rows[i]:footer.rows[i + 1]]
                                for i in blocks]) if blocks else np.zeros(0, np.uint64)
     sqns = table.column("sqn")
-    if len(sqns) == len(expected) and not sqns.null_count and np.array_equal(
-            sqns.to_numpy(), expected):
-        return table
-    for i, batch in zip(blocks, batches):  # which block is wrong, for the error
-        lo, hi = int(footer.rows[i]), int(footer.rows[i + 1])
-        got = batch.column("sqn")
-        if len(got) != hi - lo or got.null_count or not np.array_equal(
-                got.to_numpy(), footer.sqns[lo:hi]):
-            raise CorruptObjectError(path, int(offsets[i]),
-                                     "block does not hold the SQNs of its footer")
-    raise CorruptObjectError(path, int(offsets[blocks[0]]),
-                             "blocks do not hold the SQNs of their footer")
+    if not sqns.null_count and all(b.num_rows == n for b, n in zip(batches, sizes.tolist())):
+        wrong = np.flatnonzero(sqns.to_numpy() != expected)
+        if not len(wrong):
+            return table
+        at = int(np.searchsorted(np.cumsum(sizes), wrong[0], side="right"))
+    else:  # a block of the wrong length, or without SQNs: the first such, for the error
+        at = next(k for k, batch in enumerate(batches)
+                  if batch.num_rows != sizes[k] or batch.column("sqn").null_count)
+    raise CorruptObjectError(path, int(offsets[blocks[at]]),
+                             "block does not hold the SQNs of its footer")
 
 
 def records(batch: pa.RecordBatch, path: str) -> list[JournalRecord]:

@@ -115,6 +115,36 @@ def test_journal_records_out_of_order_are_refused(count):
         jfmt.build_journal("journal/x.jnl", 1, 0, recs)
 
 
+def test_journal_blocks_holding_other_sqns_than_their_footer_are_refused():
+    """A block whose checksum holds but whose SQNs are not its footer's (a writer's bug) is
+    refused, naming that block, whether it is read alone or among others."""
+    import dataclasses
+
+    import numpy as np
+
+    recs = [(i + 1, 0, b"k%04d" % i, b"v" * 200, (), 0, b"", 0) for i in range(60)]
+    data, _ = jfmt.build_journal("journal/x.jnl", 1, 0, recs, block_bytes=2000)
+    footer = jfmt.parse_footer(len(data), data, "x")
+    assert footer.block_count >= 3
+    raws = [data[slice(*footer.block_range(i))] for i in range(footer.block_count)]
+    everything = range(footer.block_count)
+    assert jfmt.decode_blocks(raws, footer, everything, "x").num_rows == 60
+    sqns = footer.sqns.copy()
+    sqns[int(footer.rows[1])] += 1000  # block 1's first SQN
+    wrong = dataclasses.replace(footer, sqns=sqns)
+    for blocks in ([1], list(everything)):
+        with pytest.raises(CorruptObjectError, match="SQNs of its footer") as err:
+            jfmt.decode_blocks([raws[i] for i in blocks], wrong, blocks, "x")
+        assert err.value.offset == int(footer.offsets[1])
+    rows = footer.rows.copy()
+    rows[2] += 1  # block 1 said to hold one row more, block 2 one fewer
+    shifted = dataclasses.replace(footer, rows=rows)
+    with pytest.raises(CorruptObjectError, match="SQNs of its footer") as err:
+        jfmt.decode_blocks(raws, shifted, everything, "x")
+    assert err.value.offset == int(footer.offsets[1])
+    assert np.array_equal(footer.sqns, np.arange(1, 61))
+
+
 def sample_manifest():
     sst = sfmt.SstInfo("ledger/a.sst", 100, 10, 1, b"a", b"z", 1, 10)
     jnl = jfmt.JournalInfo("journal/00000000000000000000.jnl", 0, 1, 0, 50, 3, 1, 3)
