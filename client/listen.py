@@ -199,7 +199,7 @@ class Listener(Polling):
         if rows is None:
             return []
         self._advance(rows)
-        return python_changes(rows, self.values)
+        return list(python_changes(rows, self.values))
 
     async def close_async(self) -> None:
         """Stop listening: an unnamed listener's lease is dropped, a named one's is left to

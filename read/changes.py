@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import NamedTuple
 
 import msgpack
@@ -197,10 +197,15 @@ def changes_batch(rows: pa.Table, binary_names: bool, values: bool,
                                       schema=changes_schema(binary_names, shard is not None))
 
 
-def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> list[Change]:
+def python_changes(rows: pa.Table, values: bool,
+                   shard: int | None = None) -> Iterable[Change]:
     """Journal rows as :class:`Change` tuples, names as they were written (``str`` or
     ``bytes``). Rows with neither metadata nor index changes (the common case) are built
-    column by column; the others one by one."""
+    column by column, each as it is asked for; the others one by one, as a list.
+
+    Built as asked for, because a ``Change`` (unlike a plain tuple) stays tracked by the
+    garbage collector: a batch of them alive at once triggers collections that promote them
+    and, in a process with a large heap, full collections (a seventh of the feed's time)."""
     n = rows.num_rows
     buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
     sqns = rows.column("sqn").to_numpy().tolist()
@@ -213,12 +218,13 @@ def python_changes(rows: pa.Table, values: bool, shard: int | None = None) -> li
                                                     for e in expiry.tolist()]
     vals = rows.column("value").to_pylist() if values else [None] * n
     # Change._make without its Python frame: tuple.__new__(Change, row) for every row.
-    out = list(map(tuple.__new__, itertools.repeat(Change),
-                   zip(buckets, keys, sqns, kinds, vals, lms, expires, itertools.repeat(None),
-                       itertools.repeat(()), itertools.repeat(shard))))
+    out = map(tuple.__new__, itertools.repeat(Change),
+              zip(buckets, keys, sqns, kinds, vals, lms, expires, itertools.repeat(None),
+                  itertools.repeat(()), itertools.repeat(shard)))
     extras, index_col = rows.column("extra"), rows.column("indexes")
     if index_col.null_count == n and (not n or not pc.max(pc.binary_length(extras)).as_py()):
         return out
+    out = list(out)
     for i, (extra, idx) in enumerate(zip(extras.to_pylist(), index_col.to_pylist())):
         if not extra and idx is None:
             continue
