@@ -4,6 +4,7 @@ raises :class:`~leveled_ray.errors.InvalidArgumentError` and changes nothing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterable
@@ -27,12 +28,17 @@ def checked_key(bucket, key, options) -> bytes:
 def checked_keys(pairs, options) -> list[bytes]:
     """Ledger keys of many ``(bucket, key)`` pairs, each checked.
 
-    The common case, ``str`` names with no zero character, is keyed in one step per pair
-    (each bucket encoded once per call); anything else takes :func:`checked_key`, which
+    The common case, a batch of ``(str, str)`` tuples with no zero character, is keyed as
+    columns (:func:`_plain_batch`); any other batch pair by pair, plain pairs in one step
+    each (each bucket encoded once per call) and the rest by :func:`checked_key`, which
     gives the same key or the same error."""
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
         raise InvalidArgumentError("expected a list of (bucket, key) pairs")
     max_bytes = options.max_key_bytes
+    pairs = pairs if type(pairs) is list else list(pairs)
+    plain = _plain_batch(pairs, max_bytes)
+    if plain is not None:
+        return plain
     prefixes: dict[str, bytes | None] = {}
     out = []
     append = out.append
@@ -55,6 +61,30 @@ def checked_keys(pairs, options) -> list[bytes]:
             raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
         append(checked_key(*pair, options))
     return out
+
+
+def _plain_batch(pairs: list, max_bytes: int) -> list[bytes] | None:
+    """The Ledger keys of ``pairs`` when every pair is a ``(str, str)`` tuple that needs no
+    escaping and is valid, checked and built a column at a time (C-level passes, half of
+    the time of the pair-by-pair loop); else ``None``."""
+    if set(map(type, pairs)) != {tuple} or set(map(len, pairs)) != {2}:
+        return None
+    buckets, keys = zip(*pairs)
+    distinct = set(buckets)
+    if set(map(type, distinct)) != {str} or set(map(type, keys)) != {str} or "" in keys:
+        return None
+    prefixes = {bucket: _plain_prefix(bucket, max_bytes) for bucket in distinct}
+    if None in prefixes.values() or "\x00" in "".join(keys):
+        return None
+    try:
+        raw = list(map(str.encode, keys))
+    except UnicodeEncodeError:
+        return None
+    if max(map(len, raw)) > max_bytes:
+        return None
+    heads = (itertools.repeat(prefixes[buckets[0]]) if len(prefixes) == 1
+             else map(prefixes.__getitem__, buckets))
+    return list(map(b"".join, zip(heads, raw, itertools.repeat(b"\x00"))))
 
 
 def _plain_prefix(bucket: str, max_bytes: int) -> bytes | None:

@@ -102,12 +102,19 @@ _NAMES = st.one_of(st.text(max_size=20), st.binary(max_size=20), st.just("\ud800
                    st.just("a\x00b"), st.integers())
 
 
+_STR_NAMES = st.one_of(st.sampled_from(["b", "k", "", "\u00e9t\u00e9", "a\x00b", "\ud800",
+                                          "x" * 16, "y" * 17, "\u00e9" * 9]),
+                      st.text(max_size=10))
+_PLAIN_BATCHES = st.lists(st.tuples(_STR_NAMES, _STR_NAMES), max_size=8)
+
+
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.one_of(st.tuples(_NAMES, _NAMES), st.lists(_NAMES, max_size=3)),
-                max_size=5))
+@given(st.one_of(st.lists(st.one_of(st.tuples(_NAMES, _NAMES), st.lists(_NAMES, max_size=3)),
+                          max_size=5),
+                 _PLAIN_BATCHES))
 def test_checked_keys_gives_what_checked_key_gives_pair_by_pair(pairs):
-    """The many-key path (str names keyed in one step) gives the same keys and refuses the
-    same input as checking each pair."""
+    """The many-key paths (a batch of str pairs keyed as columns, str names keyed in one
+    step) give the same keys and refuse the same input as checking each pair."""
     options = lr.Options(max_key_bytes=16)
 
     def one_by_one():
@@ -125,3 +132,14 @@ def test_checked_keys_gives_what_checked_key_gives_pair_by_pair(pairs):
         except lr.InvalidArgumentError:
             outcomes.append("refused")
     assert outcomes[0] == outcomes[1]
+
+
+def test_a_batch_of_plain_str_pairs_is_keyed_as_columns():
+    """The column path is taken by the batches it is for (so the test above compares it), and
+    left by any batch with one pair it cannot key."""
+    from leveled_ray.codec.checks import _plain_batch
+    pairs = [("b", "k1"), ("c", "\u00e9"), ("b", "k2")]
+    assert _plain_batch(pairs, 16) == [codec.checked_key(b, k, lr.Options()) for b, k in pairs]
+    for odd in (("b", "a\x00b"), ("b", ""), ["b", "k"], ("b", b"k"), ("b", "x" * 17),
+                ("b", "\ud800")):
+        assert _plain_batch(pairs + [odd], 16) is None
