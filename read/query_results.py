@@ -7,10 +7,12 @@ head_only values) is unpacked row by row.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..codec import heads_of, live_entries, unpack_extra
+from ..codec.entries import iter_heads, live_entries, unpack_extra
 from .key_ranges import Names
 
 KEYS_SCHEMA = pa.schema([("bucket", pa.string()), ("key", pa.string())])
@@ -87,8 +89,10 @@ def python_names(table: pa.Table) -> tuple[list, list]:
     return Names(table.column("key").combine_chunks()).python()
 
 
-def python_heads(table: pa.Table, now_s: float) -> list:
+def python_heads(table: pa.Table, now_s: float) -> Iterator[tuple]:
+    """``(bucket, key, Head)`` rows, each made as it is asked for (see
+    :func:`~leveled_ray.codec.entries.iter_heads`)."""
     buckets, keys = python_names(table)
     cols = [table.column(c).to_pylist() for c in
             ("sqn", "status", "expiry", "hash", "size", "last_modified", "extra")]
-    return list(zip(buckets, keys, heads_of(live_entries(list(zip(*cols)), now_s))))
+    return zip(buckets, keys, iter_heads(live_entries(list(zip(*cols)), now_s)))

@@ -242,10 +242,10 @@ def test_basement_merges_reap_tombstones_and_expired_entries(tmp_path):
         bookie = Bookie(f"file://{root}", options, local=True, clock=clock)
         await bookie.start()
         await write(bookie, [lr.Put("b", f"k{i}", b"v") for i in range(30)])
-        await write(bookie, [lr.Put("t", f"e{i}", b"v", ttl=1) for i in range(10)], options,
+        await write(bookie, [lr.Put("t", f"e{i}", b"v", ttl=600) for i in range(10)], options,
                     clock=clock)
         await write(bookie, [lr.Delete("b", f"k{i}") for i in range(0, 30, 2)])
-        clock.advance(2.1)  # expiry is rounded up to whole seconds
+        clock.advance(601.1)  # expiry is rounded up to whole seconds
         # Later writes whose range covers both buckets: every file is merged again, at the
         # basement, where tombstones and expired entries have nothing left to hide.
         await write(bookie, [lr.Put("b", f"z{i}", b"v") for i in range(60)]

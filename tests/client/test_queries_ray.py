@@ -175,8 +175,8 @@ def test_a_fold_sees_one_point_in_time(ray_cluster, tmp_url):
 
 def test_expired_objects_vanish_from_every_query(ray_cluster, tmp_url):
     with lr.open(tmp_url, SMALL, clock=ManualClock()) as store:
-        store.put("b", "short", b"v", ttl=1, indexes=[("add", "f_bin", "x")])
-        store.put("gone", "short", b"v", ttl=1)
+        store.put("b", "short", b"v", ttl=600, indexes=[("add", "f_bin", "x")])
+        store.put("gone", "short", b"v", ttl=600)
         store.put("b", "long", b"v", indexes=[("add", "f_bin", "x")])
         assert list(store.index_query("b", "f_bin", "x", "x")) == ["long", "short"]
         store.clock.advance(store.head("b", "short").expires_at - store.clock() + 0.1)
@@ -203,7 +203,7 @@ def test_one_get_many_over_every_place_a_key_can_be(ray_cluster, tmp_url):
             store.delete("b", i)
             del model[i]
         short = rng.sample(sorted(model), 50)
-        store.put_many([lr.Put("b", k, b"short", ttl=1) for k in short])
+        store.put_many([lr.Put("b", k, b"short", ttl=600) for k in short])
 
         def files() -> int:
             ledger = store.stats()["penciller"]
