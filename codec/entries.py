@@ -218,8 +218,8 @@ def heads_of(entries: list) -> list[Head | None]:
 def iter_heads(entries: Iterable) -> Iterator[Head | None]:
     """:func:`heads_of`, each made as it is asked for. A fold's rows are made this way: a
     ``Head`` stays tracked by the garbage collector, and a batch of them alive at once makes
-    collections promote them and then pass over the whole heap (in a large process, that
-    halved ``fold_heads``)."""
+    collections promote them and then pass over the whole heap (in a process with a large
+    heap, up to half of ``fold_heads``' time)."""
     new = object.__new__
     for e in entries:
         if e is None:
