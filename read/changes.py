@@ -200,12 +200,13 @@ def changes_batch(rows: pa.Table, binary_names: bool, values: bool,
 def python_changes(rows: pa.Table, values: bool,
                    shard: int | None = None) -> Iterable[Change]:
     """Journal rows as :class:`Change` tuples, names as they were written (``str`` or
-    ``bytes``). Rows with neither metadata nor index changes (the common case) are built
-    column by column, each as it is asked for; the others one by one, as a list.
+    ``bytes``), built column by column; only metadata and index changes, where a batch has
+    some, are unpacked row by row.
 
-    Built as asked for, because a ``Change`` (unlike a plain tuple) stays tracked by the
-    garbage collector: a batch of them alive at once triggers collections that promote them
-    and, in a process with a large heap, full collections (a seventh of the feed's time)."""
+    Each ``Change`` is made as it is asked for: a ``Change`` (unlike a plain tuple) stays
+    tracked by the garbage collector, and a batch of them alive at once triggers collections
+    that promote them and, in a process with a large heap, full collections (a seventh of
+    the feed's time)."""
     n = rows.num_rows
     buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
     sqns = rows.column("sqn").to_numpy().tolist()
@@ -217,24 +218,28 @@ def python_changes(rows: pa.Table, values: bool,
     expires = [None] * n if not expiry.any() else [float(e) if e else None
                                                     for e in expiry.tolist()]
     vals = rows.column("value").to_pylist() if values else [None] * n
-    # Change._make without its Python frame: tuple.__new__(Change, row) for every row.
-    out = map(tuple.__new__, itertools.repeat(Change),
-              zip(buckets, keys, sqns, kinds, vals, lms, expires, itertools.repeat(None),
-                  itertools.repeat(()), itertools.repeat(shard)))
+    metadata, indexes = itertools.repeat(None), itertools.repeat(())
     extras, index_col = rows.column("extra"), rows.column("indexes")
-    if index_col.null_count == n and (not n or not pc.max(pc.binary_length(extras)).as_py()):
-        return out
-    out = list(out)
-    for i, (extra, idx) in enumerate(zip(extras.to_pylist(), index_col.to_pylist())):
-        if not extra and idx is None:
-            continue
-        metadata, value = None, out[i].value
+    if index_col.null_count < n or (n and pc.max(pc.binary_length(extras)).as_py()):
+        metadata, indexes = _unpacked(extras.to_pylist(), index_col.to_pylist(), vals, values)
+    # Change._make without its Python frame: tuple.__new__(Change, row) for every row.
+    return map(tuple.__new__, itertools.repeat(Change),
+               zip(buckets, keys, sqns, kinds, vals, lms, expires, metadata, indexes,
+                   itertools.repeat(shard)))
+
+
+def _unpacked(extras: list, index_changes: list, vals: list,
+              values: bool) -> tuple[list, list]:
+    """Each row's metadata and index changes; a head_only value packed in ``extra`` is put
+    in ``vals``."""
+    metadata, indexes = [None] * len(extras), [()] * len(extras)
+    for i, (extra, idx) in enumerate(zip(extras, index_changes)):
         if extra:
             meta, _, packed_value = unpack_extra(extra)
-            metadata = json.loads(meta) if meta else None
-            if values and value is None:
-                value = packed_value
-        changes = () if idx is None else tuple(
-            ("add" if o == 0 else "remove", f, t) for o, f, t in msgpack.unpackb(idx, raw=False))
-        out[i] = out[i]._replace(value=value, metadata=metadata, indexes=changes)
-    return out
+            metadata[i] = json.loads(meta) if meta else None
+            if values and vals[i] is None:
+                vals[i] = packed_value
+        if idx is not None:
+            indexes[i] = tuple(("add" if o == 0 else "remove", f, t)
+                               for o, f, t in msgpack.unpackb(idx, raw=False))
+    return metadata, indexes
