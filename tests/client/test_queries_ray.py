@@ -232,6 +232,10 @@ def test_head_only_stores(ray_cluster, tmp_url, mode):
         heads = list(store.fold_heads("seg"))
         assert [(k, h.value, h.metadata["n"]) for _, k, h in heads] == [
             (f"k{i:04d}", b"h%d" % i, i) for i in range(1000)]
+        # The change feed carries the values and metadata packed in the Journal's entries.
+        assert [(c.key, c.value, c.metadata) for c in store.changes(until=3)] == [
+            (f"k{i:04d}", b"h%d" % i, {"n": i}) for i in range(3)]
+        assert [c.value for c in store.changes(until=2, values=False)] == [None, None]
         if mode == "with_lookup":
             assert store.head("seg", "k0007").value == b"h7"
         else:
