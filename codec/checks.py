@@ -29,44 +29,25 @@ def checked_keys(pairs, options) -> list[bytes]:
     """Ledger keys of many ``(bucket, key)`` pairs, each checked.
 
     The common case, a batch of ``(str, str)`` tuples with no zero character, is keyed as
-    columns (:func:`_plain_batch`); any other batch pair by pair, plain pairs in one step
-    each (each bucket encoded once per call) and the rest by :func:`checked_key`, which
-    gives the same key or the same error."""
+    columns (:func:`_plain_batch`); any other batch pair by pair by :func:`checked_key`."""
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
         raise InvalidArgumentError("expected a list of (bucket, key) pairs")
-    max_bytes = options.max_key_bytes
     pairs = pairs if type(pairs) is list else list(pairs)
-    plain = _plain_batch(pairs, max_bytes)
+    plain = _plain_batch(pairs, options.max_key_bytes)
     if plain is not None:
         return plain
-    prefixes: dict[str, bytes | None] = {}
     out = []
-    append = out.append
     for pair in pairs:
-        if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str \
-                and type(pair[1]) is str:
-            bucket, key = pair
-            prefix = prefixes.get(bucket, b"")
-            if prefix == b"":
-                prefix = prefixes[bucket] = _plain_prefix(bucket, max_bytes)
-            if prefix is not None:
-                try:
-                    raw = key.encode("utf-8")
-                except UnicodeEncodeError:
-                    raw = b""  # not valid: checked_key says why
-                if raw and len(raw) <= max_bytes and b"\x00" not in raw:
-                    append(prefix + raw + b"\x00")
-                    continue
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
-        append(checked_key(*pair, options))
+        out.append(checked_key(*pair, options))
     return out
 
 
 def _plain_batch(pairs: list, max_bytes: int) -> list[bytes] | None:
     """The Ledger keys of ``pairs`` when every pair is a ``(str, str)`` tuple that needs no
-    escaping and is valid, checked and built a column at a time (C-level passes, half of
-    the time of the pair-by-pair loop); else ``None``."""
+    escaping and is valid, checked and built a column at a time (C-level passes); else
+    ``None``."""
     if set(map(type, pairs)) != {tuple} or set(map(len, pairs)) != {2}:
         return None
     buckets, keys = zip(*pairs)

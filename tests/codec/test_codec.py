@@ -113,8 +113,8 @@ _PLAIN_BATCHES = st.lists(st.tuples(_STR_NAMES, _STR_NAMES), max_size=8)
                           max_size=5),
                  _PLAIN_BATCHES))
 def test_checked_keys_gives_what_checked_key_gives_pair_by_pair(pairs):
-    """The many-key paths (a batch of str pairs keyed as columns, str names keyed in one
-    step) give the same keys and refuse the same input as checking each pair."""
+    """The many-key path (a batch of plain str pairs keyed as columns, any other pair by
+    pair) gives the same keys and refuses the same input as checking each pair."""
     options = lr.Options(max_key_bytes=16)
 
     def one_by_one():
