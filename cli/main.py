@@ -11,7 +11,6 @@ for the one change (which fences any other writer of that store).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import itertools
 import json
@@ -66,10 +65,10 @@ def _name(text: str) -> str | bytes:
 def _readers(args) -> tuple[list[StoreReader], ShardMap | None]:
     """A reader of each shard's newest manifest (one, of a plain store), and the shard map."""
     options = parse_options(args.option)
-    shard_map = asyncio.run(read_shard_map(ObjectStore.from_url(args.url, options)))
+    shard_map = run_sync(read_shard_map(ObjectStore.from_url(args.url, options)))
     urls = [args.url] if shard_map is None else [shard_map.shard_url(args.url, s)
                                                  for s in range(shard_map.count)]
-    return [asyncio.run(StoreReader.open(ObjectStore.from_url(url, options), options))
+    return [run_sync(StoreReader.open(ObjectStore.from_url(url, options), options))
             for url in urls], shard_map
 
 
@@ -80,7 +79,7 @@ def _reader(args):
 
 
 def cmd_get(args) -> int:
-    value = asyncio.run(_reader(args).get(object_key(_name(args.bucket), _name(args.key))))
+    value = run_sync(_reader(args).get(object_key(_name(args.bucket), _name(args.key))))
     if value is None:
         print("not found", file=sys.stderr)
         return 1
@@ -95,7 +94,7 @@ def cmd_get(args) -> int:
 
 
 def cmd_head(args) -> int:
-    head = asyncio.run(_reader(args).head(object_key(_name(args.bucket), _name(args.key))))
+    head = run_sync(_reader(args).head(object_key(_name(args.bucket), _name(args.key))))
     if head is None:
         print("not found", file=sys.stderr)
         return 1
@@ -248,7 +247,7 @@ def _inspect(reader: StoreReader, args) -> int:
     if args.checkpoints:
         info["checkpoint_list"] = [_checkpoint_row(c) for c in reader.manifest.checkpoints]
     if args.verify:
-        info["problems"] = asyncio.run(verify(reader))
+        info["problems"] = run_sync(verify(reader))
     if args.json:
         print(json.dumps(info, indent=2))
     else:

@@ -11,11 +11,10 @@ import asyncio
 import contextlib
 import itertools
 import queue
-import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 
-from ..files.sync import inline_context
+from ..files.sync import LoopSteps, inline_context
 
 
 def iterate(make: Callable[[], AsyncIterator], *, flatten: bool,
@@ -101,23 +100,28 @@ def _batches(make, on_close, dropped: queue.SimpleQueue, closing: list[bool]) ->
 def _run_batches(make, on_close, dropped: queue.SimpleQueue, closing: list[bool]):
     runner = asyncio.Runner()
     context = inline_context()  # this loop serves this fold alone: no hops to threads
+    steps: LoopSteps | None = None
     agen = None
 
     def cleanup() -> None:
-        try:
-            if agen is not None:
-                runner.run(agen.aclose(), context=context)
-            runner.close()  # also stops the loop's worker threads
-        finally:
+        with contextlib.ExitStack() as later:  # runs these last first, whatever fails
             if on_close is not None:
-                on_close()
+                later.callback(on_close)
+            later.callback(runner.close)  # also stops the loop's worker threads
+            if steps is not None:
+                later.callback(steps.close)
+            # A step a second Ctrl-C left running still holds the generator: closing the
+            # runner cancels that step, then closes the generator.
+            if agen is not None and not (steps is not None and steps.running):
+                runner.run(agen.aclose(), context=context)
 
     try:
         yield None  # primed
         agen = context.run(make)
+        steps = LoopSteps(runner.get_loop(), context)
         while True:
             try:
-                batch = _run_step(runner.get_loop(), agen.__anext__(), context)
+                batch = steps.run(agen.__anext__())
             except StopAsyncIteration:
                 return
             yield batch
@@ -132,37 +136,6 @@ def _run_batches(make, on_close, dropped: queue.SimpleQueue, closing: list[bool]
     finally:
         if cleanup is not None:
             cleanup()
-
-
-def _run_step(loop: asyncio.AbstractEventLoop, coro, context):
-    """One step of a fold on its own loop, as ``asyncio.Runner.run`` runs it: Ctrl-C while
-    it runs (in the main thread) cancels it and raises ``KeyboardInterrupt``. Runner.run
-    reads its SIGINT handler back after every call, and that read formats the task: about a
-    tenth of a fold's time, for steps of a thousand rows."""
-    task = loop.create_task(coro, context=context)
-    interrupted = installed = False
-
-    def on_sigint(signum, frame):
-        nonlocal interrupted
-        if interrupted:  # a second Ctrl-C does not wait for the step to end
-            raise KeyboardInterrupt()
-        interrupted = True
-        loop.call_soon_threadsafe(task.cancel)
-
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGINT, on_sigint)
-            installed = True
-    try:
-        return loop.run_until_complete(task)
-    except asyncio.CancelledError:
-        if interrupted:
-            raise KeyboardInterrupt() from None
-        raise
-    finally:
-        if installed and signal.getsignal(signal.SIGINT) is on_sigint:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 async def aiterate(make: Callable[[], AsyncIterator], *, flatten: bool,

@@ -9,8 +9,6 @@ the store as of when it was opened.
 """
 from __future__ import annotations
 
-import asyncio
-
 from ..clock import Clock, system_clock
 from ..codec import LedgerRows
 from ..errors import (
@@ -20,6 +18,7 @@ from ..files import journal as jfmt
 from ..files.journal_slots import slot_info, tail_slots
 from ..files.routed import store_for
 from ..files.store import ObjectStore
+from ..files.sync import run_sync
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
 from ..options import Options
@@ -80,4 +79,4 @@ class StoreReader(PointInTime, Queries):
 
 def open_reader(url: str, options: Options | None = None) -> StoreReader:
     """Open a :class:`StoreReader` from synchronous code."""
-    return asyncio.run(StoreReader.open(ObjectStore.from_url(url, options), options))
+    return run_sync(StoreReader.open(ObjectStore.from_url(url, options), options))

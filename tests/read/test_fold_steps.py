@@ -1,6 +1,7 @@
 """Synchronous folds run each step on their own event loop (``read/fold.py``): Ctrl-C during a
-step ends the fold with ``KeyboardInterrupt`` and releases it, and the SIGINT handler is
-the default again after every step (pure asyncio, no store)."""
+step ends the fold with ``KeyboardInterrupt`` and releases it, whichever thread the signal
+lands on, and the SIGINT handler is the default again after every step. Synchronous calls
+(``files/sync.py``) are interrupted the same way (pure asyncio, no store)."""
 
 import os
 import signal
@@ -8,6 +9,7 @@ import threading
 
 import pytest
 
+from leveled_ray.files.sync import run_sync
 from leveled_ray.read.fold import iterate
 
 
@@ -40,17 +42,74 @@ def test_a_fold_hands_out_every_item_and_leaves_sigint_alone():
     assert out == [list(range(10)), list(range(10, 20)), list(range(20, 30))]
 
 
-def test_ctrl_c_during_a_step_interrupts_and_releases_the_fold():
-    released, stall = [], threading.Event()
-    fold = iterate(batches(stall), flatten=True, on_close=lambda: released.append(1))
-    threading.Thread(target=lambda: stall.wait(30) and os.kill(os.getpid(), signal.SIGINT),
-                     daemon=True).start()
-    seen = []
-    with pytest.raises(KeyboardInterrupt):
-        for item in fold:
-            seen.append(item)
-    assert seen == list(range(10)) and released == [1]
+def ctrl_c_when(ready: threading.Event, to: str, ended: threading.Event) -> list:
+    """Sends Ctrl-C once ``ready`` is set: to the process, or to a thread other than the
+    main one (where Python's handler alone would sleep through it). If ``ended`` is not set
+    within 30 s, sends it to the main thread again, so that a test fails instead of
+    hanging; the list it returns then holds ``True``."""
+    rescued: list[bool] = []
+
+    def send():
+        if not ready.wait(30):
+            return
+        if to == "the process":
+            os.kill(os.getpid(), signal.SIGINT)
+        else:
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        if not ended.wait(30):
+            rescued.append(True)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=send, daemon=True).start()
+    return rescued
+
+
+def assert_signals_restored():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd was put back
+
+
+@pytest.mark.parametrize("to", ["the process", "another thread"])
+def test_ctrl_c_during_a_step_interrupts_and_releases_the_fold(to):
+    released, stall, ended = [], threading.Event(), threading.Event()
+    fold = iterate(batches(stall), flatten=True, on_close=lambda: released.append(1))
+    rescued = ctrl_c_when(stall, to, ended)
+    seen = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for item in fold:
+                seen.append(item)
+    finally:
+        ended.set()
+    assert not rescued, "the fold slept through a Ctrl-C"
+    assert seen == list(range(10)) and released == [1]
+    assert_signals_restored()
+
+
+@pytest.mark.parametrize("to", ["the process", "another thread"])
+def test_ctrl_c_interrupts_a_synchronous_call(to):
+    """The synchronous API's calls (``run_sync``) are interrupted the same way."""
+    started, ended, cancelled = threading.Event(), threading.Event(), []
+
+    async def waits_forever():
+        import asyncio
+
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    rescued = ctrl_c_when(started, to, ended)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_sync(waits_forever())
+    finally:
+        ended.set()
+    assert not rescued, "the call slept through a Ctrl-C"
+    assert cancelled == [True]
+    assert_signals_restored()
 
 
 def test_a_fold_ends_when_closed_broken_out_of_or_dropped_unstarted():
@@ -71,3 +130,40 @@ def test_a_fold_ends_when_closed_broken_out_of_or_dropped_unstarted():
         del fold
         assert done.wait(30), how
         assert ended == (["lr-fold-closer"] if how == "broken out of" else []), how
+
+
+def test_a_second_ctrl_c_ends_a_step_that_does_not_stop_at_once():
+    """A step that takes the first Ctrl-C's cancellation in its stride: a second Ctrl-C
+    raises ``KeyboardInterrupt`` at once, and the fold still ends and is released."""
+    stall, swallowed, ended, released = threading.Event(), threading.Event(), [], []
+
+    def stubborn():
+        async def gen():
+            import asyncio
+
+            try:
+                yield [0]
+                stall.set()
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    swallowed.set()
+                    await asyncio.Event().wait()  # cancelled when the fold is closed
+                yield [1]
+            finally:
+                ended.append(True)
+        return gen()
+
+    def two_ctrl_cs():
+        for ready in (stall, swallowed):
+            if not ready.wait(30):
+                return
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=two_ctrl_cs, daemon=True).start()
+    seen = []
+    with pytest.raises(KeyboardInterrupt):
+        for item in iterate(stubborn, flatten=True, on_close=lambda: released.append(1)):
+            seen.append(item)
+    assert seen == [0] and swallowed.is_set() and ended == [True] and released == [1]
+    assert_signals_restored()
