@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from ..clock import Clock, system_clock
-from ..codec import LedgerEntry, is_live, live_entries
+from ..codec import LedgerEntry, live_entries, live_sqns
 from ..files.clerk import ClerkHost, LruCache
 from ..files.journal import JournalInfo
 from ..files.store import ObjectStore
@@ -125,13 +125,12 @@ class LiveView:
         cache, with one request per journal file."""
         self.counters["gets"] += len(lkeys)
         with self.host.reading(self.journal_version):  # the values come from these files
-            now_s = self.clock()
-            sqns = [e.sqn if is_live(e, now_s) else None for e in await self.entries(lkeys)]
+            sqns = live_sqns(await self.entries(lkeys), self.clock())
             values, fetched = await values_by_sqn(
                 self.host, self.journal, [s for s in sqns if s is not None], self.values)
         self.counters["journal_reads"] += fetched
-        found = [None if s is None else values[s] for s in sqns]
-        self.counters["get_bytes"] += sum(len(v) for v in found if v is not None)
+        found = list(map(values.get, sqns))  # None stays None
+        self.counters["get_bytes"] += sum(map(len, filter(None, found)))
         return found
 
     async def head_many(self, lkeys: list[bytes]) -> list[tuple | None]:

@@ -210,6 +210,13 @@ def live_entries(entries: list, now_s: float) -> list[tuple | None]:
             else None for e in entries]
 
 
+def live_sqns(entries: list, now_s: float) -> list[int | None]:
+    """The SQN of each entry of a current object (``None`` for the rest), as :func:`is_live`
+    decides, inline: a call per key was a tenth of a warm ``get_many``'s lookups."""
+    return [e[0] if e is not None and e[1] == ACTIVE and (not e[2] or e[2] > now_s) else None
+            for e in entries]
+
+
 def heads_of(entries: list) -> list[Head | None]:
     """The :class:`Head` of each entry of :func:`live_entries` (``None`` stays ``None``)."""
     return list(iter_heads(entries))

@@ -76,8 +76,9 @@ class LruCache:
             self._items.move_to_end(key)
             return item[0]
 
-    def get_many(self, keys) -> list:
-        """:meth:`get` of many keys, under one lock."""
+    def get_many(self, keys, count_misses: bool = True) -> list:
+        """:meth:`get` of many keys, under one lock. ``count_misses=False`` leaves the misses
+        to a :meth:`get` that follows."""
         with self._lock:
             items = self._items
             out = []
@@ -90,7 +91,8 @@ class LruCache:
                     out.append(item[0])
             hits = len(out) - out.count(None)
             self.hits += hits
-            self.misses += len(out) - hits
+            if count_misses:
+                self.misses += len(out) - hits
             return out
 
     def put(self, key, value, nbytes: int) -> None:
@@ -228,6 +230,13 @@ class SstClerk(FileClerk):
             return sfmt.decode_block(raw, footer.checksums[i], self.name, lo)
 
         return await self._cached(("block", i), load, lambda b: b.nbytes)
+
+    def cached_blocks(self, ids: list[int]) -> list[sfmt.Block | None]:
+        """Blocks ``ids`` as far as the cache holds them (``None`` for the rest), taken under
+        one lock. Only hits are counted: :meth:`block` counts the misses as it loads them."""
+        self._check_readable()
+        return self.host.cache.get_many([(self.name, ("block", i)) for i in ids],
+                                        count_misses=False)
 
     async def get(self, lkey: bytes, khash: int) -> tuple | None:
         """The entry for ``lkey`` in this file, or ``None``: at most one ranged GET."""

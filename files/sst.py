@@ -65,15 +65,20 @@ class SstFooter:
     def block_count(self) -> int:
         return len(self.first_keys)
 
-    @functools.cached_property
-    def first_key_array(self) -> np.ndarray:
-        """The blocks' first keys as a numpy array (for vectorised searches)."""
-        return object_array(self.first_keys)
-
-    def blocks_of(self, keys: np.ndarray) -> np.ndarray:
-        """:meth:`block_for` of sorted keys (an object array) within the file's key range:
-        each one's block index."""
-        return np.searchsorted(self.first_key_array, keys, side="right") - 1
+    def block_spans(self, keys: list[bytes]) -> list[tuple[int, int, int]]:
+        """For sorted ``keys``: ``(block, lo, hi)`` for each block that may hold some of
+        them, ``keys[lo:hi]`` being those (keys before the first block are in none). Two
+        searches per block found."""
+        firsts, out, n = self.first_keys, [], len(keys)
+        if not firsts:
+            return out
+        i = bisect.bisect_left(keys, firsts[0])
+        while i < n:
+            b = bisect.bisect_right(firsts, keys[i]) - 1
+            hi = bisect.bisect_left(keys, firsts[b + 1], i) if b + 1 < len(firsts) else n
+            out.append((b, i, hi))
+            i = hi
+        return out
 
     def block_for(self, key: bytes) -> int | None:
         """Index of the only block that can hold ``key``, or ``None`` when out of range."""

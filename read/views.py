@@ -12,6 +12,7 @@ import bisect
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import compress, filterfalse
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +21,7 @@ from ..errors import ObjectStoreError
 from ..files.bloom import key_hash, key_hashes
 from ..files.clerk import ClerkHost, LruCache
 from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo
-from ..files.sst import SstInfo, object_array
+from ..files.sst import SstInfo
 from ..files.sync import off_loop
 
 
@@ -48,19 +49,26 @@ class LedgerFiles:
         return [[s.max_key for s in level] for level in self.levels]
 
     @functools.cached_property
-    def _key_bounds(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each level's files' smallest and largest keys, as object arrays."""
-        return [(object_array([s.min_key for s in level]), object_array([s.max_key for s in level]))
-                for level in self.levels]
+    def _min_keys(self) -> list[list[bytes]]:
+        return [[s.min_key for s in level] for level in self.levels]
 
-    def files_of(self, level: int, keys: np.ndarray) -> np.ndarray:
-        """For sorted ``keys`` (an object array) and a level below L0: the index of the one
-        file of the level whose key range holds each, or -1."""
-        mins, maxes = self._key_bounds[level]
-        at = np.searchsorted(maxes, keys, side="left")
-        inside = at < len(maxes)
-        inside[inside] = mins[at[inside]] <= keys[inside]
-        return np.where(inside, at, -1)
+    def runs_of(self, level: int, keys: list[bytes]) -> list[tuple[int, int, int]]:
+        """For sorted ``keys`` and a level below L0: ``(file, lo, hi)`` for each file of the
+        level whose key range holds some of them, ``keys[lo:hi]`` being those. Two searches
+        per file found, whether the keys or the files are the more."""
+        mins, maxes = self._min_keys[level], self._max_keys[level]
+        out, i, n = [], 0, len(keys)
+        while i < n:
+            f = bisect.bisect_left(maxes, keys[i])
+            if f == len(maxes):
+                break
+            if mins[f] > keys[i]:  # keys between two files' ranges: in neither
+                i = bisect.bisect_left(keys, mins[f], i)
+                continue
+            hi = bisect.bisect_right(keys, maxes[f], i)
+            out.append((f, i, hi))
+            i = hi
+        return out
 
     @property
     def file_count(self) -> int:
@@ -103,60 +111,55 @@ async def ledger_entries(host: ClerkHost, files: LedgerFiles | Callable[[], Ledg
 
 async def _files_entries(host: ClerkHost, files: LedgerFiles,
                          lkeys: list[bytes]) -> list[tuple | None]:
-    """The newest entry of each key in the files: the keys sorted once, then level by level
-    (newest first), each file's bloom filter and block index probed with one vectorised
-    search for all the keys it may hold, and each block searched once for all of its keys."""
-    keys = object_array(lkeys)
-    order = np.argsort(keys, kind="stable")
-    keys = keys[order]
-    hashes = key_hashes(keys)
-    found: list[tuple | None] = [None] * len(keys)
-    left = np.ones(len(keys), dtype=bool)
+    """The newest entry of each key in the files: the distinct keys sorted once, then level
+    by level (newest first), each file given the run of the sorted keys in its range, and
+    each block searched once for all of its keys. The keys stay a list of bytes: numpy's
+    searches of object arrays compare them one Python call at a time."""
+    todo = sorted(set(lkeys))
+    found: dict[bytes, tuple] = {}
     for n, level in enumerate(files.levels):
-        if not left.any() or not level:
+        if not todo or not level:
             continue
         if n == 0:  # L0 files overlap: newest first, each for the keys still not found
-            for sst in level:  # (bounds as object arrays: numpy would strip a bytes
-                # scalar's trailing zero bytes, which every object key ends with)
-                lo, hi = object_array([sst.min_key]), object_array([sst.max_key])
-                at = np.flatnonzero(left & (keys >= lo) & (keys <= hi))
-                if len(at):
-                    await _probe(host, sst, keys, hashes, at, found, left)
+            for sst in level:
+                lo = bisect.bisect_left(todo, sst.min_key)
+                hi = bisect.bisect_right(todo, sst.max_key, lo)
+                if lo < hi:
+                    await _probe(host, sst, todo[lo:hi], found)
+                    todo = list(filterfalse(found.__contains__, todo))
             continue
-        at = np.flatnonzero(left)
-        which = files.files_of(n, keys[at])
-        await asyncio.gather(*(_probe(host, level[f], keys, hashes, at[which == f], found, left)
-                               for f in np.unique(which[which >= 0]).tolist()))
-    out: list[tuple | None] = [None] * len(keys)
-    for i, entry in zip(order.tolist(), found):
-        out[i] = entry
-    return out
+        await asyncio.gather(*(_probe(host, level[f], todo[lo:hi], found)
+                               for f, lo, hi in files.runs_of(n, todo)))
+        todo = list(filterfalse(found.__contains__, todo))
+    return list(map(found.get, lkeys))
 
 
-async def _probe(host: ClerkHost, sst: SstInfo, keys: np.ndarray, hashes: np.ndarray,
-                 at: np.ndarray, found: list, left: np.ndarray) -> None:
-    """Look up ``keys[at]`` (sorted) in one file: bloom, block index, then each block once;
-    the entries found go to ``found`` and leave ``left``."""
+async def _probe(host: ClerkHost, sst: SstInfo, keys: list[bytes],
+                 found: dict[bytes, tuple]) -> None:
+    """Look up ``keys`` (sorted, within the file's key range) in one file, each block once
+    for all of its keys; the entries found go to ``found``.
+
+    The blocks in the cache are taken under one lock and searched with no await (a task per
+    block cost a warm batch more than the searches). The bloom filter is asked only about the
+    keys of the blocks that would have to be read: a block at hand answers faster, and
+    exactly."""
     clerk = host.sst(sst)
     footer = await clerk.footer()
-    at = at[footer.bloom.may_contain_many(hashes[at])]
-    if not len(at):
-        return
-    blocks = footer.blocks_of(keys[at])
-    starts = np.flatnonzero(np.concatenate(([True], blocks[1:] != blocks[:-1])))
-    ends = np.append(starts[1:], len(at))
-
-    async def one(lo: int, hi: int) -> None:
-        get = (await clerk.block(int(blocks[lo]))).index().get
-        where = at[lo:hi]
-        for i, key in zip(where.tolist(), keys[where].tolist()):
-            entry = get(key)
-            if entry is not None:
-                found[i] = entry
-                left[i] = False
-
-    await asyncio.gather(*(one(lo, hi) for lo, hi in zip(starts.tolist(), ends.tolist())
-                           if blocks[lo] >= 0))
+    spans = footer.block_spans(keys)
+    ids = [b for b, _, _ in spans]
+    held = clerk.cached_blocks(ids)
+    missing = [j for j, block in enumerate(held) if block is None]
+    if missing:
+        maybe = footer.bloom.may_contain_many(key_hashes(keys))
+        wanted = [j for j in missing if maybe[spans[j][1]:spans[j][2]].any()]
+        for j, block in zip(wanted, await asyncio.gather(*(clerk.block(ids[j])
+                                                            for j in wanted))):
+            held[j] = block
+    for (_, lo, hi), block in zip(spans, held):
+        if block is not None:
+            names = keys[lo:hi]
+            got = list(map(block.index().get, names))  # one probe per key: the blocks'
+            found.update(compress(zip(names, got), got))  # indexes are far apart in memory
 
 
 class JournalIndex:
