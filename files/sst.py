@@ -255,13 +255,6 @@ class Block:
         return None if i is None else self.entry(i)
 
 
-def object_array(items: list) -> np.ndarray:
-    """``items`` (bytes, say) as a numpy object array, for vectorised searches."""
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out
-
-
 def decode_block(raw_block: bytes, expected_sum: int, path: str, offset: int) -> Block:
     """Validate and decode one block read from ``offset``."""
     return Block(decode_batch(raw_block, expected_sum, path, offset))
