@@ -92,7 +92,8 @@ async def ledger_entries(host: ClerkHost, files: LedgerFiles | Callable[[], Ledg
     Bookie's cache, or a view's batches), then the files. The one read path of the Bookie's
     lookups, snapshots and readers.
 
-    Many keys are looked up as columns (:func:`_files_entries`); one key the short way.
+    Many keys are looked up together, each file and block once (:func:`_files_entries`);
+    one key the short way.
     ``files`` may be a function giving the current files: it is called in the same step as
     the overlay is read, so an entry that has just left the overlay is found in the files
     that took it."""
