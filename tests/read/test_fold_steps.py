@@ -64,9 +64,18 @@ def ctrl_c_when(ready: threading.Event, to: str, ended: threading.Event) -> list
     return rescued
 
 
+def wakeup_fd() -> int:
+    fd = signal.set_wakeup_fd(-1)  # reading it means setting it: put it straight back
+    signal.set_wakeup_fd(fd)
+    return fd
+
+
+WAKEUP_FD = wakeup_fd()  # as the session had it before these tests
+
+
 def assert_signals_restored():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd was put back
+    assert wakeup_fd() == WAKEUP_FD  # the wakeup fd was put back
 
 
 @pytest.mark.parametrize("to", ["the process", "another thread"])
