@@ -40,7 +40,7 @@ from ..files.store import ObjectStore
 from ..manifest.shard_map import ShardMap, read_shard_map
 from ..manifest.store import ManifestStore
 from ..options import Options
-from ..read.changes import changes_batch, files_between, journal_changes, shard_positions
+from ..read.changes import arrow_feed, files_between, shard_positions
 from ..read.fold import iterate
 from ..read.store_reader import StoreReader
 from . import read as bulk_read
@@ -245,10 +245,9 @@ async def read_async(target: Target, part: Part) -> AsyncIterator[pa.RecordBatch
                 batch.column("value")], schema=STREAM_SCHEMA)
         return
     view = await _newest(target, part.shard)
-    found = journal_changes(view, part.lo, part.hi, BATCH_ROWS)
-    async with contextlib.aclosing(found) as rows:
-        async for table in rows:
-            batch = changes_batch(table, False, True, part.shard)
+    found = arrow_feed(view, part.lo, part.hi, BATCH_ROWS, True, part.shard)
+    async with contextlib.aclosing(found) as batches:
+        async for batch in batches:
             yield pa.RecordBatch.from_arrays([
                 batch.column("bucket"), batch.column("key"), batch.column("shard"),
                 batch.column("sqn").cast(pa.int64()), batch.column("kind"),

@@ -117,28 +117,62 @@ def files_between(view, after: int, top: int) -> list:
             if f.entries and f.max_sqn > after and f.min_sqn <= top]
 
 
-async def journal_changes(view, after: int, until: int | None,
-                          batch_size: int) -> AsyncIterator[pa.Table]:
+async def journal_spans(view, after: int, until: int | None) -> AsyncIterator[pa.Table]:
     """The journal rows of the puts and deletes of ``view`` with ``after < sqn <= until``
-    (``None``: the view's SQN), in SQN order, ``batch_size`` rows at a time (fewer only at
-    the end), however many files they come from."""
+    (``None``: the view's SQN), in SQN order, about :data:`SPAN_BYTES` at a time: a span of
+    a large file, or the rows of several small ones (a bulk write or a flush makes files of
+    a batch each, and work done once per table is then shared by many of them)."""
     check_covered(view.history_sqn, after)
     top = view.sqn if until is None else min(until, view.sqn)
-
-    async def spans() -> AsyncIterator[pa.Table]:
-        for info in files_between(view, after, top):
-            clerk = view.host.journal(info)
-            sqns = (await clerk.footer()).sqns
-            wanted = np.flatnonzero((sqns > after) & (sqns <= top))
-            async for rows in clerk.row_spans(wanted, SPAN_BYTES):
+    held: list[pa.Table] = []
+    size = 0
+    for info in files_between(view, after, top):
+        clerk = view.host.journal(info)
+        sqns = (await clerk.footer()).sqns
+        wanted = np.flatnonzero((sqns > after) & (sqns <= top))
+        async with contextlib.aclosing(clerk.row_spans(wanted, SPAN_BYTES)) as spans:
+            async for rows in spans:
                 ops = rows.column("op")
                 if len(ops) and pc.max(ops).as_py() > OP_DELETE:  # no deltas (a filter copies
                     rows = rows.filter(pc.less_equal(ops, OP_DELETE))  # every column)
-                yield rows
+                nbytes = rows.get_total_buffer_size()  # (nbytes is slow: it finds shared buffers)
+                if held and size + nbytes > SPAN_BYTES:
+                    yield pa.concat_tables(held)
+                    held, size = [], 0
+                held.append(rows)
+                size += nbytes
+    if held:
+        yield pa.concat_tables(held)
 
-    async with contextlib.aclosing(rebatched(spans(), batch_size)) as found:
+
+async def journal_changes(view, after: int, until: int | None,
+                          batch_size: int) -> AsyncIterator[pa.Table]:
+    """:func:`journal_spans`, ``batch_size`` rows at a time (fewer only at the end), however
+    many files they come from."""
+    async with contextlib.aclosing(rebatched(journal_spans(view, after, until),
+                                             batch_size)) as found:
         async for table in found:
             yield table
+
+
+async def arrow_feed(view, after: int, until: int | None, batch_size: int, values: bool,
+                     shard: int | None = None, binary_names: bool = False
+                     ) -> AsyncIterator[pa.RecordBatch]:
+    """:func:`journal_changes` as batches of :func:`changes_schema`."""
+    async with contextlib.aclosing(journal_changes(view, after, until, batch_size)) as found:
+        async for rows in found:
+            yield changes_batch(rows, binary_names, values, shard)
+
+
+async def python_feed(view, after: int, until: int | None, batch_size: int, values: bool,
+                      shard: int | None = None) -> AsyncIterator[Iterable[Change]]:
+    """:func:`journal_spans` as :class:`Change` rows, ``batch_size`` at a time (fewer at the
+    end of a span): what the rows of a span share is worked out once per span."""
+    async with contextlib.aclosing(journal_spans(view, after, until)) as spans:
+        async for span in spans:
+            rows = FeedRows(span, values, shard)
+            for lo in range(0, span.num_rows, batch_size):
+                yield rows.changes(lo, batch_size)
 
 
 def _extras(extras: pa.Array) -> tuple[list, list] | None:
@@ -197,35 +231,55 @@ def changes_batch(rows: pa.Table, binary_names: bool, values: bool,
                                       schema=changes_schema(binary_names, shard is not None))
 
 
+class FeedRows:
+    """Journal rows made :class:`Change` tuples a slice at a time, names as they were
+    written (``str`` or ``bytes``), built column by column. What the slices share is worked
+    out once: the names' decoding, and whether any row is a delete, expires, or has
+    metadata or index changes (only then are those unpacked, row by row)."""
+
+    def __init__(self, rows: pa.Table, values: bool, shard: int | None = None):
+        self.rows, self.values, self.shard = rows, values, shard
+        self.names = Names(rows.column("lkey").combine_chunks()).python_slices()
+        self.all_puts = bool((rows.column("op").to_numpy() == OP_PUT).all())
+        self.any_expiry = bool(rows.column("expiry").to_numpy().any())
+        extras = rows.column("extra")
+        self.plain = (rows.column("indexes").null_count == rows.num_rows
+                      and not (len(extras) and pc.max(pc.binary_length(extras)).as_py()))
+
+    def changes(self, lo: int, count: int) -> Iterable[Change]:
+        """The rows ``lo:lo + count``.
+
+        Each ``Change`` is made as it is asked for: a ``Change`` (unlike a plain tuple) stays
+        tracked by the garbage collector, and a batch of them alive at once triggers
+        collections that promote them and, in a process with a large heap, full
+        collections (a seventh of the feed's time)."""
+        rows = self.rows.slice(lo, count)
+        n = rows.num_rows
+        buckets, keys = self.names(lo, count)
+        sqns = rows.column("sqn").to_numpy().tolist()
+        kinds = (itertools.repeat("put") if self.all_puts
+                 else list(map(KINDS.__getitem__, rows.column("op").to_numpy().tolist())))
+        lms = (rows.column("last_modified").to_numpy() / 1000.0).tolist()
+        expires = (itertools.repeat(None) if not self.any_expiry
+                   else [float(e) if e else None
+                         for e in rows.column("expiry").to_numpy().tolist()])
+        vals = rows.column("value").to_pylist() if self.values else itertools.repeat(None, n)
+        metadata, indexes = itertools.repeat(None), itertools.repeat(())
+        if not self.plain:
+            vals = list(vals)
+            metadata, indexes = _unpacked(rows.column("extra").to_pylist(),
+                                          rows.column("indexes").to_pylist(), vals,
+                                          self.values)
+        # Change._make without its Python frame: tuple.__new__(Change, row) for every row.
+        return map(tuple.__new__, itertools.repeat(Change),
+                   zip(buckets, keys, sqns, kinds, vals, lms, expires, metadata, indexes,
+                       itertools.repeat(self.shard)))
+
+
 def python_changes(rows: pa.Table, values: bool,
                    shard: int | None = None) -> Iterable[Change]:
-    """Journal rows as :class:`Change` tuples, names as they were written (``str`` or
-    ``bytes``), built column by column; only metadata and index changes, where a batch has
-    some, are unpacked row by row.
-
-    Each ``Change`` is made as it is asked for: a ``Change`` (unlike a plain tuple) stays
-    tracked by the garbage collector, and a batch of them alive at once triggers collections
-    that promote them and, in a process with a large heap, full collections (a seventh of
-    the feed's time)."""
-    n = rows.num_rows
-    buckets, keys = Names(rows.column("lkey").combine_chunks()).python()
-    sqns = rows.column("sqn").to_numpy().tolist()
-    ops = rows.column("op").to_numpy()
-    kinds = (itertools.repeat("put") if bool((ops == OP_PUT).all())
-             else list(map(KINDS.__getitem__, ops.tolist())))
-    lms = (rows.column("last_modified").to_numpy() / 1000.0).tolist()
-    expiry = rows.column("expiry").to_numpy()
-    expires = [None] * n if not expiry.any() else [float(e) if e else None
-                                                    for e in expiry.tolist()]
-    vals = rows.column("value").to_pylist() if values else [None] * n
-    metadata, indexes = itertools.repeat(None), itertools.repeat(())
-    extras, index_col = rows.column("extra"), rows.column("indexes")
-    if index_col.null_count < n or (n and pc.max(pc.binary_length(extras)).as_py()):
-        metadata, indexes = _unpacked(extras.to_pylist(), index_col.to_pylist(), vals, values)
-    # Change._make without its Python frame: tuple.__new__(Change, row) for every row.
-    return map(tuple.__new__, itertools.repeat(Change),
-               zip(buckets, keys, sqns, kinds, vals, lms, expires, metadata, indexes,
-                   itertools.repeat(shard)))
+    """Journal rows as :class:`Change` tuples (see :class:`FeedRows`)."""
+    return FeedRows(rows, values, shard).changes(0, rows.num_rows)
 
 
 def _unpacked(extras: list, index_changes: list, vals: list,

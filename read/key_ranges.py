@@ -9,6 +9,7 @@ part (part type codes are 0 to 3).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -152,18 +153,41 @@ class Names:
 
     def python(self) -> tuple[list, list]:
         """``(buckets, keys)`` as the ``str`` / ``bytes`` values they were written as."""
-        buckets = ([self._bucket] * len(self.keys) if self._bucket is not None
-                   else _as_written(self.buckets, self.bucket_str))
-        return buckets, _as_written(self.keys, self.key_str)
+        return self.python_slices()(0, len(self.keys))
+
+    def python_slices(self) -> Callable[[int, int], tuple[list, list]]:
+        """A function of ``(lo, count)`` giving :meth:`python` of those rows, with the work
+        every slice shares (checks, casts) done once, here: many small slices of one large
+        ``Names`` cost little more than one conversion of it."""
+        one_bucket = self._bucket
+        buckets = None if one_bucket is not None else _Written(self.buckets, self.bucket_str)
+        keys = _Written(self.keys, self.key_str)
+
+        def names(lo: int, count: int) -> tuple[list, list]:
+            found = keys.slice(lo, count)
+            return ([one_bucket] * len(found) if buckets is None
+                    else buckets.slice(lo, count)), found
+        return names
 
 
-def _as_written(values: pa.Array, is_str: np.ndarray) -> list:
-    if is_str.all():
-        return values.cast(pa.string()).to_pylist()
-    raw = values.to_pylist()
-    if not is_str.any():
-        return raw
-    return [v.decode() if s else v for v, s in zip(raw, is_str.tolist())]
+class _Written:
+    """A column of names as they were written (``str`` where ``is_str``), made Python
+    objects a slice at a time."""
+
+    def __init__(self, values: pa.Array, is_str: np.ndarray):
+        self.mixed = None  # the rows' is_str, where some names are str and some bytes
+        if is_str.all():
+            values = values.cast(pa.string())
+        elif is_str.any():
+            self.mixed = is_str
+        self.values = values
+
+    def slice(self, lo: int, count: int) -> list:
+        raw = self.values.slice(lo, count).to_pylist()
+        if self.mixed is None:
+            return raw
+        return [v.decode() if s else v
+                for v, s in zip(raw, self.mixed[lo:lo + count].tolist())]
 
 
 def term_from_text(field_name: str, text):

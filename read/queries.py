@@ -26,11 +26,10 @@ from ..files.sync import run_sync
 from ..options import check_positive_int
 from .changes import (
     Change,
-    changes_batch,
+    arrow_feed,
     check_range,
     check_shard_range,
-    journal_changes,
-    python_changes,
+    python_feed,
 )
 from .fold import aiterate, iterate
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
@@ -381,11 +380,11 @@ class Queries:
             async def gen():
                 for shard, (part, (lo, hi)) in enumerate(zip(views, ranges)):
                     tag = None if shards is None else shard
-                    found = journal_changes(part, lo, hi, batch_size)
+                    found = (arrow_feed(part, lo, hi, batch_size, values, tag, binary_names)
+                             if arrow else python_feed(part, lo, hi, batch_size, values, tag))
                     async with contextlib.aclosing(found) as it:
-                        async for rows in it:
-                            yield (changes_batch(rows, binary_names, values, tag) if arrow
-                                   else python_changes(rows, values, tag))
+                        async for batch in it:
+                            yield batch
             return gen()
         return True, not arrow, make
 

@@ -20,6 +20,7 @@ from leveled_ray.read.changes import (
     changes_batch,
     journal_changes,
     python_changes,
+    python_feed,
 )
 from leveled_ray.read.history_view import view_at
 from leveled_ray.read.key_ranges import object_range
@@ -123,8 +124,16 @@ async def check_view_at(view, log, s):
         assert sorted(found) == sorted(k for b, k in terms.get(("g_int", g), ()) if b == "b")
 
 
-async def changes_of(view, after, until=None):
-    return [c async for rows in journal_changes(view, after, until, 3)
+async def changes_of(view, after, until=None, batch_size=3):
+    """The changes as ``changes()`` makes them: spans of the Journal cut into batches."""
+    return [c async for batch in python_feed(view, after, until, batch_size, True)
+            for c in batch]
+
+
+async def listened_changes_of(view, after):
+    """The changes as a listener's catch-up makes them: batches of rows, each made
+    ``Change`` tuples by itself."""
+    return [c async for rows in journal_changes(view, after, None, 3)
             for c in python_changes(rows, True)]
 
 
@@ -153,7 +162,11 @@ def test_changes_after_any_sqn_equal_the_model(tmp_path_factory, groups, data):
         top = log[-1][2]
         view = await pinned_view(bookie)
         for after in {0, top, data.draw(st.integers(0, top))}:
-            assert [as_model(c) for c in await changes_of(view, after)] == expected(log, after)
+            batch_size = data.draw(st.integers(1, 8))
+            assert [as_model(c) for c in await changes_of(view, after, None, batch_size)
+                    ] == expected(log, after)
+            assert [as_model(c) for c in await listened_changes_of(view, after)
+                    ] == expected(log, after)
         await check_view_at(view, log, data.draw(st.integers(0, top)))
         until = data.draw(st.integers(0, top))
         assert [as_model(c) for c in await changes_of(view, 0, until)] == [
