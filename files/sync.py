@@ -23,6 +23,20 @@ async def off_loop(fn, *args):
     return await asyncio.to_thread(fn, *args)
 
 
+async def gather_or_cancel(*aws) -> list:
+    """``asyncio.gather(*aws)``, except that the first failure cancels the others and waits
+    for them to end before it is raised, as itself (``asyncio.TaskGroup`` would raise an
+    exception group, changing the error a caller sees)."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 def inline_context() -> contextvars.Context:
     """A context for the tasks of a loop that serves one caller only."""
     context = contextvars.copy_context()

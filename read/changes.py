@@ -5,13 +5,14 @@ shard's number, as a string, to an SQN of that shard: ``{"0": 120, "1": 97, ...}
 is, so Spark can keep it as an offset); every change then also says its ``shard``.
 
 ``changes(after, until)`` gives the puts and deletes with ``after < sqn <= until``, reading
-the journal files of one point in time in SQN order, a span of each file at a time, so memory
-stays bounded however long the history is. History before the view's ``history_sqn`` may be
-gone (see :mod:`leveled_ray.manifest.history`): asking for it raises
-:class:`~leveled_ray.errors.HistoryUnavailableError` before anything is read.
+the journal files of one point in time in SQN order, a span at a time (of a large file, or a
+group of small ones), so memory stays bounded however long the history is. History before
+the view's ``history_sqn`` may be gone (see :mod:`leveled_ray.manifest.history`): asking for
+it raises :class:`~leveled_ray.errors.HistoryUnavailableError` before anything is read.
 
-The rows are built column by column; only the ``extra`` column (metadata, head_only values)
-and non-empty index changes are unpacked row by row.
+The rows are built column by column, with what a span's rows share worked out once per span;
+only the ``extra`` column (metadata, head_only values) and non-empty index changes are
+unpacked row by row.
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ import pyarrow.compute as pc
 from ..codec import OP_DELETE, OP_PUT, unpack_extra
 from ..codec.entries import PACKED_EXTRA
 from ..errors import InvalidArgumentError
+from ..files.sync import gather_or_cancel
 from ..manifest.history import check_covered, check_position
 from .key_ranges import Names
 from .rebatch import rebatched
 
-#: Bytes of journal entries read at a time (one ranged GET).
+#: Bytes of journal entries read at a time: a span of one file (one ranged GET), or a group
+#: of small files (a GET each, all at once).
 SPAN_BYTES = 8 << 20
+#: Small journal files read at once into one span, at most.
+FILES_AT_ONCE = 16
 KINDS = {OP_PUT: "put", OP_DELETE: "delete"}
 _INDEX_CHANGE = pa.struct([("change", pa.string()), ("field", pa.string()),
                            ("term_bin", pa.string()), ("term_int", pa.int64())])
@@ -117,32 +122,58 @@ def files_between(view, after: int, top: int) -> list:
             if f.entries and f.max_sqn > after and f.min_sqn <= top]
 
 
+def file_groups(files: list, span_bytes: int = SPAN_BYTES,
+                most: int = FILES_AT_ONCE) -> list[list]:
+    """Consecutive journal files in groups read as one span: as many small files as fit in
+    ``span_bytes`` together (``most`` at most); a larger file makes a group by itself."""
+    groups: list[list] = []
+    size = 0
+    for info in files:
+        if groups and len(groups[-1]) < most and size + info.size <= span_bytes:
+            groups[-1].append(info)
+            size += info.size
+        else:
+            groups.append([info])
+            size = info.size
+    return groups
+
+
 async def journal_spans(view, after: int, until: int | None) -> AsyncIterator[pa.Table]:
     """The journal rows of the puts and deletes of ``view`` with ``after < sqn <= until``
     (``None``: the view's SQN), in SQN order, about :data:`SPAN_BYTES` at a time: a span of
-    a large file, or the rows of several small ones (a bulk write or a flush makes files of
-    a batch each, and work done once per table is then shared by many of them)."""
+    a large file, or the rows of several small ones, read at once (a bulk write or a flush
+    makes a file of each batch: read one by one, each would cost a round trip, and work
+    done once per table would be done for a few rows)."""
     check_covered(view.history_sqn, after)
     top = view.sqn if until is None else min(until, view.sqn)
-    held: list[pa.Table] = []
-    size = 0
-    for info in files_between(view, after, top):
+
+    async def wanted(info):
         clerk = view.host.journal(info)
         sqns = (await clerk.footer()).sqns
-        wanted = np.flatnonzero((sqns > after) & (sqns <= top))
-        async with contextlib.aclosing(clerk.row_spans(wanted, SPAN_BYTES)) as spans:
-            async for rows in spans:
-                ops = rows.column("op")
-                if len(ops) and pc.max(ops).as_py() > OP_DELETE:  # no deltas (a filter copies
-                    rows = rows.filter(pc.less_equal(ops, OP_DELETE))  # every column)
-                nbytes = rows.get_total_buffer_size()  # (nbytes is slow: it finds shared buffers)
-                if held and size + nbytes > SPAN_BYTES:
-                    yield pa.concat_tables(held)
-                    held, size = [], 0
-                held.append(rows)
-                size += nbytes
-    if held:
-        yield pa.concat_tables(held)
+        return clerk, np.flatnonzero((sqns > after) & (sqns <= top))
+
+    async def whole(info) -> pa.Table | None:
+        clerk, rows = await wanted(info)
+        return await clerk.rows(rows) if len(rows) else None
+
+    for group in file_groups(files_between(view, after, top)):
+        if len(group) == 1 and group[0].size > SPAN_BYTES:
+            clerk, rows = await wanted(group[0])
+            async with contextlib.aclosing(clerk.row_spans(rows, SPAN_BYTES)) as spans:
+                async for table in spans:
+                    yield _no_deltas(table)
+            continue
+        found = [t for t in await gather_or_cancel(*map(whole, group)) if t is not None]
+        if found:
+            yield _no_deltas(pa.concat_tables(found))
+
+
+def _no_deltas(rows: pa.Table) -> pa.Table:
+    """The puts and deletes of journal rows (a filter copies every column: only if needed)."""
+    ops = rows.column("op")
+    if len(ops) and pc.max(ops).as_py() > OP_DELETE:
+        return rows.filter(pc.less_equal(ops, OP_DELETE))
+    return rows
 
 
 async def journal_changes(view, after: int, until: int | None,

@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.codec import object_key, split_object_key
+from leveled_ray.files.faults import Fault, FaultInjectingStore
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.read.changes import (
     CHANGES_SCHEMA,
     changes_batch,
+    file_groups,
+    files_between,
     journal_changes,
     python_changes,
     python_feed,
@@ -252,5 +255,30 @@ def test_changes_reach_object_keys_and_values_of_every_kind(tmp_path):
         assert table["indexes"][1] == [{"change": "add", "field": "t_bin", "term_bin": "red",
                                         "term_int": None}]
         await bookie.close()
+
+    asyncio.run(run())
+
+
+def test_a_failed_read_of_one_of_a_spans_files_is_the_stores_typed_error(tmp_path):
+    """Small files are read together into one span: a read that keeps failing fails the feed
+    with the store's own error, and the same feed reads every change once it no longer
+    fails."""
+    url = f"file://{tmp_path}/db"
+    fast = OPTIONS.replace(object_store=dict(retry_backoff_s=0.001, retry_max_backoff_s=0.01,
+                                             max_retries=2))
+
+    async def run():
+        bookie = await started(url)
+        for g in range(6):  # a file each
+            await write(bookie, [lr.Put("b", f"k{g}{i}", b"v") for i in range(3)], OPTIONS)
+        await bookie.close()
+        broken = FaultInjectingStore.wrap(url, Fault("get_ranges", prefix="journal/", after=2,
+                                                     count=100), options=fast)
+        reader = await StoreReader.open(broken, fast)
+        assert len(file_groups(files_between(reader, 0, reader.sqn))) == 1
+        with pytest.raises(lr.ObjectStoreError):
+            await changes_of(reader, 0)
+        healed = await StoreReader.open(ObjectStore.from_url(url, fast), fast)
+        assert [c.sqn for c in await changes_of(healed, 0)] == list(range(1, 19))
 
     asyncio.run(run())
