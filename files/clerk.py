@@ -282,6 +282,22 @@ class JournalClerk(FileClerk):
 
         return await self._cached("footer", load, lambda f: f.nbytes)
 
+    def footer_at_hand(self) -> bool:
+        return self.host.cache.get((self.name, "footer")) is not None
+
+    async def whole(self) -> pa.Table:
+        """Every row of the file, from one GET of the whole file (its footer is then cached):
+        for a scan that wants every entry of a file whose footer is not at hand, which would
+        otherwise read the footer, then the blocks, in two round trips."""
+        self._check_readable()
+        data = memoryview(await self._read(self.host.store.get_async))
+        footer = jfmt.parse_footer(self.size, data, self.name)
+        self.host.cache.put((self.name, "footer"), footer, footer.nbytes)
+        offsets = footer.offsets.tolist()
+        blocks = range(len(offsets) - 1)
+        raws = [data[offsets[i]:offsets[i + 1]] for i in blocks]
+        return await off_loop(jfmt.decode_blocks, raws, footer, blocks, self.name)
+
     async def fetch_many(self, sqns: list[int],
                          values_only: bool = False) -> dict[int, JournalRecord]:
         """Entries for many SQNs of this file, each block read once; absent SQNs are left

@@ -153,6 +153,9 @@ async def journal_spans(view, after: int, until: int | None) -> AsyncIterator[pa
         return clerk, np.flatnonzero((sqns > after) & (sqns <= top))
 
     async def whole(info) -> pa.Table | None:
+        clerk = view.host.journal(info)
+        if after < info.min_sqn and info.max_sqn <= top and not clerk.footer_at_hand():
+            return await clerk.whole()  # every entry is wanted: one GET
         clerk, rows = await wanted(info)
         return await clerk.rows(rows) if len(rows) else None
 

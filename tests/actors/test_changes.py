@@ -272,7 +272,7 @@ def test_a_failed_read_of_one_of_a_spans_files_is_the_stores_typed_error(tmp_pat
         for g in range(6):  # a file each
             await write(bookie, [lr.Put("b", f"k{g}{i}", b"v") for i in range(3)], OPTIONS)
         await bookie.close()
-        broken = FaultInjectingStore.wrap(url, Fault("get_ranges", prefix="journal/", after=2,
+        broken = FaultInjectingStore.wrap(url, Fault("get", prefix="journal/", after=2,
                                                      count=100), options=fast)
         reader = await StoreReader.open(broken, fast)
         assert len(file_groups(files_between(reader, 0, reader.sqn))) == 1
@@ -280,5 +280,32 @@ def test_a_failed_read_of_one_of_a_spans_files_is_the_stores_typed_error(tmp_pat
             await changes_of(reader, 0)
         healed = await StoreReader.open(ObjectStore.from_url(url, fast), fast)
         assert [c.sqn for c in await changes_of(healed, 0)] == list(range(1, 19))
+
+    asyncio.run(run())
+
+
+def test_a_file_whose_every_change_is_wanted_is_read_with_one_get(tmp_path):
+    """A feed from the start reads each small journal file whole (one GET, its footer then
+    at hand); a feed from inside a file reads that file's footer, then its blocks."""
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        bookie = await started(url)
+        for g in range(5):  # a file each, of 4 changes
+            await write(bookie, [lr.Put("b", f"k{g}{i}", b"v") for i in range(4)], OPTIONS)
+        await bookie.close()
+        store = ObjectStore.from_url(url, OPTIONS)
+        reader = await StoreReader.open(store, OPTIONS)
+        files = files_between(reader, 0, reader.sqn)
+        assert len(files) == 5
+        before = store.stats.gets
+        assert [c.sqn for c in await changes_of(reader, 0)] == list(range(1, 21))
+        assert store.stats.gets - before == len(files)
+        fresh = ObjectStore.from_url(url, OPTIONS)
+        reader = await StoreReader.open(fresh, OPTIONS)
+        before = fresh.stats.gets
+        assert [c.sqn for c in await changes_of(reader, 6)] == list(range(7, 21))
+        # the file of SQNs 5-8, from inside: footer, then blocks; the 3 after it: a GET each
+        assert fresh.stats.gets - before == 2 + 3
 
     asyncio.run(run())
