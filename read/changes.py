@@ -138,35 +138,36 @@ def file_groups(files: list, span_bytes: int = SPAN_BYTES,
     return groups
 
 
-async def journal_spans(view, after: int, until: int | None) -> AsyncIterator[pa.Table]:
+async def journal_spans(view, after: int, until: int | None,
+                        span_bytes: int = SPAN_BYTES) -> AsyncIterator[pa.Table]:
     """The journal rows of the puts and deletes of ``view`` with ``after < sqn <= until``
-    (``None``: the view's SQN), in SQN order, about :data:`SPAN_BYTES` at a time: a span of
+    (``None``: the view's SQN), in SQN order, about ``span_bytes`` at a time: a span of
     a large file, or the rows of several small ones, read at once (a bulk write or a flush
     makes a file of each batch: read one by one, each would cost a round trip, and work
     done once per table would be done for a few rows)."""
     check_covered(view.history_sqn, after)
     top = view.sqn if until is None else min(until, view.sqn)
 
-    async def wanted(info):
-        clerk = view.host.journal(info)
+    async def wanted(clerk) -> np.ndarray:
         sqns = (await clerk.footer()).sqns
-        return clerk, np.flatnonzero((sqns > after) & (sqns <= top))
+        return np.flatnonzero((sqns > after) & (sqns <= top))
 
-    async def whole(info) -> pa.Table | None:
+    async def file_rows(info) -> pa.Table | None:
         clerk = view.host.journal(info)
         if after < info.min_sqn and info.max_sqn <= top and not clerk.footer_at_hand():
             return await clerk.whole()  # every entry is wanted: one GET
-        clerk, rows = await wanted(info)
+        rows = await wanted(clerk)
         return await clerk.rows(rows) if len(rows) else None
 
-    for group in file_groups(files_between(view, after, top)):
-        if len(group) == 1 and group[0].size > SPAN_BYTES:
-            clerk, rows = await wanted(group[0])
-            async with contextlib.aclosing(clerk.row_spans(rows, SPAN_BYTES)) as spans:
-                async for table in spans:
+    for group in file_groups(files_between(view, after, top), span_bytes):
+        if len(group) == 1 and group[0].size > span_bytes:  # a large file: a span at a time
+            clerk = view.host.journal(group[0])
+            spans = clerk.row_spans(await wanted(clerk), span_bytes)
+            async with contextlib.aclosing(spans) as tables:
+                async for table in tables:
                     yield _no_deltas(table)
             continue
-        found = [t for t in await gather_or_cancel(*map(whole, group)) if t is not None]
+        found = [t for t in await gather_or_cancel(*map(file_rows, group)) if t is not None]
         if found:
             yield _no_deltas(pa.concat_tables(found))
 
@@ -199,10 +200,11 @@ async def arrow_feed(view, after: int, until: int | None, batch_size: int, value
 
 
 async def python_feed(view, after: int, until: int | None, batch_size: int, values: bool,
-                      shard: int | None = None) -> AsyncIterator[Iterable[Change]]:
+                      shard: int | None = None,
+                      span_bytes: int = SPAN_BYTES) -> AsyncIterator[Iterable[Change]]:
     """:func:`journal_spans` as :class:`Change` rows, ``batch_size`` at a time (fewer at the
     end of a span): what the rows of a span share is worked out once per span."""
-    async with contextlib.aclosing(journal_spans(view, after, until)) as spans:
+    async with contextlib.aclosing(journal_spans(view, after, until, span_bytes)) as spans:
         async for span in spans:
             rows = FeedRows(span, values, shard)
             for lo in range(0, span.num_rows, batch_size):

@@ -5,6 +5,7 @@ process, without Ray."""
 
 import asyncio
 import json
+import random
 
 import pyarrow as pa
 import pytest
@@ -18,6 +19,7 @@ from leveled_ray.files.faults import Fault, FaultInjectingStore
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.read.changes import (
     CHANGES_SCHEMA,
+    SPAN_BYTES,
     changes_batch,
     file_groups,
     files_between,
@@ -127,9 +129,11 @@ async def check_view_at(view, log, s):
         assert sorted(found) == sorted(k for b, k in terms.get(("g_int", g), ()) if b == "b")
 
 
-async def changes_of(view, after, until=None, batch_size=3):
-    """The changes as ``changes()`` makes them: spans of the Journal cut into batches."""
-    return [c async for batch in python_feed(view, after, until, batch_size, True)
+async def changes_of(view, after, until=None, batch_size=3, span_bytes=SPAN_BYTES):
+    """The changes as ``changes()`` makes them: spans of the Journal cut into batches (a
+    small ``span_bytes`` makes spans of parts of files, and of a few files)."""
+    return [c async for batch in python_feed(view, after, until, batch_size, True,
+                                             span_bytes=span_bytes)
             for c in batch]
 
 
@@ -166,8 +170,9 @@ def test_changes_after_any_sqn_equal_the_model(tmp_path_factory, groups, data):
         view = await pinned_view(bookie)
         for after in {0, top, data.draw(st.integers(0, top))}:
             batch_size = data.draw(st.integers(1, 8))
-            assert [as_model(c) for c in await changes_of(view, after, None, batch_size)
-                    ] == expected(log, after)
+            span_bytes = data.draw(st.sampled_from([SPAN_BYTES, 64, 300, 2000]))
+            assert [as_model(c) for c in await changes_of(view, after, None, batch_size,
+                                                          span_bytes)] == expected(log, after)
             assert [as_model(c) for c in await listened_changes_of(view, after)
                     ] == expected(log, after)
         await check_view_at(view, log, data.draw(st.integers(0, top)))
@@ -307,5 +312,32 @@ def test_a_file_whose_every_change_is_wanted_is_read_with_one_get(tmp_path):
         assert [c.sqn for c in await changes_of(reader, 6)] == list(range(7, 21))
         # the file of SQNs 5-8, from inside: footer, then blocks; the 3 after it: a GET each
         assert fresh.stats.gets - before == 2 + 3
+
+    asyncio.run(run())
+
+
+def test_files_larger_than_a_span_are_read_a_span_at_a_time(tmp_path):
+    """A file of several blocks, larger than a span, between small files: every change
+    comes out once, in SQN order, whatever the span and batch sizes."""
+    url = f"file://{tmp_path}/db"
+    noise = random.Random(7)
+    big = [lr.Put("b", f"big{i:03d}", noise.randbytes(8192)) for i in range(40)]  # 5 blocks
+
+    async def run():
+        bookie = await started(url)
+        await write(bookie, [lr.Put("b", "first", b"1")], OPTIONS)
+        await write(bookie, big, OPTIONS)
+        await write(bookie, [lr.Put("b", "last", b"2")], OPTIONS)
+        view = await pinned_view(bookie)
+        sizes = [f.size for f in files_between(view, 0, view.sqn)]
+        assert len(sizes) == 3 and sizes[1] > 4 * 65536
+        want = [("first", b"1")] + [(p.key, p.value) for p in big] + [("last", b"2")]
+        for span_bytes, batch_size in [(100_000, 7), (65_536, 1), (SPAN_BYTES, 1000)]:
+            got = await changes_of(view, 0, None, batch_size, span_bytes)
+            assert [(c.key, c.value) for c in got] == want
+            assert [c.sqn for c in got] == sorted(c.sqn for c in got)
+            inside = await changes_of(view, got[10].sqn, None, batch_size, span_bytes)
+            assert [(c.key, c.value) for c in inside] == want[11:]
+        await bookie.close()
 
     asyncio.run(run())
