@@ -265,7 +265,7 @@ class SstClerk(FileClerk):
 
 class JournalClerk(FileClerk):
     """Reads one journal file: the SQN and block index once, then the blocks that hold the
-    SQNs asked for."""
+    SQNs asked for; or, for a scan that wants all of it, the whole file in one GET."""
 
     kind = "journal"
 
@@ -283,6 +283,7 @@ class JournalClerk(FileClerk):
         return await self._cached("footer", load, lambda f: f.nbytes)
 
     def footer_at_hand(self) -> bool:
+        """Whether the footer is cached: reading only the blocks wanted then costs one GET."""
         return self.host.cache.get((self.name, "footer")) is not None
 
     async def whole(self) -> pa.Table:
