@@ -76,6 +76,11 @@ class LruCache:
             self._items.move_to_end(key)
             return item[0]
 
+    def __contains__(self, key) -> bool:
+        """Whether ``key`` is held: a look that is not a use (no count, no reordering)."""
+        with self._lock:
+            return key in self._items
+
     def get_many(self, keys, count_misses: bool = True) -> list:
         """:meth:`get` of many keys, under one lock. ``count_misses=False`` leaves the misses
         to a :meth:`get` that follows."""
@@ -284,7 +289,7 @@ class JournalClerk(FileClerk):
 
     def footer_at_hand(self) -> bool:
         """Whether the footer is cached: reading only the blocks wanted then costs one GET."""
-        return self.host.cache.get((self.name, "footer")) is not None
+        return (self.name, "footer") in self.host.cache
 
     async def whole(self) -> pa.Table:
         """Every row of the file, from one GET of the whole file (its footer is then cached):
