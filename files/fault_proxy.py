@@ -12,7 +12,8 @@ Each request is forwarded unless the proxy draws a fault for it (seeded, at ``ra
 * ``"reset"``: the connection is reset (TCP RST) before the request is forwarded.
 
 ``fail_paths(method, fragment, count)`` answers ``503 SlowDown`` to the next ``count`` requests
-of one method whose path contains ``fragment`` (a targeted fault: every GET of one object).
+of one method whose path contains ``fragment`` (a targeted fault: every GET of one object), until
+``clear_paths()``.
 
 ``refuse()`` closes the listening socket (every connection is refused, as for an unreachable
 store) and ``heal()`` stops every fault and listens again on the same port.
@@ -129,6 +130,10 @@ class FaultProxy:
         """Answer ``503 SlowDown`` to the next ``count`` requests of ``method`` (``"GET"``,
         ``"PUT"``, ...) whose path contains ``fragment``, without forwarding them."""
         self._targeted.append([method.encode(), fragment.encode(), count])
+
+    def clear_paths(self) -> None:
+        """Drop every targeted fault, spent or not; the random faults go on."""
+        self._targeted.clear()
 
     def heal(self) -> None:
         """No more faults, and connections are accepted again."""

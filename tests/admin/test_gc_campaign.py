@@ -1,8 +1,10 @@
 """The GC fault campaign: 5% mixed faults (5xx, lost replies, delays past the timeout, resets) on
 every request, through the fault proxy in front of moto's S3 server on 127.0.0.1, while GC
 passes run between writes, merges, journal compactions, checkpoints made and deleted, clones,
-readers and snapshots. After healing, everything that is still live reads every value it held,
-and every file a latest manifest lists exists."""
+readers and snapshots. Some passes also find every snapshot lease unreadable, so that stopping
+on doubt is exercised in every run, not only when the random faults happen to beat GC's retries.
+After healing, everything that is still live reads every value it held, and every file a latest
+manifest lists exists."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ SETTINGS = dict(ledger=dict(l0_max_keys=150, push_keys=50, push_ms=5, sst_max_ke
                 journal=dict(catalog_s=0.3, compaction_interval_s=0, small_files=8),
                 gc=dict(interval_s=0, min_age_s=16.0, lease_renew_s=1.0))
 MIN_AGE = 16.0
+#: Passes during which every GET of a snapshot lease answers 503: each must stop, deleting nothing.
+BLIND_PASSES = frozenset(range(3, PASSES, 10))
 
 
 class Holders:
@@ -126,15 +130,20 @@ def test_gc_passes_under_faults_lose_nothing(ray_cluster, moto_endpoint):
         gc_options = options.replace(object_store=dict(max_retries=1, retry_timeout_s=3.0))
         store = lr.open(url, options)
         proxy.set_faults(0.05)
-        passes = stopped = deleted = 0
+        passes = deleted = 0
+        stopped: set[int] = set()
         try:
             for n in range(PASSES):
                 act(rng, n, store, url, options, held)
+                if n in BLIND_PASSES:
+                    proxy.fail_paths("GET", "/leases/snapshots-", count=PASSES)
                 try:
                     deleted += len(lr.gc(url, min_age=MIN_AGE, options=gc_options).deleted)
                 except lr.ObjectStoreError as exc:
                     assert exc.definite  # a pass that stopped deleted nothing
-                    stopped += 1
+                    stopped.add(n)
+                finally:
+                    proxy.clear_paths()
                 passes += 1
             proxy.heal()
             deleted += len(lr.gc(url, min_age=MIN_AGE, options=options).deleted)
@@ -154,8 +163,10 @@ def test_gc_passes_under_faults_lose_nothing(ray_cluster, moto_endpoint):
             check_listed_files_exist(url, direct)
         finally:
             store.close()
-    print(f"GC passes {passes}, stopped on doubt {stopped}, objects deleted {deleted}, "
-          f"faults {dict(proxy.faults)}, step errors {len(held.errors)}")
-    assert passes == PASSES and 0 < stopped < PASSES // 2
+    print(f"GC passes {passes}, stopped on doubt {len(stopped)} ({len(stopped - BLIND_PASSES)} "
+          f"by random faults), objects deleted {deleted}, faults {dict(proxy.faults)}, "
+          f"step errors {len(held.errors)}")
+    assert passes == PASSES and len(stopped) < PASSES // 2
+    assert stopped >= BLIND_PASSES, "a pass that could not read a lease went on"
     assert deleted > 0, "the campaign never reached a deletion: it proves nothing"
     assert proxy.faults and sum(proxy.faults.values()) >= 10
