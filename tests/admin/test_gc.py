@@ -91,7 +91,7 @@ def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, s3_backend):
     url, options = s3_backend
     # Outputs older than gc.min_age_s / 2 by the store's clock are not published: merges that
     # the advancing clock overtakes are redone, never collected half-published.
-    options = options.replace(**SMALL, gc=dict(long_snapshot_timeout_s=3, interval_s=0,
+    options = options.replace(**SMALL, gc=dict(long_snapshot_timeout_s=60, interval_s=0,
                                                min_age_s=4))
     clock = ManualClock()
     store = lr.open(url, options, clock=clock)
@@ -100,7 +100,7 @@ def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, s3_backend):
         store.put_many([lr.Put("b", f"k{i:04d}", b"first") for i in range(300)])
         wait_until(lambda: store.stats()["penciller"]["ledger_sqn"] > 0, timeout=30)
         checkpoint = store.checkpoint()
-        snap = store.snapshot(timeout_s=3)
+        snap = store.snapshot(timeout_s=60)
         for r in range(4):
             store.put_many([lr.Put("b", f"k{i:04d}", b"round %d" % r) for i in range(300)])
         orphan = sst_name()  # what a writer that crashed mid-merge leaves behind
