@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -31,8 +32,44 @@ class _RepoRootIsNotATestPackage:
         return None
 
 
+#: The session's Ray token (see :func:`_token_auth_on`).
+_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+_saved_auth: dict = {}
+
+
+def _token_auth_on() -> None:
+    """Token auth on for every Ray cluster the session starts or joins, with a token of its
+    own: left to Ray, a cluster started by ``ray start`` or ``cluster_utils`` uses token auth
+    only if this machine happens to hold ``~/.ray/auth_token``, so the session's security
+    mode (and the Ray Client tests) would depend on the machine. Processes the tests start
+    inherit it."""
+    _saved_auth.update({k: os.environ.get(k) for k in _AUTH_VARS})
+    folder = tempfile.mkdtemp(prefix="lr-auth-")
+    path = os.path.join(folder, "auth_token")
+    with open(path, "w") as f:
+        f.write(secrets.token_hex(32))
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=path)
+
+
+def _token_auth_restored() -> None:
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    for k, v in _saved_auth.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    if path:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
 def pytest_configure(config):
     config.pluginmanager.register(_RepoRootIsNotATestPackage(), "leveled-ray-repo-root")
+    _token_auth_on()
+
+
+def pytest_unconfigure(config):
+    _token_auth_restored()
 
 
 S3_KEY = "testing"
