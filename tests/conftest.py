@@ -32,7 +32,7 @@ class _RepoRootIsNotATestPackage:
         return None
 
 
-#: The session's Ray token (see :func:`_token_auth_on`).
+#: How Ray authenticates: set for the session (see :func:`_token_auth_on`), put back after it.
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 _saved_auth: dict = {}
 
@@ -44,7 +44,7 @@ def _token_auth_on() -> None:
     mode (and the Ray Client tests) would depend on the machine. Processes the tests start
     inherit it."""
     _saved_auth.update({k: os.environ.get(k) for k in _AUTH_VARS})
-    folder = tempfile.mkdtemp(prefix="lr-auth-")
+    folder = _saved_auth["folder"] = tempfile.mkdtemp(prefix="lr-auth-")
     path = os.path.join(folder, "auth_token")
     with open(path, "w") as f:
         f.write(secrets.token_hex(32))
@@ -53,14 +53,12 @@ def _token_auth_on() -> None:
 
 
 def _token_auth_restored() -> None:
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    shutil.rmtree(_saved_auth.pop("folder"), ignore_errors=True)
     for k, v in _saved_auth.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    if path:
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 def pytest_configure(config):
