@@ -32,42 +32,35 @@ class _RepoRootIsNotATestPackage:
         return None
 
 
-#: How Ray authenticates: set for the session (see :func:`_token_auth_on`), put back after it.
-_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
-_saved_auth: dict = {}
+#: The session's Ray auth settings (see :func:`_token_auth_on`), undone at its end.
+_auth_env = pytest.MonkeyPatch()
+_AUTH_FOLDER = pytest.StashKey[str]()
 
 
-def _token_auth_on() -> None:
+def _token_auth_on() -> str:
     """Token auth on for every Ray cluster the session starts or joins, with a token of its
     own: left to Ray, a cluster started by ``ray start`` or ``cluster_utils`` uses token auth
     only if this machine happens to hold ``~/.ray/auth_token``, so the session's security
     mode (and the Ray Client tests) would depend on the machine. Processes the tests start
-    inherit it."""
-    _saved_auth.update({k: os.environ.get(k) for k in _AUTH_VARS})
-    folder = _saved_auth["folder"] = tempfile.mkdtemp(prefix="lr-auth-")
+    inherit it. Returns the token's folder."""
+    folder = tempfile.mkdtemp(prefix="lr-auth-")
     path = os.path.join(folder, "auth_token")
     with open(path, "w") as f:
         f.write(secrets.token_hex(32))
-    os.environ.pop("RAY_AUTH_TOKEN", None)
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=path)
-
-
-def _token_auth_restored() -> None:
-    shutil.rmtree(_saved_auth.pop("folder"), ignore_errors=True)
-    for k, v in _saved_auth.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    _auth_env.delenv("RAY_AUTH_TOKEN", raising=False)
+    _auth_env.setenv("RAY_AUTH_MODE", "token")
+    _auth_env.setenv("RAY_AUTH_TOKEN_PATH", path)
+    return folder
 
 
 def pytest_configure(config):
     config.pluginmanager.register(_RepoRootIsNotATestPackage(), "leveled-ray-repo-root")
-    _token_auth_on()
+    config.stash[_AUTH_FOLDER] = _token_auth_on()
 
 
 def pytest_unconfigure(config):
-    _token_auth_restored()
+    shutil.rmtree(config.stash[_AUTH_FOLDER], ignore_errors=True)
+    _auth_env.undo()
 
 
 S3_KEY = "testing"
