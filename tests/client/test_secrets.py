@@ -69,14 +69,14 @@ def test_a_planted_secret_appears_nowhere(ray_cluster, moto_endpoint, capsys, ca
                   "--option", "object_store.retry_timeout_s=1"])
         out = capsys.readouterr()
         seen += [out.out, out.err]
-        # Metrics, as Ray's Prometheus endpoint serves them.
-        import ray
-
-        port = ray.nodes()[0]["MetricsExportPort"]
+        # Metrics, as Ray's Prometheus endpoint serves them: that of the Bookie's node (any
+        # of the session's nodes), once it exports this store's.
+        node = store.stats()["process"]["node"]
+        (port,) = [n["MetricsExportPort"] for n in ray_cluster.nodes() if n["NodeID"] == node]
 
         def scrape() -> str:
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
-            return text if "leveled_puts" in text else ""
+            return text if f'store="{name}"' in text else ""
 
         seen.append(wait_until(scrape, timeout=60, interval=0.5))
     finally:
