@@ -27,6 +27,9 @@ class Failure(enum.Enum):
     REJECTED = "rejected"  # the store refused the request as malformed: nothing happened
     NOT_SENT = "not sent"  # the request never reached the store (no connection)
     UNKNOWN = "unknown"  # transient, and a write may or may not have been applied
+    #: a read past the object's end: every object is immutable and read at offsets its own
+    #: footer or the manifest gave, so it is shorter than written (damaged), not busy
+    SHORT = "short"
 
 
 #: Failures worth another attempt.

@@ -31,7 +31,7 @@ from obstore.exceptions import (
 )
 from obstore.store import LocalStore, MemoryStore, S3Store
 
-from ..errors import InvalidArgumentError, ObjectStoreError
+from ..errors import CorruptObjectError, InvalidArgumentError, LeveledError, ObjectStoreError
 from ..options import ObjectStoreOptions, Options, redact
 from .names import file_kind
 from .outcomes import (
@@ -99,6 +99,8 @@ _RETRIABLE_4XX = {408, 409, 429}
 def classify(exc: BaseException, *, atomic: bool = False) -> Failure:
     """What a failed request means. ``atomic`` backends (a local directory, memory) apply a
     write whole or not at all before they answer, so their failures are never in doubt."""
+    if _is_short_read(exc):
+        return Failure.SHORT
     if isinstance(exc, (NotFoundError, FileNotFoundError)):
         return Failure.MISSING
     if isinstance(exc, (AlreadyExistsError, PreconditionError, FileExistsError)):
@@ -121,11 +123,39 @@ def classify(exc: BaseException, *, atomic: bool = False) -> Failure:
     return Failure.NOT_SENT if atomic else Failure.UNKNOWN
 
 
+class ShortRead(Exception):
+    """obstore's ``get_ranges`` panicked: it does so when a range starts past the end of
+    the bytes it got (a Rust panic, a ``BaseException`` here, or an "unknown error")."""
+
+
+async def _ranges_or_short(read):
+    try:
+        return await read()
+    except BaseException as exc:
+        if type(exc).__name__ == "PanicException" or "panicked" in str(exc):
+            raise ShortRead(str(exc).split("\n", 1)[0]) from None
+        raise
+
+
+def _is_short_read(exc: BaseException) -> bool:
+    """A ranged read past the object's end: obstore's invalid range (HTTP 416 on S3), or
+    :class:`ShortRead`."""
+    if isinstance(exc, ShortRead):
+        return True
+    text = str(exc)
+    return ("Requested range was invalid" in text or "Invalid range" in text
+            or "InvalidRange" in text
+            or "status code: 416" in text)
+
+
 def _store_error(failure: Failure, cause: BaseException | None, op: str, path: str | None,
-                 *, maybe_applied: bool = False) -> ObjectStoreError:
+                 *, maybe_applied: bool = False) -> LeveledError:
     """The typed error for a request that failed for good."""
     if failure is Failure.MISSING:
         return NotFound(path or "")
+    if failure is Failure.SHORT:
+        return CorruptObjectError(path or "", 0, f"shorter than the range {op} asked for "
+                                  f"(truncated): {_short(cause)}")
     if failure is Failure.DENIED:
         return ObjectStoreError(f"{op} {path!r}: access denied: {_short(cause)}", definite=True,
                                 path=path)
@@ -437,11 +467,12 @@ class ObjectStore:
         return self.config.url
 
     def _error(self, failure: Failure, cause: BaseException | None, op: str, path: str | None,
-               *, maybe_applied: bool = False) -> ObjectStoreError:
+               *, maybe_applied: bool = False) -> LeveledError:
         """:func:`_store_error`, with this store's credentials kept out of the message (a
         client's error text may quote its configuration)."""
         exc = _store_error(failure, cause, op, path, maybe_applied=maybe_applied)
-        if isinstance(exc, NotFound) or not self._secrets():
+        if not isinstance(exc, ObjectStoreError) or isinstance(exc, NotFound) \
+                or not self._secrets():
             return exc
         return ObjectStoreError(redact(exc.args[0], self._secrets()), definite=exc.definite,
                                 path=exc.path)
@@ -549,9 +580,10 @@ class ObjectStore:
         ``memoryview``) not copied into ``bytes``: block decoders read them once."""
         check_path(path)
         small = sum(e - s for s, e in zip(starts, ends)) <= HEDGE_MAX_BYTES
-        parts = await self._request("get_ranges", path,
-                                    lambda: self._backend.get_ranges(path, starts, ends),
-                                    hedge=small)
+        parts = await self._request(
+            "get_ranges", path,
+            lambda: _ranges_or_short(lambda: self._backend.get_ranges(path, starts, ends)),
+            hedge=small)
         self._count_get(sum(map(len, parts)))
         return parts
 

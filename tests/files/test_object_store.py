@@ -59,6 +59,20 @@ def test_put_if_absent_get_range_list_delete(object_store):
     assert s.stats.puts >= 5 and s.stats.gets >= 3
 
 
+def test_a_read_past_an_objects_end_is_damage_not_a_failed_request(object_store):
+    """Objects are immutable and read at offsets their footers give: a range past the end
+    means the object is shorter than written, which no retry mends."""
+    s = object_store
+    s.put_if_absent("d/short", b"0123456789")
+    assert s.get_range("d/short", 5, 20) == b"56789"  # a range running past the end: cut
+    for read in (lambda: s.get_range("d/short", 12, 20),
+                 lambda: s.get_ranges("d/short", [2, 12], [4, 14])):
+        with pytest.raises(lr.CorruptObjectError, match="truncated") as caught:
+            read()
+        assert caught.value.path == "d/short"
+    assert s.stats.retries == 0
+
+
 def test_async_forms_match(object_store):
     async def run():
         s = object_store
