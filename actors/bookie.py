@@ -26,11 +26,12 @@ import pyarrow as pa
 from ..admin import checkpoints, history_leases
 from ..clock import Clock, system_clock
 from ..codec import LedgerRows, head_only, holds_index_entries
-from ..errors import FencedError, StoreClosedError
+from ..errors import FencedError, InvalidArgumentError, StoreClosedError
 from ..files.names import ulid
 from ..files.routed import store_for
 from ..files.store import ObjectStore
 from ..manifest.model import Checkpoint, HistoryLease, Manifest
+from ..manifest.shard_map import read_shard_map
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
@@ -96,6 +97,9 @@ class Bookie:
         manifests = self.manifests
         latest = await manifests.latest()
         if latest is None:
+            if await read_shard_map(self.store) is not None:
+                raise InvalidArgumentError(f"{self.url} holds a sharded store: open it with "
+                                           "lr.open, which opens each of its shards")
             settings = {} if self.head_only is None else {head_only.SETTING: self.head_only}
             latest = await manifests.create_initial(Manifest.new(**settings))
         head_only.check_store_mode(self.head_only, latest.manifest.setting(head_only.SETTING),
@@ -263,6 +267,8 @@ class Bookie:
         a batch once however often it is sent."""
         journal, ssts, mark = unpack(packed)
         self._check_usable()
+        if journal:  # parts of bulk writes from below this one's window go in (or out) first
+            await self.participant.settle_lower(min(j.min_sqn for j in journal))
         return (await self._install_files(journal, ssts, mark=mark)).version
 
     async def _install_files(self, journal: tuple, ssts: tuple, txn: str | None = None,
@@ -273,7 +279,7 @@ class Bookie:
         if journal and all(j.name in present for j in journal):
             return self.view.files
 
-        async def install() -> LedgerFiles:
+        async def install() -> tuple[LedgerFiles, bool]:
             await self._push()
             files, installed = await call(self.penciller.ingest, journal, ssts,
                                           self.writes.durable_sqn, mark)
@@ -281,7 +287,7 @@ class Bookie:
                 self.inker.adopt(journal)
             if files.version > self.view.files.version:
                 self._adopt(files)
-            return files
+            return files, installed
 
         return await self.writes.install(journal, ssts, install, txn)
 

@@ -261,9 +261,15 @@ class Inker(Owner):
 
     def adopt(self, files) -> None:
         """Add journal files the manifest now records (newly catalogued ones, or a bulk
-        write's, which the Penciller installed)."""
+        write's, which the Penciller installed). A file adopted without a write time here
+        (a bulk write's) counts as written now for ``history_s``: else a Bookie older than
+        the window would count it old, and the window would protect nothing below it."""
         known = {f.name for f in self.files}
-        self.files.extend(f for f in files if f.name not in known)
+        new = [f for f in files if f.name not in known]
+        now = self.clock()
+        for f in new:
+            self.written_at.setdefault(f.name, now)
+        self.files.extend(new)
         self.files.sort(key=lambda f: (f.slot, f.min_sqn))
 
     # -- reading --

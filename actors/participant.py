@@ -33,6 +33,7 @@ from ..clock import Clock
 from ..codec import NO_CONDITION, Change
 from ..errors import LeveledError
 from ..files.store import NotFound, ObjectStore
+from ..manifest.ingest import check_install_order
 from ..manifest.txn_records import (
     ABORT,
     COMMIT,
@@ -41,6 +42,7 @@ from ..manifest.txn_records import (
     decode_part,
     encode_part,
     part_name,
+    settle_before,
     txn_of_part,
 )
 from ..options import Options
@@ -149,11 +151,14 @@ class Participant:
                              ssts: tuple) -> tuple[int, int]:
         """Prepare this shard's part of a bulk write across shards: its files (written
         already) to install once the batch commits. No key is locked: a bulk write's rows
-        are newer than every write acknowledged before it commits."""
+        are newer than every write acknowledged before it commits. Refused
+        (``IngestConflictError``, nothing held) once the store gave out an SQN above the
+        write's window: a later bulk write was installed first, so this one never can be."""
         async with self._preparing_part():
             self.writes.check_usable()
             if txn in self.parts:
                 return self.parts[txn].number
+            check_install_order(journal, self.writes.next_sqn)
             return await self._hold(txn, Part(root_url, files=(tuple(journal), tuple(ssts))))
 
     async def _hold(self, txn: str, part: Part) -> tuple[int, int]:
@@ -203,6 +208,7 @@ class Participant:
         if decision == COMMIT:
             try:
                 if part.part.files is not None:
+                    await self.settle_lower(part.part.first_sqn)
                     await self.install(*part.part.files, txn)
                 else:  # its conditions were checked under the lock
                     changes = [c._replace(condition=NO_CONDITION) for c in part.part.changes]
@@ -216,6 +222,19 @@ class Participant:
         part.applied = True
         self.tasks.start(self._release(txn, part, decision), f"txn {txn} release")
         return sqns
+
+    async def settle_lower(self, first_sqn: int) -> None:
+        """Before a bulk write from SQN ``first_sqn`` is installed (as a part or whole),
+        settle the bulk parts whose windows lie below it (see
+        :func:`~leveled_ray.manifest.txn_records.settle_before`)."""
+        held = {t: p.part for t, p in self.parts.items() if not p.applied}
+        for lower in settle_before(held, first_sqn):
+            part = self.parts.get(lower)
+            if part is None or part.applied:
+                continue
+            decision = await decide(self._root(part.part.root_url), lower, ABORT)
+            self.counters["txn_decided_here"] += decision == ABORT
+            await self._settle(lower, decision)
 
     async def _release(self, txn: str, part: Prepared, decision: str) -> None:
         """Delete the part object before the keys unlock: a part found at a restart was then
@@ -278,8 +297,13 @@ class Participant:
                 continue
             held = self.parts[txn] = Prepared(part)
             self.writes.lock(held.lkeys, txn)
-            await self._settle(txn, await decide(self._root(part.root_url), txn, ABORT))
             self.counters["txn_recovered"] += 1
+        # bulk parts in window order (a higher one settles the lower ones first anyway)
+        for txn in sorted(self.parts, key=lambda t: self.parts[t].part.first_sqn or 0):
+            part = self.parts[txn]
+            if part.applied:
+                continue
+            await self._settle(txn, await decide(self._root(part.part.root_url), txn, ABORT))
         return len(found)
 
     async def close(self) -> None:

@@ -284,12 +284,15 @@ class WritePath:
         return base
 
     async def install(self, journal: list[JournalInfo], ssts: list[SstInfo],
-                      install: Callable[[], Awaitable[LedgerFiles]],
+                      install: Callable[[], Awaitable[tuple[LedgerFiles, bool]]],
                       txn: str | None = None) -> LedgerFiles:
         """Install a bulk write's files with ``install()``, between two groups: writes pause
         until every admitted change is durable, and resume once the files are in. ``txn``
         names the cross-shard bulk write whose part this is: a cut that lets it in installs
-        it while the cut holds writes (see :meth:`let_in`)."""
+        it while the cut holds writes (see :meth:`let_in`). ``install()`` answers the Ledger
+        files and whether ``journal`` is now in the store: a streaming batch applied before
+        is not, and then nothing here moves (neither the SQNs nor the journal the change
+        feed reads)."""
         while True:
             if txn is not None and self.frozen is not None and txn in self.cut_lets_in:
                 return await self._install(journal, ssts, install)  # the cut holds the lock
@@ -307,7 +310,9 @@ class WritePath:
         await self.writer.idle.wait()
         self.check_usable()
         check_install_order(journal, self.next_sqn)
-        files = await install()
+        files, installed = await install()
+        if not installed:
+            return files
         self.view.journal.extend(journal)
         top = max(j.max_sqn for j in journal)
         self.next_sqn = max(self.next_sqn, top + 1)

@@ -261,7 +261,7 @@ async def _read_leases(store: ObjectStore, metas: list[ObjectMeta],
     return leases
 
 
-async def _read_prepared(store: ObjectStore, doubts: list[LeveledError]) -> frozenset[str]:
+async def read_prepared(store: ObjectStore, doubts: list[LeveledError]) -> frozenset[str]:
     """The files named by the prepared parts of cross-shard bulk writes. Listed after the
     files and before the newest manifest: a part deleted in between was installed first, so
     that manifest names its files."""
@@ -332,7 +332,7 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
     metas = [m for prefix in (MANIFEST_PREFIX, LEDGER_PREFIX, JOURNAL_PREFIX, LEASE_PREFIX)
              for m in await store.list_async(prefix)]
     doubts: list[LeveledError] = []
-    prepared = await _read_prepared(store, doubts)
+    prepared = await read_prepared(store, doubts)
     manifests = ManifestStore(store)
     latest = await manifests.latest()
     if latest is None:

@@ -283,8 +283,10 @@ async def _commit_across(plan: ShardedBulkWrite, txn: str, by_shard: dict[int, l
     await prepare(plan, txn, files)
     if await decide(_root(plan), txn, COMMIT) != COMMIT:
         await drop(plan, txn, list(files))
-        raise ConflictError("not written: a shard aborted the bulk write after waiting "
-                            f"{plan.options.txn_timeout_s:g}s for its decision")
+        raise ConflictError(
+            "not written, and nothing of it is visible: a shard aborted the bulk write, as "
+            f"its decision took over {plan.options.txn_timeout_s:g}s or a bulk write begun "
+            "after it was installed first. Run it again")
     await apply(plan, txn, list(files))
     if not txn.startswith(STREAM_TXN):  # a stream's record says its batch is in
         with contextlib.suppress(ObjectStoreError):

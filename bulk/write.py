@@ -29,11 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..admin.checkpoints import create_checkpoint, release_checkpoint
-from ..admin.gc import check_publishable, named_at
+from ..admin.gc import check_publishable, named_at, read_prepared, referenced
 from ..client.store import Store, connect
 from ..codec import head_only, holds_index_entries, now_ms, put_change
 from ..codec.index_terms import held_terms, resolve
-from ..errors import InvalidArgumentError, StoreClosedError
+from ..errors import InvalidArgumentError, LeveledError, StoreClosedError
 from ..files import journal as jfmt
 from ..files.clerk import write_sst
 from ..files.framing import codec_id
@@ -302,7 +302,6 @@ def write_partition(plan: BulkWrite, partition: int, batches) -> PartitionFiles:
 
 # --- committing -----------------------------------------------------------------------------
 
-
 def gather_files(parts) -> tuple[tuple, tuple]:
     """The journal files and SSTs of finished partitions."""
     journal = tuple(j for p in parts for j in p.journal)
@@ -356,15 +355,39 @@ def commit(plan: BulkWrite, parts, mark: tuple[str, int] | None = None) -> int:
 
 
 async def abort_async(plan: BulkWrite, parts) -> None:
-    """Give up: delete what the finished partitions wrote (the rest is GC's)."""
+    """Give up: delete what the finished partitions wrote that no manifest or prepared part
+    names (the rest is GC's). Spark calls this after a commit that raised too, and such a
+    commit may have installed some files (in some shards) or left a committed part that
+    installs them later: those stay."""
     store = ObjectStore.from_url(plan.url, plan.options)
     names = [n for p in parts if p is not None for n in p.names]
     try:
+        names = await unnamed(store, names)
         for i in range(0, len(names), 64):
             await asyncio.gather(*(store.delete_async(n) for n in names[i:i + 64]),
                                  return_exceptions=True)
     finally:
         await release_pin(plan)
+
+
+async def unnamed(store: ObjectStore, names: list[str]) -> list[str]:
+    """``names`` (one write's files in one store) if, proven, no prepared part and not the
+    newest manifest names any of them; else ``[]`` (any doubt too). A store installs a
+    write's files all at once, so one named file means the write went in. Parts are read
+    first: a part deleted before the manifest is read was installed, so that manifest names
+    its files."""
+    if not names:
+        return []
+    doubts: list = []
+    try:
+        held = await read_prepared(store, doubts)
+        latest = await ManifestStore(store).latest()
+    except LeveledError:
+        return []
+    if doubts:
+        return []
+    listed = referenced(latest.manifest) if latest is not None else set()
+    return [] if any(n in held or n in listed for n in names) else names
 
 
 def abort(plan: BulkWrite, parts) -> None:

@@ -41,25 +41,38 @@ RENEW_AFTER = 1 / 3
 
 
 class Polling:
-    """Iteration, context management and synchronous forms over ``poll_async``,
-    ``poll_batch_async`` and ``close_async`` (shared by the plain and sharded listeners).
-    Synchronous calls run on a private event loop."""
+    """Iteration, context management and synchronous forms over ``_fetch_async`` (the next
+    changes, not yet handed out), ``poll_batch_async`` and ``close_async`` (shared by the
+    plain and sharded listeners). A change is *handed out* when iteration yields it or a
+    poll returns it, and only then does the position move past it (:meth:`_hand_out`), so a
+    position saved after each change resumes at the next one. Synchronous calls run on a
+    private event loop."""
 
     _items: deque
     _runner: asyncio.Runner | None = None
 
-    def _take_items(self) -> list[Change]:
-        items = list(self._items)
-        self._items.clear()
-        return items
+    async def _fetch_async(self, timeout: float | None) -> list[Change]:
+        raise NotImplementedError
+
+    def _hand_out(self, change: Change) -> Change:
+        raise NotImplementedError
+
+    async def poll_async(self, timeout: float | None = None) -> list[Change]:
+        """The next changes (at least one), or ``[]`` if none came within ``timeout``."""
+        if self._items:
+            items = list(self._items)
+            self._items.clear()
+        else:
+            items = await self._fetch_async(timeout)
+        return [self._hand_out(c) for c in items]
 
     def __aiter__(self):
         return self
 
     async def __anext__(self) -> Change:
         while not self._items:
-            self._items.extend(await self.poll_async())
-        return self._items.popleft()
+            self._items.extend(await self._fetch_async(None))
+        return self._hand_out(self._items.popleft())
 
     async def __aenter__(self):
         return self
@@ -85,8 +98,8 @@ class Polling:
 
     def __next__(self) -> Change:
         while not self._items:
-            self._items.extend(self.poll())
-        return self._items.popleft()
+            self._items.extend(self._run(self._fetch_async(None)))
+        return self._hand_out(self._items.popleft())
 
     def close(self) -> None:
         """Synchronous :meth:`close_async`."""
@@ -117,7 +130,8 @@ class Listener(Polling):
         if not isinstance(lifetime, (int, float)) or isinstance(lifetime, bool) or lifetime <= 0:
             raise InvalidArgumentError(f"lifetime must be seconds > 0, not {lifetime!r}")
         self.store = store
-        self.sqn = after
+        self.sqn = after  # the last change handed out
+        self._read = after  # the last change fetched (some may wait in _items)
         self.name = name or f"listen-{ulid()}"
         self.named = name is not None
         self.lifetime = float(lifetime)
@@ -153,11 +167,11 @@ class Listener(Polling):
                 await self._end_catchup()
             wait = POLL_S if deadline is None else max(0.0, min(POLL_S,
                                                                 deadline - time.monotonic()))
-            rows = await self.store.listen_next_async(self.sqn, wait, self.batch_size)
+            rows = await self.store.listen_next_async(self._read, wait, self.batch_size)
             if rows is None:  # no longer in the Bookie's memory: read the Journal
                 snap = await self.store.snapshot_async(long_running=True)
                 self._release = snap.release_async
-                self._catchup = journal_changes(snap._view, self.sqn, None, self.batch_size)
+                self._catchup = journal_changes(snap._view, self._read, None, self.batch_size)
                 continue
             if rows.num_rows:
                 return rows
@@ -175,8 +189,12 @@ class Listener(Polling):
             if release is not None:
                 await release()
 
-    def _advance(self, rows: pa.Table) -> None:
-        self.sqn = int(rows.column("sqn")[-1].as_py())
+    def _fetched(self, rows: pa.Table) -> None:
+        self._read = int(rows.column("sqn")[-1].as_py())
+
+    def _hand_out(self, change: Change) -> Change:
+        self.sqn = change.sqn
+        return change
 
     async def poll_batch_async(self, timeout: float | None = None) -> pa.RecordBatch | None:
         """The next changes as an Arrow batch (see
@@ -188,17 +206,15 @@ class Listener(Polling):
         rows = await self._next_rows(timeout)
         if rows is None:
             return None
-        self._advance(rows)
+        self._fetched(rows)
+        self.sqn = self._read  # the whole batch is handed out
         return changes_batch(rows, False, self.values)
 
-    async def poll_async(self, timeout: float | None = None) -> list[Change]:
-        """The next changes (at least one), or ``[]`` if none came within ``timeout``."""
-        if self._items:
-            return self._take_items()
+    async def _fetch_async(self, timeout: float | None) -> list[Change]:
         rows = await self._next_rows(timeout)
         if rows is None:
             return []
-        self._advance(rows)
+        self._fetched(rows)
         return list(python_changes(rows, self.values))
 
     async def close_async(self) -> None:

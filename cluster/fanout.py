@@ -11,6 +11,7 @@ import numpy as np
 
 from ..codec import checked_keys
 from ..codec.routing import shards_of
+from ..errors import ConflictError
 from ..manifest.shard_map import ShardMap
 from ..options import Options
 
@@ -68,7 +69,8 @@ def stale_shards(began: dict[int, tuple], notes: dict[int, dict]) -> set[int]:
 async def per_shard_checked(targets: Sequence, pairs: Sequence, options: Options,
                             shard_map: ShardMap, call: str) -> list:
     """:func:`per_shard` with a ``*_checked`` call, read again where :func:`stale_shards`
-    says, so that the answers hold every cross-shard batch whole or not at all."""
+    says, so that the answers hold every cross-shard batch whole or not at all;
+    ``ConflictError`` (retry it) when a shard is still stale after :data:`MAX_ROUNDS`."""
     groups = shard_groups(checked_keys(pairs, options), shard_map)
     replies: dict[int, tuple] = {}
     todo = list(groups)
@@ -80,4 +82,8 @@ async def per_shard_checked(targets: Sequence, pairs: Sequence, options: Options
                                    {s: r[2] for s, r in replies.items()}))
         if not todo:
             break
+    else:
+        raise ConflictError(
+            f"a batched read met cross-shard batches committing as it read, {MAX_ROUNDS} "
+            f"times, so it could not see each whole: nothing returned, read again")
     return in_input_order(len(pairs), groups, [replies[s][0] for s in groups])

@@ -39,7 +39,7 @@ class ShardedListener(Polling):
     async def _poll_parts(self, timeout: float | None, arrow: bool) -> list:
         for s, part in enumerate(self.parts):
             if s not in self._waiting:
-                poll = part.poll_batch_async if arrow else part.poll_async
+                poll = part.poll_batch_async if arrow else part._fetch_async
                 self._waiting[s] = asyncio.ensure_future(poll(timeout))
         done, _ = await asyncio.wait(self._waiting.values(), timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -53,14 +53,17 @@ class ShardedListener(Polling):
                 found += [c._replace(shard=s) for c in got]
         return found
 
-    async def poll_async(self, timeout: float | None = None) -> list[Change]:
-        """The next changes of whichever shards have some (``[]`` after ``timeout``)."""
-        if self._items:
-            return self._take_items()
+    async def _fetch_async(self, timeout: float | None) -> list[Change]:
+        """The next changes of whichever shards have some (``[]`` after ``timeout``); a
+        shard's position moves past one only once it is handed out."""
         while True:
             found = await self._poll_parts(timeout, False)
             if found or timeout is not None:
                 return found
+
+    def _hand_out(self, change: Change) -> Change:
+        self.parts[change.shard]._hand_out(change)
+        return change
 
     async def poll_batch_async(self, timeout: float | None = None) -> pa.RecordBatch | None:
         """The next changes as one Arrow batch with a ``shard`` column (``None`` after

@@ -66,7 +66,8 @@ def check_install_order(journal: Iterable[JournalInfo], next_sqn: int) -> None:
     if low < next_sqn:
         raise IngestConflictError(
             f"the store gave out SQN {next_sqn - 1} before the bulk write (from SQN {low}) "
-            "was installed: another bulk write landed first")
+            "was installed: another bulk write landed first. Nothing of this one is "
+            "installed: run it again")
 
 
 def top_sqn(manifest: Manifest) -> int:

@@ -49,6 +49,27 @@ class Part:
     def file_names(self) -> list[str]:
         return [] if self.files is None else [f.name for group in self.files for f in group]
 
+    @property
+    def first_sqn(self) -> int | None:
+        """A bulk write's lowest SQN (its window was reserved when it began); ``None`` for
+        a ``put_many``'s part, which takes SQNs when it is applied."""
+        journal = () if self.files is None else self.files[0]
+        return min((j.min_sqn for j in journal), default=None)
+
+
+def settle_before(parts: dict[str, Part], first_sqn: int) -> list[str]:
+    """The bulk-write parts a shard must settle before it installs a bulk write whose
+    lowest SQN is ``first_sqn``, lowest first: those whose SQN windows lie below it. Once
+    that write's files are in, the
+    store has given out SQNs above theirs, so they could never be installed; settled first,
+    each is installed if its record says commit and dropped otherwise (the settler creates
+    ``abort`` when no record exists). So of two bulk writes committed out of order, the
+    later commit is either refused before its record says commit, or installed in window
+    order: a committed part never meets a store it cannot go into."""
+    lower = [(p.first_sqn, t) for t, p in parts.items()
+             if p.first_sqn is not None and p.first_sqn < first_sqn]
+    return [t for _, t in sorted(lower)]
+
 
 def encode_part(part: Part) -> bytes:
     """The part object's bytes (read only by the shard's own Bookies and GC: the changes

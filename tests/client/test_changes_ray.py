@@ -193,3 +193,58 @@ def clock_now(store) -> float:
 
     time.sleep(0.002)
     return time.time()
+
+
+@pytest.mark.parametrize("shards", [None, 2])
+def test_a_listeners_position_is_the_last_change_it_handed_out(ray_cluster, tmp_path, shards):
+    """Taking changes one at a time moves ``.sqn`` one change at a time, so a consumer that
+    saves it after each change and resumes there gets every later change once."""
+    store = lr.open(f"file://{tmp_path}/db", shards=shards)
+    try:
+        sqns = [store.put("b", f"k{i}", b"v") for i in range(5)]
+        start = 0 if shards is None else {str(s): 0 for s in range(shards)}
+        with store.listen(start) as feed:
+            feed_iter = iter(feed)
+            first = next(feed_iter)
+            saved = feed.sqn
+            if shards is None:
+                assert saved == first.sqn == sqns[0]
+            else:
+                assert saved == {**start, str(first.shard): first.sqn}
+        with store.listen(saved) as resumed:
+            rest = [next(iter(resumed)) for _ in range(4)]
+        assert sorted(c.key for c in [first] + rest) == [f"k{i}" for i in range(5)]
+    finally:
+        store.close()
+
+
+def test_a_bulk_write_into_a_store_older_than_its_history_window_stays_in_the_window(
+        ray_cluster, tmp_path):
+    """The files a bulk write installs are written now, however long the Bookie has run:
+    compaction keeps the changes of the window after them, and a view at the bulk write's
+    SQN still reads its values."""
+    import uuid
+
+    import pyarrow as pa
+
+    from leveled_ray.bulk import write as bulk
+
+    url, name = f"file://{tmp_path}/db", f"hist-{uuid.uuid4().hex[:8]}"
+    clock = ManualClock()
+    store = lr.open(url, OPTIONS.replace(history_s=3600), clock=clock, name=name)
+    try:
+        keys = [("b", f"k{i}") for i in range(30)]
+        store.put_many([lr.Put(b, k, b"r0") for b, k in keys])
+        clock.advance(7200)  # the Bookie, and round 0, are older than the window now
+        plan = bulk.begin(url, store_name=name)
+        rows = pa.record_batch({"bucket": [b for b, _ in keys], "key": [k for _, k in keys],
+                                "value": [b"bulk"] * 30})
+        bulk.commit(plan, [bulk.write_partition(plan, 0, [rows])])
+        at_bulk = max(h.sqn for h in store.head_many(keys))
+        store.put_many([lr.Put(b, k, b"later") for b, k in keys])
+        compact(store)
+        with store.snapshot(at_sqn=at_bulk) as snap:
+            assert snap.get_many(keys) == [b"bulk"] * 30
+        assert store.stats()["history"]["window_sqn"] < at_bulk
+    finally:
+        store.close()

@@ -4,6 +4,7 @@ cross-shard batch (pure: no Ray)."""
 import asyncio
 
 import numpy as np
+import pytest
 
 import leveled_ray as lr
 from leveled_ray.cluster.fanout import (
@@ -57,3 +58,21 @@ def test_a_checked_read_reads_stale_shards_again_until_the_batch_is_whole():
                                           "get_many_checked_async"))
     assert shards[0].reads == 1 and shards[1].reads == 2
     assert set(found) == {"new"} and len(found) == len(pairs)
+
+
+def test_a_checked_read_that_never_sees_a_batch_whole_raises_rather_than_answer_half():
+    """Shard 1 never answers from after it prepared its part of a batch that shard 0's
+    answer shows: after MAX_ROUNDS the read gives up with a ConflictError (retry it), never
+    an answer that holds half the batch."""
+    from leveled_ray.cluster.fanout import MAX_ROUNDS
+
+    shard_map = ShardMap.new(2)
+    pairs = [("b", f"k{i}") for i in range(40)]
+    rounds = MAX_ROUNDS + 1
+    batch = {0: (1, 3), 1: (1, 2)}
+    shards = [Shard([("new", (1, 5), {0: batch})]),  # shard 0: the batch applied
+              Shard([("old", (1, 1), {})] * rounds)]  # shard 1: read before, every time
+    with pytest.raises(lr.ConflictError, match="again"):
+        asyncio.run(per_shard_checked(shards, pairs, lr.Options(), shard_map,
+                                      "get_many_checked_async"))
+    assert shards[1].reads == MAX_ROUNDS

@@ -347,3 +347,19 @@ def test_listen_to_a_sharded_store_follows_every_shard(four):
         assert {k: sqn for k, (_, sqn) in seen.items()} == written
         assert all(four.shard_of(*k) == shard for k, (shard, _) in seen.items())
         assert all(feed.sqn[str(shard)] >= sqn for shard, sqn in seen.values())
+
+
+def test_a_plain_bookie_refuses_the_root_of_a_sharded_store(ray_cluster, tmp_url, tmp_path):
+    """Code that opens a URL as a plain store (as Ray-on-Spark's did) must not create a
+    stray plain store at a sharded store's root."""
+    from leveled_ray.client.store import open as open_plain
+
+    lr.open(tmp_url, shards=2).close()
+    with pytest.raises(lr.InvalidArgumentError, match="sharded"):
+        open_plain(tmp_url)
+    assert not (tmp_path / "db" / "manifest").exists()
+    store = lr.open(tmp_url)
+    try:
+        assert store.shards == 2
+    finally:
+        store.close()

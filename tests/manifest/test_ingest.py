@@ -165,3 +165,26 @@ def test_windows_are_disjoint_and_bounded():
         ig.partition_window(base, ig.MAX_PARTITIONS)
     with pytest.raises(ig.IngestConflictError, match="used up"):
         ig.reserve_base(ig.MAX_SQN - ig.WINDOW_SQNS)
+
+
+def test_bulk_parts_below_a_write_are_settled_first_lowest_first():
+    """Before a bulk write goes in, a shard settles the held bulk parts whose windows lie
+    below it (they could never go in after it); parts of put_many and higher parts wait."""
+    from leveled_ray.manifest.txn_records import Part, settle_before
+
+    def bulk_part(first):
+        return Part("file:///root", files=((jnl(f"j{first}", first, first + 9),), ()))
+
+    parts = {"high": bulk_part(3000), "low": bulk_part(1000), "mid": bulk_part(2000),
+             "txn": Part("file:///root", changes=("c",), values=(b"v",))}
+    assert parts["txn"].first_sqn is None and parts["mid"].first_sqn == 2000
+    assert settle_before(parts, 2500) == ["low", "mid"]
+    assert settle_before(parts, 3000) == ["low", "mid"]
+    assert settle_before(parts, 1000) == []
+    assert settle_before({}, 5) == []
+
+
+def test_a_write_below_an_sqn_the_store_gave_out_is_refused_saying_run_it_again():
+    ig.check_install_order([jnl("a", 100, 200)], 100)  # nothing above it yet
+    with pytest.raises(ig.IngestConflictError, match="run it again"):
+        ig.check_install_order([jnl("a", 100, 200)], 101)
