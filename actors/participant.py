@@ -90,6 +90,8 @@ class Participant:
         self._roots: dict[str, ObjectStore] = {}
         self.counters = {"txn_prepared": 0, "txn_committed": 0, "txn_aborted": 0,
                          "txn_busy": 0, "txn_decided_here": 0, "txn_recovered": 0}
+        #: The first SQN of the highest bulk write whose install began (see settle_lower).
+        self.installing = 0
         self._preparing = 0  # prepares under way
         self._no_prepares = asyncio.Event()
         self._no_prepares.set()
@@ -158,7 +160,7 @@ class Participant:
             self.writes.check_usable()
             if txn in self.parts:
                 return self.parts[txn].number
-            check_install_order(journal, self.writes.next_sqn)
+            check_install_order(journal, self.writes.next_sqn, self.installing)
             return await self._hold(txn, Part(root_url, files=(tuple(journal), tuple(ssts))))
 
     async def _hold(self, txn: str, part: Part) -> tuple[int, int]:
@@ -226,7 +228,9 @@ class Participant:
     async def settle_lower(self, first_sqn: int) -> None:
         """Before a bulk write from SQN ``first_sqn`` is installed (as a part or whole),
         settle the bulk parts whose windows lie below it (see
-        :func:`~leveled_ray.manifest.txn_records.settle_before`)."""
+        :func:`~leveled_ray.manifest.txn_records.settle_before`). From now on no part
+        below it is prepared: it could be prepared after this settling, then never go in."""
+        self.installing = max(self.installing, first_sqn)
         held = {t: p.part for t, p in self.parts.items() if not p.applied}
         for lower in settle_before(held, first_sqn):
             part = self.parts.get(lower)

@@ -59,15 +59,22 @@ def reserve_base(top_sqn: int, reserved_upto: int = 0) -> int:
     return base
 
 
-def check_install_order(journal: Iterable[JournalInfo], next_sqn: int) -> None:
+def check_install_order(journal: Iterable[JournalInfo], next_sqn: int,
+                        installing: int = 0) -> None:
     """A bulk write's files go after every SQN the store gave out (``next_sqn`` is the next);
-    else another bulk write landed first."""
+    else another bulk write landed first. A shard preparing a part also passes
+    ``installing``, the first SQN of the highest bulk write whose install has begun: once
+    it is in, the store will have given out SQNs above this one's."""
     low = min(j.min_sqn for j in journal)
     if low < next_sqn:
         raise IngestConflictError(
             f"the store gave out SQN {next_sqn - 1} before the bulk write (from SQN {low}) "
             "was installed: another bulk write landed first. Nothing of this one is "
             "installed: run it again")
+    if low < installing:
+        raise IngestConflictError(
+            f"a bulk write begun after this one (from SQN {installing}; this one from SQN "
+            f"{low}) is being installed first. Nothing of this one is installed: run it again")
 
 
 def top_sqn(manifest: Manifest) -> int:

@@ -188,3 +188,11 @@ def test_a_write_below_an_sqn_the_store_gave_out_is_refused_saying_run_it_again(
     ig.check_install_order([jnl("a", 100, 200)], 100)  # nothing above it yet
     with pytest.raises(ig.IngestConflictError, match="run it again"):
         ig.check_install_order([jnl("a", 100, 200)], 101)
+
+
+def test_a_part_below_a_write_being_installed_is_refused():
+    """Once a shard has begun installing a bulk write (settling the parts below it), a part
+    from below that write is refused: prepared after the settling, it could never go in."""
+    ig.check_install_order([jnl("a", 100, 200)], 50, installing=100)
+    with pytest.raises(ig.IngestConflictError, match="being installed first"):
+        ig.check_install_order([jnl("a", 100, 200)], 50, installing=101)
