@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast bench lint clean
+.PHONY: setup run test test-fast simulate bench lint clean
 
 setup: $(STAMP)
 
@@ -18,12 +18,20 @@ $(STAMP): setup.cfg pyproject.toml
 run: setup
 	$(BIN)/leveled-ray demo --url file://$(CURDIR)/data
 
+# PYTHONHASHSEED: the protocol simulation replays a seed exactly, across processes too.
 test: setup
-	$(BIN)/python -m pytest
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest
+
+# The protocol simulation (tests/simulation): SEEDS seeds from FIRST, each checked against
+# every invariant; a failing seed prints the command that replays it.
+SEEDS ?= 1000
+FIRST ?= 1
+simulate: setup
+	PYTHONHASHSEED=0 $(BIN)/python tests/simulation/run.py --seeds $(SEEDS) --first $(FIRST)
 
 # Everything but the moto S3 and slow groups.
 test-fast: setup
-	$(BIN)/python -m pytest -m "not s3 and not slow"
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m "not s3 and not slow"
 
 bench: setup
 	$(BIN)/pip install --quiet -e ".[bench]"

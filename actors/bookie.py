@@ -227,9 +227,9 @@ class Bookie:
         prepared, and, when there are none and ``take`` names one (``"snapshot"`` or
         ``"checkpoint"``), what ``self.<take>(*args)`` gives at once: one call for both."""
         self._check_usable()
-        if not await self.writes.freeze(cut_id):
+        if not await self.writes.freeze(cut_id, lambda: self.tasks.start(
+                self._thaw_after(cut_id, hold_s), f"cut {cut_id}")):
             return "busy"
-        self.tasks.start(self._thaw_after(cut_id, hold_s), f"cut {cut_id}")
         await self.participant.prepares_done()  # no part is prepared until the thaw
         pending = self.participant.pending()
         taken = None

@@ -8,7 +8,7 @@
 2. **Decide**: the client creates the commit record once every shard prepared (see
    :mod:`leveled_ray.manifest.txn_records`).
 3. **Commit** applies the part as one ordinary durable group (its conditions were checked
-   under the lock), deletes the part object, then unlocks. **Abort** deletes it and unlocks.
+   under the lock), unlocks, then deletes the part object. **Abort** unlocks and deletes it.
 
 A bulk write across shards (the Spark writer, :mod:`leveled_ray.bulk.sharded`) prepares parts
 too: each names the files it wrote to the shard's store, and its commit installs them
@@ -17,8 +17,12 @@ too: each names the files it wrote to the shard's store, and its commit installs
 A part no one decides within ``txn_timeout_s`` (its client died) is decided here: ``abort``
 unless the record says ``commit`` already. A shard that restarts finds its parts in its store
 and settles each from the record the same way (:meth:`Participant.recover`), before it takes any
-write. A part is deleted before its keys unlock, so a part found at a restart was not
-followed by any other write of its keys: applying it again is harmless.
+write. A part's keys stay locked from its prepare until it is applied, so an entry of one of
+them at or above the SQN the shard had reached when it prepared the part was written by the
+part or after it: a part found at a restart after it was applied (its delete failed, or the
+shard died first) is not applied again
+(:func:`~leveled_ray.manifest.txn_records.applied_already`). A bulk write's part installed
+already is recognised by its files.
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ from ..manifest.txn_records import (
     ABORT,
     COMMIT,
     Part,
+    applied_already,
     decide,
     decode_part,
     encode_part,
     part_name,
+    read_numbers,
     settle_before,
     txn_of_part,
 )
@@ -68,6 +74,7 @@ class Prepared:
         self.expiry: asyncio.Task | None = None
         self.number: tuple[int, int] = (0, 0)  # (writer epoch, count) of this shard's parts
         self.numbers: dict | None = None  # every shard's part number (from commit)
+        self.found = False  # found in the store (after a restart), not prepared here
 
     @property
     def lkeys(self) -> list[bytes]:
@@ -86,10 +93,13 @@ class Participant:
         self.prepared = 0  # parts prepared by this writer so far
         self.noted: dict[bytes, dict] = {}
         self._noted_order: deque = deque()
+        self.applied_sqns: dict[str, list[int]] = {}  # recently applied parts' SQNs
+        self._applied_order: deque = deque()
         self.tasks = Tasks("Participant")
         self._roots: dict[str, ObjectStore] = {}
         self.counters = {"txn_prepared": 0, "txn_committed": 0, "txn_aborted": 0,
-                         "txn_busy": 0, "txn_decided_here": 0, "txn_recovered": 0}
+                         "txn_busy": 0, "txn_decided_here": 0, "txn_recovered": 0,
+                         "txn_swept": 0, "txn_applied_before": 0, "txn_delete_retries": 0}
         #: The first SQN of the highest bulk write whose install began (see settle_lower).
         self.installing = 0
         self._preparing = 0  # prepares under way
@@ -144,7 +154,8 @@ class Participant:
             if failure is not None:
                 self.writes.unlock(txn)
                 return failure
-            return await self._hold(txn, Part(root_url, tuple(changes), tuple(values)))
+            return await self._hold(txn, Part(root_url, tuple(changes), tuple(values),
+                                              after=self.writes.next_sqn))
         except BaseException:
             self.writes.unlock(txn)
             raise
@@ -161,7 +172,13 @@ class Participant:
             if txn in self.parts:
                 return self.parts[txn].number
             check_install_order(journal, self.writes.next_sqn, self.installing)
-            return await self._hold(txn, Part(root_url, files=(tuple(journal), tuple(ssts))))
+            number = await self._hold(txn, Part(root_url, files=(tuple(journal), tuple(ssts))))
+            if self.installing > min(j.min_sqn for j in journal):
+                # a higher write began installing while the part was written, and settled
+                # the parts below it without this one: drop it, and refuse
+                await self._settle(txn, ABORT)
+                check_install_order(journal, self.writes.next_sqn, self.installing)
+            return number
 
     async def _hold(self, txn: str, part: Part) -> tuple[int, int]:
         await self.store.put_if_absent_async(part_name(txn), encode_part(part), unique=True)
@@ -183,11 +200,14 @@ class Participant:
         return [txn for txn, part in self.parts.items() if not part.applied]
 
     async def commit(self, txn: str, numbers: dict | None = None) -> list[int]:
-        """Apply a prepared part; returns its changes' SQNs. A part this shard no longer holds
-        was settled already: ``[]``. ``numbers`` (shard -> its part's number there) is noted
-        with the part's keys for a while (see :meth:`notes`)."""
+        """Apply a prepared part; returns its changes' SQNs. A part applied already (by a
+        cut or a timeout, before the client's call) answers its SQNs for :data:`NOTED_S`,
+        then ``[]``. ``numbers`` (shard -> its part's number there) is noted with the part's
+        keys for a while (see :meth:`notes`)."""
         if txn in self.parts and numbers:
             self.parts[txn].numbers = numbers
+        if txn not in self.parts:
+            return self.applied_sqns.get(txn, [])
         return await self._settle(txn, COMMIT)
 
     async def abort(self, txn: str) -> None:
@@ -212,6 +232,9 @@ class Participant:
                 if part.part.files is not None:
                     await self.settle_lower(part.part.first_sqn)
                     await self.install(*part.part.files, txn)
+                elif part.found and applied_already(
+                        part.part, await self.writes.newest_sqns(part.lkeys)):
+                    self.counters["txn_applied_before"] += 1  # it outlived its apply
                 else:  # its conditions were checked under the lock
                     changes = [c._replace(condition=NO_CONDITION) for c in part.part.changes]
                     sqns = await self.writes.put_many(
@@ -219,8 +242,15 @@ class Participant:
             except BaseException:
                 part.settled = None  # the next call (or the expiry) tries again
                 raise
+            if part.numbers is None and part.part.files is None:  # not applied by the client
+                with contextlib.suppress(LeveledError):
+                    part.numbers = await read_numbers(self._root(part.part.root_url), txn)
             if part.numbers:
                 self._note(part)
+            self.applied_sqns[txn] = sqns
+            self._applied_order.append((time.monotonic(), txn))
+            while self._applied_order and self._applied_order[0][0] < time.monotonic() - NOTED_S:
+                self.applied_sqns.pop(self._applied_order.popleft()[1], None)
         part.applied = True
         self.tasks.start(self._release(txn, part, decision), f"txn {txn} release")
         return sqns
@@ -241,19 +271,23 @@ class Participant:
             await self._settle(lower, decision)
 
     async def _release(self, txn: str, part: Prepared, decision: str) -> None:
-        """Delete the part object before the keys unlock: a part found at a restart was then
-        followed by no other write of its keys (applying it again is harmless)."""
+        """Unlock the keys, then delete the part object, retrying until the store lets it
+        (the keys do not wait for that: a part found at a restart after its keys were
+        written again is recognised as applied, see ``applied_already``)."""
+        self.writes.unlock(txn)
+        if part.expiry is not None:
+            part.expiry.cancel()
+        self.counters["txn_committed" if decision == COMMIT else "txn_aborted"] += 1
+        backoff = 1.0
         while True:
             try:
                 await self.store.delete_async(part_name(txn))
                 break
             except LeveledError:
-                await asyncio.sleep(1.0)  # the object store answers later; the keys wait
+                self.counters["txn_delete_retries"] += 1
+                await asyncio.sleep(backoff)  # the object store answers later
+                backoff = min(2 * backoff, 60.0)
         del self.parts[txn]
-        self.writes.unlock(txn)
-        if part.expiry is not None:
-            part.expiry.cancel()
-        self.counters["txn_committed" if decision == COMMIT else "txn_aborted"] += 1
 
     # -- what a batched read needs to see whole batches (see leveled_ray.cluster.fanout) --
 
@@ -290,25 +324,52 @@ class Participant:
     async def recover(self) -> int:
         """Settle every part found in the store (after a restart), from its record: applied
         if it says commit, dropped otherwise (an undecided part is aborted here). Returns how
-        many were found."""
+        many were found. Then keep settling parts that land later (see :meth:`_sweep`)."""
+        found = await self._settle_found(lambda meta: True)
+        self.counters["txn_recovered"] += found
+        self.tasks.start(self._sweep(), "txn sweep")
+        return found
+
+    async def _settle_found(self, wanted) -> int:
+        """Hold and settle the parts in the store that this shard does not hold and that
+        ``wanted(meta)`` picks; bulk parts in window order (a higher one settles the lower
+        ones first anyway). Returns how many were found."""
         found = [m.path for m in await self.store.list_async("txn/")
-                 if txn_of_part(m.path) is not None]
+                 if txn_of_part(m.path) is not None and txn_of_part(m.path) not in self.parts
+                 and wanted(m)]
+        taken = []
         for name in found:
             txn = txn_of_part(name)
             try:
                 part = decode_part(await self.store.get_async(name), name)
             except NotFound:
                 continue
+            if txn in self.parts:
+                continue
             held = self.parts[txn] = Prepared(part)
+            held.found = True
             self.writes.lock(held.lkeys, txn)
-            self.counters["txn_recovered"] += 1
-        # bulk parts in window order (a higher one settles the lower ones first anyway)
-        for txn in sorted(self.parts, key=lambda t: self.parts[t].part.first_sqn or 0):
-            part = self.parts[txn]
-            if part.applied:
+            taken.append(txn)
+        for txn in sorted(taken, key=lambda t: self.parts[t].part.first_sqn or 0):
+            part = self.parts.get(txn)
+            if part is None or part.applied:
                 continue
             await self._settle(txn, await decide(self._root(part.part.root_url), txn, ABORT))
         return len(found)
+
+    async def _sweep(self) -> None:
+        """Every ``txn_timeout_s``, settle the parts this shard does not hold that are older
+        than twice that: a part written by a writer that died while writing it can land after
+        its successor's :meth:`recover` listed the store (its request was in flight)."""
+        period = self.options.txn_timeout_s
+        while True:
+            await asyncio.sleep(period)
+            oldest = self.clock() - 2 * period
+            try:
+                swept = await self._settle_found(lambda meta: meta.last_modified <= oldest)
+                self.counters["txn_swept"] += swept
+            except LeveledError:
+                pass  # the store answers later: the next sweep tries again
 
     async def close(self) -> None:
         """Stop deciding parts (a closed shard settles them when it reopens)."""

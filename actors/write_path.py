@@ -178,6 +178,15 @@ class WritePath:
         while self.locked(lkeys, txn):
             await self._unlocked.wait()
 
+    def locked_in(self, ssts) -> list[bytes]:
+        """The locked keys that fall in the key range of one of ``ssts`` (a bulk write's):
+        its install waits for their batches, whose conditions were checked when they were
+        prepared and must still hold when they are applied."""
+        if not self.locks:
+            return []
+        ranges = [(s.min_key, s.max_key) for s in ssts]
+        return [k for k in self.locks if any(lo <= k <= hi for lo, hi in ranges)]
+
     def lock(self, lkeys, txn: str) -> bool:
         """Lock ``lkeys`` for ``txn``, all or none: ``False`` if another batch holds one."""
         if self.locked(lkeys, txn):
@@ -190,6 +199,13 @@ class WritePath:
         self.locks = {k: t for k, t in self.locks.items() if t != txn}
         woken, self._unlocked = self._unlocked, asyncio.Event()
         woken.set()
+
+    async def newest_sqns(self, lkeys: list[bytes]) -> list[int | None]:
+        """The SQN of each key's newest entry, durable or pending (``None``: none)."""
+        await self.writer.wait_settled()
+        stored = await self.view.current_entries(set(lkeys))
+        entries = [self.cache.known_entry(k, stored) for k in lkeys]
+        return [None if e is None else e[0] for e in entries]
 
     async def check(self, changes: list[Change]) -> Exception | None:
         """The failure of ``changes``' conditions against every change before them, durable
@@ -243,14 +259,17 @@ class WritePath:
 
     # -- cuts of a sharded store (see leveled_ray.cluster.cut) --
 
-    async def freeze(self, cut_id: str) -> bool:
+    async def freeze(self, cut_id: str, held: Callable[[], None] = lambda: None) -> bool:
         """Stop admitting writes for cut ``cut_id`` and wait until every admitted one is
-        durable; ``False`` (nothing done) while another cut or a bulk install holds them."""
+        durable; ``False`` (nothing done) while another cut or a bulk install holds them.
+        ``held()`` is called once writes are held, before that wait (the hold's time limit
+        counts from then: the admitted writes may take long)."""
         if self._install_lock.locked():
             return False
         await self._install_lock.acquire()
         self.frozen = (cut_id, time.monotonic())
         self._set_gate(False)
+        held()
         await self.writer.idle.wait()
         return True
 
@@ -287,13 +306,18 @@ class WritePath:
                       install: Callable[[], Awaitable[tuple[LedgerFiles, bool]]],
                       txn: str | None = None) -> LedgerFiles:
         """Install a bulk write's files with ``install()``, between two groups: writes pause
-        until every admitted change is durable, and resume once the files are in. ``txn``
+        until every admitted change is durable, and resume once the files are in; first, it
+        waits for the prepared batches holding keys in its range (:meth:`locked_in`). ``txn``
         names the cross-shard bulk write whose part this is: a cut that lets it in installs
         it while the cut holds writes (see :meth:`let_in`). ``install()`` answers the Ledger
         files and whether ``journal`` is now in the store: a streaming batch applied before
         is not, and then nothing here moves (neither the SQNs nor the journal the change
         feed reads)."""
         while True:
+            held = self.locked_in(ssts)
+            if held:  # a prepared batch's conditions hold until it is applied, after this
+                await self.wait_unlocked(held)
+                continue
             if txn is not None and self.frozen is not None and txn in self.cut_lets_in:
                 return await self._install(journal, ssts, install)  # the cut holds the lock
             if not self._install_lock.locked():

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ..clock import system_clock
 from ..errors import CorruptObjectError, LeveledError, ObjectStoreError
 from ..files.names import (
     JOURNAL_PREFIX,
@@ -318,7 +319,7 @@ def stopped(doubts: list[LeveledError]) -> LeveledError:
 
 async def collect(store: ObjectStore, options: Options, *, min_age: float | None = None,
                   dry_run: bool = False, progress=None,
-                  clock: Callable[[], float] = time.time) -> Plan:
+                  clock: Callable[[], float] | None = None) -> Plan:
     """One GC pass over the store: list, read what must be kept, delete the rest (unless
     ``dry_run``). The listing comes first, so an object created during the pass is never in
     it; an object the manifest gained meanwhile is younger than ``min_age``.
@@ -328,7 +329,7 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
     ``dry_run``, the plan lists the doubts instead)."""
     min_age = options.gc.min_age_s if min_age is None else check_number("min_age", min_age,
                                                                          minimum=0.0)
-    now = clock()
+    now = (clock or system_clock)()
     metas = [m for prefix in (MANIFEST_PREFIX, LEDGER_PREFIX, JOURNAL_PREFIX, LEASE_PREFIX)
              for m in await store.list_async(prefix)]
     doubts: list[LeveledError] = []

@@ -58,11 +58,11 @@ async def put_across(store, changes: list, values: list, groups: dict) -> list[i
         await asyncio.sleep(random.uniform(0, backoff))
         backoff = min(2 * backoff, MAX_BACKOFF_S)
     root = ObjectStore.from_url(store.url, store.options)
-    if await decide(root, txn, COMMIT) != COMMIT:  # a shard gave up waiting and aborted
+    numbers = dict(zip(parts, answers))  # each shard's part number: noted with its keys
+    if await decide(root, txn, COMMIT, numbers) != COMMIT:  # a shard gave up and aborted
         await _abort(shards, list(parts), txn)
         raise ConflictError("not written: a shard aborted the batch after waiting "
                             f"{store.options.txn_timeout_s:g}s for its decision")
-    numbers = dict(zip(parts, answers))  # each shard's part number: noted with its keys
     applied = await asyncio.gather(*(shards[s].commit_part_async(txn, numbers) for s in parts),
                                    return_exceptions=True)
     failed = [s for s, a in zip(parts, applied) if isinstance(a, BaseException)]

@@ -66,10 +66,12 @@ class RetryPolicy:
 
 async def retry(attempt: Callable[[], Awaitable], policy: RetryPolicy, *,
                 on_retry: Callable[[AttemptError], None] | None = None,
-                clock: Callable[[], float] = time.monotonic, sleep=asyncio.sleep):
+                clock: Callable[[], float] | None = None, sleep=asyncio.sleep):
     """``await attempt()`` until it succeeds, raises a non-transient :class:`AttemptError`,
     or the policy's count or time runs out (then the last error is raised). ``on_retry`` is
-    told of each failure that is retried."""
+    told of each failure that is retried. ``clock`` defaults to ``time.monotonic``, looked
+    up at each call (a simulation replaces it)."""
+    clock = clock or time.monotonic
     deadline = clock() + policy.timeout_s
     delays = policy.delays()
     for n in range(policy.max_retries + 1):
@@ -159,7 +161,7 @@ async def settle_create(send: Callable[[], Awaitable[None]],
                         read_back: Callable[[], Awaitable[bytes | None]], mine: bytes,
                         policy: RetryPolicy, budget_s: float, *,
                         on_retry: Callable[[AttemptError], None] | None = None,
-                        clock: Callable[[], float] = time.monotonic,
+                        clock: Callable[[], float] | None = None,
                         sleep=asyncio.sleep) -> tuple[Created, bytes | None]:
     """Create an object and learn for sure whether this writer's bytes hold the name.
 
@@ -174,6 +176,7 @@ async def settle_create(send: Callable[[], Awaitable[None]],
     checked: after a lost reply, it may be our own earlier attempt. A name that was taken and
     is gone by the time it is read is someone else's (``b""``): a deleted name is never reused.
     """
+    clock = clock or time.monotonic
     deadline = clock() + budget_s
     delays = policy.delays()
     maybe_applied = False

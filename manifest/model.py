@@ -79,7 +79,7 @@ class Manifest:
     parent: CloneParent | None = None
     initialized: bool = True
     destroyed_at: float | None = None
-    created_at: float = field(default_factory=time.time)
+    created_at: float = field(default_factory=lambda: time.time())
     #: Store-wide settings fixed at creation (for example the head_only mode).
     settings: tuple[tuple[str, str], ...] = ()
     #: A clone's ancestors whose files it still reads: ``(store_id, url)``. Their files appear

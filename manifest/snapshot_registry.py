@@ -12,10 +12,10 @@ The rule and the registry's transitions are pure functions of their inputs (incl
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ..clock import system_clock
 from ..errors import InvalidArgumentError
 from .deletion import pinned_below
 
@@ -67,8 +67,8 @@ def ready_to_delete(registry: Registry, removed_in: int,
 class SnapshotRegistry:
     """The registry an owner keeps: the pure functions above, applied to its own state."""
 
-    def __init__(self, clock: Callable[[], float] = time.time):
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float] | None = None):
+        self.clock = clock if clock is not None else system_clock
         self.snapshots: dict[str, Registration] = {}
 
     def register(self, snapshot_id: str, manifest_id: int, timeout_s: float) -> Registration:

@@ -45,6 +45,10 @@ class Part:
     changes: tuple = ()
     values: tuple = ()
     files: tuple[tuple, tuple] | None = None
+    #: A ``put_many`` part: the shard's next SQN when it was prepared. Its keys are locked
+    #: from then until it is applied, so an entry of one of them at or above it was written
+    #: by this part or after it (``None``: a part written before this was recorded).
+    after: int | None = None
 
     def file_names(self) -> list[str]:
         return [] if self.files is None else [f.name for group in self.files for f in group]
@@ -55,6 +59,14 @@ class Part:
         a ``put_many``'s part, which takes SQNs when it is applied."""
         journal = () if self.files is None else self.files[0]
         return min((j.min_sqn for j in journal), default=None)
+
+
+def applied_already(part: Part, newest: list[int | None]) -> bool:
+    """Whether a ``put_many`` part found in the store (after a restart) was applied before
+    its part object could be deleted, given the SQN of the newest entry of each of its keys
+    (``None``: none): its keys were locked from its prepare until it was applied, as one
+    group, so any entry at or above ``part.after`` is its own or a later write's."""
+    return part.after is not None and any(s is not None and s >= part.after for s in newest)
 
 
 def settle_before(parts: dict[str, Part], first_sqn: int) -> list[str]:
@@ -139,8 +151,11 @@ def unneeded_stream_records(paths, held: set[str]) -> list[str]:
             if batch < newest[writer] and txn not in held]
 
 
-def encode_record(decision: str) -> bytes:
-    return json.dumps({"decision": decision}).encode()
+def encode_record(decision: str, numbers: dict | None = None) -> bytes:
+    doc: dict = {"decision": decision}
+    if numbers:  # each shard's part number, for whoever applies a part other than the client
+        doc["numbers"] = {str(shard): list(number) for shard, number in numbers.items()}
+    return json.dumps(doc).encode()
 
 
 def decode_record(data: bytes, name: str) -> str:
@@ -153,11 +168,23 @@ def decode_record(data: bytes, name: str) -> str:
     return decision
 
 
-async def decide(root: ObjectStore, txn_id: str, decision: str) -> str:
+def record_numbers(data: bytes) -> dict[int, tuple] | None:
+    """The part numbers by shard a ``commit`` record carries (``None``: none)."""
+    try:
+        numbers = json.loads(data).get("numbers")
+        return None if numbers is None else {int(s): tuple(n) for s, n in numbers.items()}
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+async def decide(root: ObjectStore, txn_id: str, decision: str,
+                 numbers: dict | None = None) -> str:
     """Create the record with ``decision`` unless one exists; returns the decision that holds
-    (ours, or the one created first)."""
+    (ours, or the one created first). A client's ``commit`` carries ``numbers``, each shard's
+    part number, so that a part applied by a cut, a timeout or a restart is noted as the
+    client's own apply notes it (see ``Participant.notes``)."""
     name = record_name(txn_id)
-    if await root.put_if_absent_async(name, encode_record(decision)):
+    if await root.put_if_absent_async(name, encode_record(decision, numbers)):
         return decision
     return decode_record(await root.get_async(name), name)
 
@@ -174,6 +201,14 @@ async def claim_stream_batch(root: ObjectStore, writer: str, batch: int) -> str 
         if await decide(root, txn, ABORT) == COMMIT:
             return None
         attempt += 1
+
+
+async def read_numbers(root: ObjectStore, txn_id: str) -> dict[int, tuple] | None:
+    """The part numbers the record of ``txn_id`` carries, or ``None``."""
+    try:
+        return record_numbers(await root.get_async(record_name(txn_id)))
+    except NotFound:
+        return None
 
 
 async def read_decision(root: ObjectStore, txn_id: str) -> str | None:

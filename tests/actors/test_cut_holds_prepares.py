@@ -41,3 +41,155 @@ def test_a_frozen_shard_prepares_no_part_until_it_thaws(tmp_path):
             await bookie.close()
 
     asyncio.run(run())
+
+
+def test_a_committed_part_whose_shard_died_before_deleting_it_is_not_applied_again(tmp_path):
+    """The shard applied its part and answered, and the part object's delete keeps failing
+    (access denied): the keys unlock all the same. Then the shard died: the next writer
+    finds the part and its record (commit), sees that the part's keys were written since it
+    was prepared (they were locked until it was applied), and applies nothing again."""
+    from leveled_ray.files.faults import Fault, FaultInjectingStore
+    from leveled_ray.files.store import ObjectStore
+    from leveled_ray.manifest.txn_records import COMMIT, decide
+
+    url = f"file://{tmp_path}/db"
+    # every delete of a part object fails: the part outlives its apply
+    stuck = FaultInjectingStore.wrap(url, Fault("delete", "txn/", count=10**6), options=OPTIONS)
+
+    async def run():
+        first = Bookie(url, OPTIONS, local=True, store=stuck)
+        await first.start()
+        change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
+        assert isinstance(await first.prepare("txn-1", url, pack([change]), [value]), tuple)
+        assert await decide(ObjectStore.from_url(url, OPTIONS), "txn-1", COMMIT) == COMMIT
+        (sqn,) = await first.commit_part("txn-1", None)
+        for _ in range(20):  # the keys unlock once applied, though the part's delete fails
+            await asyncio.sleep(0.01)
+        assert not first.writes.locked([change.lkey])
+        await first.close()  # close stops it trying
+        assert await parts(url)
+
+        second = Bookie(url, OPTIONS, local=True)
+        await second.start()  # recovers the part: committed, and applied already
+        try:
+            await asyncio.sleep(0.05)  # the part object is deleted after the recovery
+            assert not await parts(url)
+            assert second.writes.next_sqn == sqn + 1  # nothing was written again
+            stats = second.participant.counters
+            assert stats["txn_recovered"] == 1 and stats["txn_applied_before"] == 1
+        finally:
+            await second.close()
+
+    asyncio.run(run())
+
+
+def test_a_part_a_cut_applied_first_still_notes_its_batch_and_answers_the_client(tmp_path):
+    """A cut (or a timeout) applies a committed part before the client's own commit call:
+    the part's keys are noted with every shard's part number, read from the commit record,
+    so a batched read can still tell a half-read batch; and the client's late call gets the
+    part's SQNs, not nothing."""
+    from leveled_ray.files.store import ObjectStore
+    from leveled_ray.manifest.txn_records import COMMIT, decide
+
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        bookie = Bookie(url, OPTIONS, local=True)
+        await bookie.start()
+        try:
+            change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
+            number = await bookie.prepare("txn-1", url, pack([change]), [value])
+            numbers = {0: number, 1: (7, 3)}
+            root = ObjectStore.from_url(url, OPTIONS)
+            assert await decide(root, "txn-1", COMMIT, numbers) == COMMIT
+            applied = await bookie.participant.commit("txn-1")  # the cut's call: no numbers
+            assert bookie.participant.notes([change.lkey]) == {0: numbers}
+            for _ in range(20):  # the part is released
+                await asyncio.sleep(0.01)
+            assert "txn-1" not in bookie.participant.parts
+            assert await bookie.participant.commit("txn-1", numbers) == applied != []
+        finally:
+            await bookie.close()
+
+    asyncio.run(run())
+
+
+def test_a_bulk_install_waits_for_a_prepared_batch_holding_keys_in_its_range(tmp_path):
+    """A conditional batch checked its condition when it was prepared: a bulk write of the
+    same key installed before the batch is applied would be overwritten by it. The install
+    waits for the batch, then goes in above it."""
+    import pyarrow as pa
+
+    from leveled_ray.bulk import write as bulk
+
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        bookie = Bookie(url, OPTIONS, local=True)
+        await bookie.start()
+        try:
+            change, value = make_change(lr.Put("b", "k", b"txn", if_absent=True), OPTIONS,
+                                        time.time())
+            assert isinstance(await bookie.prepare("txn-1", url, pack([change]), [value]),
+                              tuple)
+            plan = bulk.BulkWrite(url, OPTIONS, bookie.reserve_bulk()["base"], None, False,
+                                  None, None)
+            files = await bulk.write_partition_async(plan, 0, [pa.record_batch(
+                {"bucket": ["b"], "key": ["k"], "value": [b"bulk"]})])
+            install = asyncio.ensure_future(bookie.ingest(pack((files.journal, files.ssts,
+                                                                None))))
+            for _ in range(20):
+                await asyncio.sleep(0.01)
+            assert not install.done()  # it waits for the batch holding k
+            await bookie.commit_part("txn-1", None)
+            await install
+            assert await bookie.get(change.lkey) == b"bulk"  # installed after, above it
+        finally:
+            await bookie.close()
+
+    asyncio.run(run())
+
+
+def test_a_frozen_shard_thaws_after_hold_s_even_while_a_journal_write_is_slow(tmp_path):
+    """The cutter may die: a shard thaws by itself ``hold_s`` after it froze, counted from
+    when it stopped admitting writes, not from when the writes it had admitted are durable
+    (on a slow object store that may be long after)."""
+    from leveled_ray.actors.remote import ValueBatch
+
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        bookie = Bookie(url, OPTIONS, local=True)
+        await bookie.start()
+        slow, append = asyncio.Event(), bookie.inker.append
+        try:
+
+            async def slow_append(*args):
+                await slow.wait()
+                return await append(*args)
+
+            bookie.inker.append = slow_append
+            change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
+            put = asyncio.ensure_future(bookie.put_many(pack([change]),
+                                                        ValueBatch(inline=[value])))
+            await asyncio.sleep(0.05)
+            freeze = asyncio.ensure_future(bookie.freeze("cut-1", 0.1))
+            await asyncio.sleep(0.5)
+            assert bookie.writes.frozen is None  # thawed by itself, the write still slow
+            slow.set()
+            await put
+            await freeze
+            assert not bookie.thaw("cut-1")  # the cut learns it did not hold throughout
+        finally:
+            slow.set()
+            bookie.writes.thaw("cut-1")
+            await bookie.close()
+
+    asyncio.run(run())
+
+
+async def parts(url: str) -> list:
+    from leveled_ray.files.store import ObjectStore
+
+    return [m for m in await ObjectStore.from_url(url, OPTIONS).list_async("txn/")
+            if m.path.endswith(".part")]

@@ -196,3 +196,12 @@ def test_a_part_below_a_write_being_installed_is_refused():
     ig.check_install_order([jnl("a", 100, 200)], 50, installing=100)
     with pytest.raises(ig.IngestConflictError, match="being installed first"):
         ig.check_install_order([jnl("a", 100, 200)], 50, installing=101)
+
+
+def test_a_found_part_is_applied_already_when_a_key_was_written_since_its_prepare():
+    from leveled_ray.manifest.txn_records import Part, applied_already
+
+    part = Part("file:///root", changes=("c1", "c2"), values=(b"a", b"b"), after=100)
+    assert applied_already(part, [None, 100])  # its own group, at or above its prepare
+    assert not applied_already(part, [99, None])  # older entries only: not applied yet
+    assert not applied_already(Part("file:///root", changes=("c",), values=(b"a",)), [500])

@@ -1,0 +1,145 @@
+"""The simulation's object store: every object of a world in one dict, reached through
+requests that the world's scheduler interleaves and that fail as a network does.
+
+Each request travels as a task of the *network*, not of the process that sent it: a request
+sent by a process that dies still lands (or not) as it would have, and only its answer is lost.
+A request meets at most one fault, drawn from the world's seeded ``rng`` at ``fault_rate``:
+
+* ``refused``: the store never saw it (a refused connection: surely not applied);
+* ``dropped``: it timed out before it reached the store (the sender cannot tell);
+* ``lost``: the store applied it, then its answer was lost (the sender cannot tell);
+* ``late``: it reaches the store up to :data:`LATE_S` seconds late, after later requests.
+
+The backend has the interface of :class:`leveled_ray.files.store.ObjectStore`'s backends,
+so every retry, resolution and classification rule above it runs as it does on S3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+
+from leveled_ray.files.store import ObjectMeta
+
+from .loop import EPOCH, run_in
+
+#: Kinds of faults, and the longest a late request waits.
+FAULTS = ("refused", "dropped", "lost", "late")
+LATE_S = 2.0
+#: A request's own latency, up to this (virtual seconds): requests overtake each other.
+LATENCY_S = 0.002
+
+
+class SimObjects:
+    """The objects of one world, and the faults of its requests."""
+
+    def __init__(self, rng: random.Random, loop):
+        self.rng = rng
+        self.loop = loop
+        self.objects: dict[str, tuple[bytes, float]] = {}
+        self.fault_rate = 0.0
+        self.faults: Counter = Counter()
+        self.requests = 0
+
+    def backend(self, location: str) -> SimBackend:
+        return SimBackend(self, location.strip("/"))
+
+    def paths(self, prefix: str = "") -> list[str]:
+        return sorted(p for p in self.objects if p.startswith(prefix))
+
+    def _fault(self) -> str | None:
+        self.requests += 1
+        if self.fault_rate and self.rng.random() < self.fault_rate:
+            fault = self.rng.choice(FAULTS)
+            self.faults[fault] += 1
+            return fault
+        return None
+
+    async def request(self, apply):
+        """Run ``apply()`` (the store's side of one request) as the network carries it."""
+        fault = self._fault()
+        delay = self.rng.random() * LATENCY_S + (self.rng.random() * LATE_S
+                                                  if fault == "late" else 0.0)
+        landed = run_in("network", self._deliver(apply, fault, delay))
+        result = await asyncio.shield(landed)
+        if fault == "lost":
+            raise TimeoutError("simulated fault: the answer was lost (the request landed)")
+        return result
+
+    async def _deliver(self, apply, fault: str | None, delay: float):
+        await asyncio.sleep(delay)
+        if fault == "refused":
+            raise ConnectionRefusedError("simulated fault: connection refused (not sent)")
+        if fault == "dropped":
+            raise TimeoutError("simulated fault: timed out before it reached the store")
+        return apply()
+
+
+class SimBackend:
+    """One store's requests (its URL's location is the prefix of its objects' paths)."""
+
+    atomic = True  # nothing to hedge: requests are in-process
+
+    def __init__(self, objects: SimObjects, location: str):
+        self.world = objects
+        self.base = location + "/"
+
+    def _full(self, path: str) -> str:
+        return self.base + path
+
+    def _read(self, path: str) -> bytes:
+        found = self.world.objects.get(self._full(path))
+        if found is None:
+            raise FileNotFoundError(path)
+        return found[0]
+
+    @staticmethod
+    def _slice(data: bytes, start: int, end: int) -> bytes:
+        if start >= len(data) and (start or end):
+            raise ValueError("Requested range was invalid: it starts past the object's end")
+        return data[start:end]
+
+    async def get(self, path):
+        return await self.world.request(lambda: self._read(path))
+
+    async def get_range(self, path, start, end):
+        return await self.world.request(lambda: self._slice(self._read(path), start, end))
+
+    async def get_ranges(self, path, starts, ends):
+        def ranges():
+            data = self._read(path)
+            return [self._slice(data, s, e) for s, e in zip(starts, ends)]
+
+        return await self.world.request(ranges)
+
+    async def put(self, path, data, create):
+        def write():
+            full = self._full(path)
+            if create and full in self.world.objects:
+                raise FileExistsError(path)
+            self.world.objects[full] = (bytes(data), EPOCH + self.world.loop.now)
+
+        return await self.world.request(write)
+
+    async def list(self, prefix, offset):
+        def listing():
+            start = self._full(prefix)
+            after = None if offset is None else self._full(offset)
+            return [ObjectMeta(p[len(self.base):], len(data), at)
+                    for p, (data, at) in sorted(self.world.objects.items())
+                    if p.startswith(start) and (after is None or p > after)]
+
+        return await self.world.request(listing)
+
+    async def head(self, path):
+        def head():
+            data, at = self.world.objects.get(self._full(path), (None, 0.0))
+            if data is None:
+                raise FileNotFoundError(path)
+            return ObjectMeta(path, len(data), at)
+
+        return await self.world.request(head)
+
+    async def delete(self, path):
+        return await self.world.request(lambda: self.world.objects.pop(self._full(path), None))

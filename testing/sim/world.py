@@ -1,0 +1,250 @@
+"""One simulated world: a sharded store's Bookies, each in a process of its own, on the
+simulated object store, and the client handles that reach them as Ray's would.
+
+Calls between processes go through :class:`SimHandle`: the callee runs each call as a task of
+its own process; arguments and answers are pickled (as Ray does, so no two processes share an
+object); a call to a dead process, or one in flight when it dies, fails with
+``StoreClosedError`` (Ray's ``ActorDiedError``, as the client sees it). After a kill, the
+shard's next :meth:`World.start_shard` is a new Bookie over the same store, as a reopen (or a
+restarted actor) is, and handles reach it from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import itertools
+import pickle
+import random
+from dataclasses import dataclass
+
+from leveled_ray.actors.bookie import Bookie
+from leveled_ray.bulk import write as bulk_write
+from leveled_ray.client.store import Store
+from leveled_ray.cluster import txn
+from leveled_ray.cluster.open import shard_name
+from leveled_ray.cluster.store import ShardedStore
+from leveled_ray.errors import LeveledError, StoreClosedError
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
+from leveled_ray.options import Options
+
+from .loop import EPOCH, SimLoop, deterministic, run_in
+from .objects import SimObjects
+
+#: The name the world's store runs under (its shards' Bookies are ``sim.shard-000``, ...).
+NAME = "sim"
+
+
+@dataclass
+class Incarnation:
+    """One Bookie process of a shard."""
+
+    pid: str
+    bookie: Bookie
+
+
+class World:
+    """See the module docstring. Use it as a context manager around :meth:`run`."""
+
+    def __init__(self, seed: int, options: Options, shards: int | None = 2):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.loop = SimLoop(random.Random(seed * 7919 + 1))
+        self.objects = SimObjects(random.Random(seed * 104729 + 3), self.loop)
+        self.options = options
+        self.sharded = shards is not None  # else one plain store, at the root
+        self.shard_count = shards or 1
+        self.url = f"memory://sim-{seed}"
+        self.shard_map: ShardMap | None = None
+        self.live: dict[int, Incarnation | None] = {}
+        self.in_flight: dict[str, set[asyncio.Future]] = {}
+        self._numbers = itertools.count()
+        self.trace: list[str] = []
+        self._patches = contextlib.ExitStack()
+
+    # -- time and processes --
+
+    def clock(self) -> float:
+        return EPOCH + self.loop.now
+
+    def note(self, event: str) -> None:
+        """Add to the run's trace (two runs of a seed leave the same trace)."""
+        self.trace.append(f"{self.loop.now:.6f} {event}")
+
+    def pid(self, role: str) -> str:
+        return f"{role}#{next(self._numbers)}"
+
+    def spawn(self, role: str, coro) -> tuple[str, asyncio.Task]:
+        """``coro`` as the first task of a new process named for ``role``: its pid and task."""
+        pid = self.pid(role)
+        return pid, run_in(pid, coro)
+
+    def kill(self, pid: str) -> None:
+        """``kill -9`` of process ``pid``: none of its steps runs again, and the calls in
+        flight to it fail."""
+        self.note(f"kill {pid}")
+        self.loop.dead.add(pid)
+        for future in self.in_flight.pop(pid, set()):
+            if not future.done():
+                future.set_exception(StoreClosedError(f"the process {pid} died"))
+        for shard, inc in self.live.items():
+            if inc is not None and inc.pid == pid:
+                self.live[shard] = None
+
+    # -- the store --
+
+    def shard_url(self, shard: int) -> str:
+        return self.shard_map.shard_url(self.url, shard) if self.sharded else self.url
+
+    def name(self, shard: int) -> str:
+        return shard_name(NAME, shard) if self.sharded else NAME
+
+    async def create(self) -> None:
+        if self.sharded:
+            self.shard_map = await create_shard_map(
+                ObjectStore.from_url(self.url, self.options), ShardMap.new(self.shard_count))
+        for shard in range(self.shard_count):
+            await self.start_shard(shard)
+
+    async def start_shard(self, shard: int) -> None:
+        """Open shard ``shard`` in a new Bookie process (fencing any earlier one)."""
+        pid = self.pid(f"shard{shard}")
+        bookie = Bookie(self.shard_url(shard), self.options, self.name(shard), local=True,
+                        clock=self.clock, shard=(NAME, shard) if self.sharded else None)
+        self.note(f"start {pid}")
+        await run_in(pid, bookie.start())
+        self.live[shard] = Incarnation(pid, bookie)
+
+    def client(self, shard: int) -> Store:
+        return Store(SimHandle(self, shard), self.options, self.shard_url(shard),
+                     self.name(shard), {"head_only": None}, self.clock)
+
+    def store(self) -> ShardedStore | Store:
+        """A client's handle on the store."""
+        if not self.sharded:
+            return self.client(0)
+        return ShardedStore([self.client(s) for s in range(self.shard_count)], self.shard_map,
+                            self.url, NAME, self.options, self.clock)
+
+    async def close_all(self) -> None:
+        for shard, inc in self.live.items():
+            if inc is not None:
+                await run_in(inc.pid, inc.bookie.close())
+                self.loop.dead.add(inc.pid)  # its loops are stopped; nothing of it runs on
+                self.live[shard] = None
+
+    # -- running --
+
+    def __enter__(self) -> World:
+        # Python's cyclic GC runs when allocations cross a threshold, which depends on every
+        # earlier run in the process; what it finalizes (async generators) schedules steps.
+        # Off for the run, a seed runs the same alone or after others.
+        gc.collect()
+        gc.disable()
+        asyncio.set_event_loop(self.loop)
+        self.loop.set_exception_handler(lambda loop, context: None)  # dead tasks' leftovers
+        self._patches.enter_context(deterministic(self.loop, self.seed))
+        objects = self.objects
+        self._patches.enter_context(_patched(ObjectStore, "_make_backend",
+                                             lambda store: objects.backend(store.location)))
+        self._patches.enter_context(_patched(bulk_write, "running_store", self._running_store))
+        # A cross-shard put_many deletes its commit record off the caller's path, in a
+        # thread of its own: here, in a task of the caller's process (no thread may race
+        # the simulation).
+        self._patches.enter_context(_patched(txn, "_RECORD_DELETES", _RecordDeletes()))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._patches.close()
+        asyncio.set_event_loop(None)
+        self.loop._ready.clear()
+        self.loop._scheduled.clear()
+        self.loop.close()
+        gc.enable()
+
+    def run(self, coro, limit_s: float):
+        """Run ``coro`` on the world's loop for at most ``limit_s`` virtual seconds."""
+        return self.loop.run_until_complete(asyncio.wait_for(coro, limit_s))
+
+    async def _running_store(self, store_name: str, ray_address=None, began: bool = False):
+        for shard in range(self.shard_count):
+            if self.name(shard) == store_name:
+                return self.client(shard)
+        raise AssertionError(f"no shard named {store_name}")
+
+
+class SimHandle:
+    """A handle on shard ``shard``'s Bookie, whichever process runs it now."""
+
+    def __init__(self, world: World, shard: int):
+        self._world, self._shard = world, shard
+
+    def __getattr__(self, name: str):
+        return _SimMethod(self._world, self._shard, name)
+
+
+class _SimMethod:
+    def __init__(self, world: World, shard: int, name: str):
+        self.world, self.shard, self.name = world, shard, name
+
+    def remote(self, *args, **kwargs) -> asyncio.Future:
+        world = self.world
+        future = asyncio.get_running_loop().create_future()
+        inc = world.live.get(self.shard)
+        if inc is None:
+            future.set_exception(StoreClosedError(f"shard {self.shard}'s Bookie is gone"))
+            return future
+        args, kwargs = _copy((args, kwargs))
+        world.in_flight.setdefault(inc.pid, set()).add(future)
+
+        async def run():
+            result = getattr(inc.bookie, self.name)(*args, **kwargs)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+
+        def answered(task: asyncio.Task) -> None:
+            world.in_flight.get(inc.pid, set()).discard(future)
+            if future.done():
+                return
+            if task.cancelled():
+                future.set_exception(StoreClosedError("the call was cancelled"))
+            elif task.exception() is not None:
+                future.set_exception(task.exception())
+            else:
+                future.set_result(_copy(task.result()))
+
+        run_in(inc.pid, run()).add_done_callback(answered)
+        return future
+
+
+class _RecordDeletes:
+    """Stands in for ``cluster.txn._RECORD_DELETES``: ``submit(_delete_quietly, root, name)``
+    deletes the record in a task."""
+
+    def submit(self, _fn, root: ObjectStore, name: str) -> None:
+        async def delete() -> None:
+            with contextlib.suppress(LeveledError):
+                await root.delete_async(name)
+
+        asyncio.get_running_loop().create_task(delete())
+
+
+def _copy(value):
+    """``value`` as another process receives it (pickled, as Ray sends it), when it pickles."""
+    try:
+        return pickle.loads(pickle.dumps(value, protocol=5))
+    except Exception:  # noqa: BLE001 - an object only this process can use: passed as is
+        return value
+
+
+@contextlib.contextmanager
+def _patched(owner, name: str, value):
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)

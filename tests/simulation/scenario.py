@@ -1,0 +1,376 @@
+"""One simulated run: a 2-shard store, its clients at work at once, faults and kills, then
+the invariants (:mod:`model`).
+
+The clients, each a process of its own:
+
+* **txn writers**: cross-shard ``put_many`` (prepare, commit record, apply);
+* **bulk writers**: bulk writes through the running store (the Spark writer's path), some of
+  unique keys and some contending for :data:`~model.SHARED_KEYS`, waiting a random while
+  between writing and committing (so commits come out of begin order), calling ``abort``
+  after a commit that raised, as Spark does;
+* **stream writers**: micro-batches committed with a ``(writer, batch)`` mark, some sent
+  again (a retried Spark batch);
+* **readers**: batched reads of earlier writes, checked whole;
+* **cutters**: snapshots at a cut, read and checked whole and in order;
+* a **consumer** of the change feed that takes one change at a time and restarts from the
+  position it saved, often;
+* **GC** passes;
+* **chaos**: kills a shard's Bookie (then restarts it) or a writer's driver, at any step.
+
+Then the faults stop, every shard is opened again, undecided parts time out, and the final
+state, the change feed, the manifests, a reopen and the consumer are checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from model import SHARED_KEYS, Model, definite
+
+import leveled_ray as lr
+from leveled_ray.admin.handle import Admin
+from leveled_ray.bulk import sharded as bulk
+from leveled_ray.cluster.admin import ShardedAdmin
+from leveled_ray.errors import LeveledError
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest.store import ManifestStore
+from leveled_ray.manifest.txn_records import txn_of_part
+from leveled_ray.testing.sim.world import NAME, World
+
+#: Virtual seconds a run may take before it counts as hung.
+LIMIT_S = 3600.0
+OPTIONS = lr.Options(ledger=dict(l0_max_keys=40, push_keys=10, push_ms=50, sst_max_keys=30),
+                     journal=dict(compaction_interval_s=0), txn_timeout_s=5.0,
+                     gc=dict(min_age_s=60.0, interval_s=0))
+
+
+@dataclass
+class Config:
+    """What one seed's run does (drawn from the seed: see :func:`config_of`)."""
+
+    sharded: bool = True
+    txn_writers: int = 2
+    bulk_writers: int = 2
+    stream_writers: int = 1
+    ops: int = 3
+    fault_rate: float = 0.0
+    kills: int = 0
+
+
+def config_of(seed: int) -> Config:
+    rng = random.Random(seed)
+    return Config(sharded=rng.random() < 0.75, txn_writers=rng.randint(0, 2),
+                  bulk_writers=rng.randint(1, 3), stream_writers=rng.randint(0, 1),
+                  ops=rng.randint(1, 4),
+                  fault_rate=rng.choice([0.0, 0.0, 0.02, 0.05, 0.1]),
+                  kills=rng.choice([0, 0, 1, 2]))
+
+
+@dataclass
+class Report:
+    seed: int
+    config: Config
+    violations: list[str]
+    checks: dict
+    steps: int
+    virtual_s: float
+    faults: dict
+    trace: list[str] = field(repr=False, default_factory=list)
+    digest: int = 0
+
+
+def run(seed: int, config: Config | None = None) -> Report:
+    """Run ``seed`` (with ``config``, else the seed's own) and check the invariants."""
+    config = config or config_of(seed)
+    model = Model()
+    with World(seed, OPTIONS, 2 if config.sharded else None) as world:
+        try:
+            world.run(Run(world, model, config).main(), LIMIT_S)
+        except TimeoutError:
+            model.violated("every run ends", f"still running after {LIMIT_S:g} virtual s")
+        except Exception as exc:  # noqa: BLE001 - an escaped error is a finding too
+            model.violated("no call raises an untyped error", f"{type(exc).__name__}: {exc}")
+        digest = hash(tuple(sorted((p, v[0]) for p, v in world.objects.objects.items())))
+        return Report(seed, config, model.violations, dict(model.checks), world.loop.steps,
+                      round(world.loop.now, 3), dict(world.objects.faults), world.trace,
+                      digest)
+
+
+class Run:
+    def __init__(self, world: World, model: Model, config: Config):
+        self.world, self.model, self.config = world, model, config
+        self.rng = world.rng
+        self.drivers: list[tuple[str, asyncio.Task]] = []  # writers: chaos may kill them
+        self.consumed: list = []
+        self.position = 0
+
+    def now(self) -> float:
+        return self.world.loop.now
+
+    async def pause(self, most_s: float) -> None:
+        await asyncio.sleep(self.rng.random() * most_s)
+
+    async def main(self) -> None:
+        world, config = self.world, self.config
+        await world.create()
+        world.objects.fault_rate = config.fault_rate
+        self.store = world.store()
+        for i in range(config.txn_writers):
+            self.drivers.append(world.spawn(f"txn{i}", self.txn_writer(i)))
+        for i in range(config.bulk_writers):
+            self.drivers.append(world.spawn(f"bulk{i}", self.bulk_writer(i)))
+        for i in range(config.stream_writers):
+            self.drivers.append(world.spawn(f"stream{i}", self.stream_writer(i)))
+        others = [world.spawn("reader", self.reader())[1],
+                  world.spawn("cutter", self.cutter())[1],
+                  world.spawn("consumer", self.consumer())[1],
+                  world.spawn("gc", self.gc())[1]]
+        chaos = world.spawn("chaos", self.chaos())[1]
+        while any(not task.done() and pid not in world.loop.dead
+                  for pid, task in self.drivers):
+            await asyncio.sleep(1.0)
+        self.writing_done = True
+        await asyncio.gather(chaos, *others, return_exceptions=True)
+        await self.heal()
+        await self.check_final()
+
+    # -- writers --
+
+    async def txn_writer(self, i: int) -> None:
+        for k in range(self.config.ops):
+            keys = [("t", f"{i}.{k}.{j}") for j in range(3)]
+            op = self.model.new("put_many", keys, f"t{i}.{k}", self.now())
+            try:
+                await self.store.put_many_async([lr.Put(b, key, op.value) for b, key in keys])
+                self.model.ack(op, self.now())
+            except LeveledError as exc:
+                self.model.fail(op, exc)
+            await self.pause(1.0)
+
+    async def bulk_writer(self, i: int) -> None:
+        for k in range(self.config.ops):
+            shared = self.rng.random() < 0.5
+            keys = SHARED_KEYS if shared else [("u", f"{i}.{k}.{j}") for j in range(4)]
+            op = self.model.new("bulk", keys, f"b{i}.{k}", self.now())
+            plan = messages = None
+            try:
+                plan = await bulk.begin_write_async(self.world.url, OPTIONS, store_name=NAME)
+                messages = [await bulk.write_partition_async(plan, 0, [rows(keys, op.value)])]
+                await self.pause(2.0)  # others begin and commit meanwhile: out of order
+                await bulk.commit_async(plan, messages)
+                self.model.ack(op, self.now())
+            except LeveledError as exc:
+                self.model.fail(op, exc)
+                if messages is not None:
+                    try:  # what Spark does after a failed commit
+                        await bulk.abort_async(plan, messages)
+                    except LeveledError:
+                        pass
+            await self.pause(1.0)
+
+    async def stream_writer(self, i: int) -> None:
+        for batch in range(self.config.ops):
+            keys = [("s", f"{i}.{batch}.{j}") for j in range(4)]
+            op = self.model.new("stream", keys, f"w{i}.{batch}", self.now())
+            failure = None
+            for _ in range(1 + (self.rng.random() < 0.5)):  # Spark may run it again
+                try:
+                    plan = await bulk.begin_write_async(self.world.url, OPTIONS,
+                                                        store_name=NAME)
+                    messages = [await bulk.write_partition_async(plan, 0,
+                                                                 [rows(keys, op.value)])]
+                    await self.pause(1.0)
+                    await bulk.commit_async(plan, messages, (f"writer-{i}", batch))
+                    if op.outcome != "acked":
+                        self.model.ack(op, self.now())
+                except LeveledError as exc:  # an attempt that may have landed is what counts
+                    if failure is None or definite(failure):
+                        failure = exc
+            if op.outcome != "acked" and failure is not None:  # every attempt failed
+                self.model.fail(op, failure)
+            await self.pause(1.0)
+
+    # -- readers --
+
+    async def reader(self) -> None:
+        while not getattr(self, "writing_done", False):
+            await self.pause(1.0)
+            done = [op for op in self.model.unique() if op.outcome != "pending"]
+            if not done:
+                continue
+            op = self.rng.choice(done)
+            sent = self.now()
+            try:
+                values = await self.store.get_many_async(op.keys)
+            except LeveledError:
+                continue
+            self.model.check_whole(op, values, "get_many", sent, atomic=op.kind == "put_many")
+
+    async def cutter(self) -> None:
+        while not getattr(self, "writing_done", False):
+            await self.pause(3.0)
+            sent = self.now()
+            ops = [op for op in self.model.unique() if op.sent_at < sent]
+            try:
+                snap = await self.store.snapshot_async()
+            except LeveledError:
+                continue
+            try:
+                keys = [k for op in ops for k in op.keys]
+                values = dict(zip(keys, await snap.get_many_async(keys)))
+                self.model.check_cut(ops, values, "snapshot", sent)
+            except LeveledError:
+                pass
+            finally:
+                try:
+                    await snap.release_async()
+                except LeveledError:
+                    pass
+
+    async def consumer(self) -> None:
+        """Take changes one at a time, saving the position after each, and restart from the
+        saved position often (a new listener, as a restarted consumer makes)."""
+        while not getattr(self, "writing_done", False):
+            await self.pause(1.0)
+            try:
+                feed = self.store.listen(self.position, batch_size=self.rng.randint(1, 4))
+            except LeveledError:
+                continue
+            try:
+                for _ in range(self.rng.randint(1, 6)):
+                    change = await asyncio.wait_for(feed.__anext__(), 2.0)
+                    self.consumed.append((change.shard or 0, change.sqn))
+                    self.position = feed.sqn
+            except (LeveledError, TimeoutError):
+                pass
+            finally:
+                try:
+                    await feed.close_async()
+                except LeveledError:
+                    pass
+
+    async def gc(self) -> None:
+        world = self.world
+        admin = (ShardedAdmin(world.url, world.shard_map, OPTIONS, world.clock) if world.sharded
+                 else Admin(world.url, OPTIONS, world.clock))
+        while not getattr(self, "writing_done", False):
+            await self.pause(20.0)
+            try:
+                await admin.gc_async()
+            except LeveledError:
+                pass
+
+    async def chaos(self) -> None:
+        world = self.world
+        for _ in range(self.config.kills):
+            await self.pause(8.0)
+            if self.rng.random() < 0.6:
+                shard = self.rng.randrange(world.shard_count)
+                inc = world.live.get(shard)
+                if inc is None:
+                    continue
+                world.kill(inc.pid)
+                await self.pause(3.0)
+                await self.restart(shard)
+            else:
+                alive = [(pid, task) for pid, task in self.drivers if not task.done()]
+                if alive:
+                    world.kill(self.rng.choice(alive)[0])
+
+    async def restart(self, shard: int) -> None:
+        """Open the shard again (a reopen, or Ray's restart of the actor), retrying while the
+        object store fails the open."""
+        for _ in range(100):
+            try:
+                await self.world.start_shard(shard)
+                return
+            except LeveledError:
+                await asyncio.sleep(1.0)
+        self.model.violated("a shard reopens", f"shard {shard} failed 100 opens")
+
+    # -- the end --
+
+    async def heal(self) -> None:
+        """No more faults; every shard running; every part decided and settled."""
+        world = self.world
+        world.objects.fault_rate = 0.0
+        for shard in range(world.shard_count):
+            if world.live.get(shard) is None:
+                await self.restart(shard)
+        await asyncio.sleep(3 * OPTIONS.txn_timeout_s)
+        for _ in range(120):
+            if not self.parts_left():
+                return
+            await asyncio.sleep(1.0)
+        self.model.violated("every part is settled", f"parts left: {self.parts_left()}")
+
+    def parts_left(self) -> list[str]:
+        found = []
+        for shard in range(self.world.shard_count):
+            base = self.world.shard_url(shard).split("//")[1] + "/"
+            found += [p for p in self.world.objects.paths(base + "txn/")
+                      if txn_of_part(p[len(base):]) is not None]
+        return found
+
+    async def check_final(self) -> None:
+        model, world = self.model, self.world
+        final = await self.read_all("final state")
+        await self.check_feed()
+        await self.check_manifests()
+        await world.close_all()
+        for shard in range(world.shard_count):
+            await self.restart(shard)
+        again = await self.read_all("after a reopen")
+        if again != final:
+            model.violated("a reopen reads what was there", "values differ after a reopen")
+        await world.close_all()
+
+    async def read_all(self, where: str) -> dict:
+        model = self.model
+        keys = [k for op in model.unique() for k in op.keys] + SHARED_KEYS
+        snap = await self.store.snapshot_async()  # the store takes a snapshot: checked here
+        try:
+            values = dict(zip(keys, await snap.get_many_async(keys)))
+        finally:
+            await snap.release_async()
+        for op in model.unique():
+            model.check_whole(op, [values[k] for k in op.keys], where, self.now())
+        model.check_shared([values[k] for k in SHARED_KEYS], where)
+        return values
+
+    async def check_feed(self) -> None:
+        model = self.model
+        changes = [c async for c in self.store.changes_async(0)]
+        model.check_feed(changes, "changes(0)")
+        model.checks["listener"] += 1
+        feed = [(c.shard or 0, c.sqn) for c in changes]
+        for shard in range(self.world.shard_count):
+            got = [sqn for s, sqn in self.consumed if s == shard]
+            upto = got[-1] if got else 0
+            want = [sqn for s, sqn in feed if s == shard and sqn <= upto]
+            if got != want:
+                model.violated("a listener resumes exactly",
+                               f"shard {shard}: consumed {got[:20]}..., the feed has "
+                               f"{want[:20]}...")
+
+    async def check_manifests(self) -> None:
+        """Every file the newest manifest of each shard lists exists."""
+        self.model.checks["manifest files"] += 1
+        for shard in range(self.world.shard_count):
+            url = self.world.shard_url(shard)
+            latest = await ManifestStore(ObjectStore.from_url(url, OPTIONS)).latest()
+            names = ({f.name for f in latest.manifest.sst_files()}
+                     | {j.name for j in latest.manifest.journal})
+            base = url.split("//")[1] + "/"
+            missing = sorted(n for n in names if base + n not in self.world.objects.objects)
+            if missing:
+                self.model.violated("every file a manifest lists exists",
+                                    f"shard {shard} lists missing {missing[:3]}")
+
+
+def rows(keys: list, value: bytes) -> pa.RecordBatch:
+    return pa.record_batch({"bucket": [b for b, _ in keys], "key": [k for _, k in keys],
+                            "value": [value] * len(keys)})
