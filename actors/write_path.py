@@ -80,6 +80,11 @@ class WritePath:
         self.cut_lets_in: set[str] = set()
         self._gate = asyncio.Event()
         self._install_lock = asyncio.Lock()
+        # One install at a time, and no group admitted while one runs (also under a cut,
+        # which lets committed parts in): the install moves the persisted SQN past every
+        # change before it, so a change written meanwhile would be left out of the Ledger.
+        self._one_install = asyncio.Lock()
+        self._installing = False
         self.reserved_upto = 0  # end of the SQN windows reserved for bulk writes
         #: Ledger key -> the cross-shard batch whose prepared part holds it (see
         #: :mod:`.participant`): other writes, and reads, of the key wait until it is decided.
@@ -155,7 +160,7 @@ class WritePath:
         await self._admission(None)
 
     def _admits(self, txn: str | None) -> bool:
-        return self.writes_open or txn in self.cut_lets_in
+        return not self._installing and (self.writes_open or txn in self.cut_lets_in)
 
     async def _admission(self, txn: str | None) -> None:
         while not self._admits(txn):
@@ -331,7 +336,16 @@ class WritePath:
                 self._set_gate(True)
 
     async def _install(self, journal, ssts, install) -> LedgerFiles:
-        await self.writer.idle.wait()
+        async with self._one_install:
+            self._installing = True
+            try:
+                await self.writer.idle.wait()  # what was admitted is durable; no more is
+                return await self._install_now(journal, ssts, install)
+            finally:
+                self._installing = False
+                self._set_gate(self.writes_open, self.cut_lets_in)  # wake who waited
+
+    async def _install_now(self, journal, ssts, install) -> LedgerFiles:
         self.check_usable()
         check_install_order(journal, self.next_sqn)
         files, installed = await install()

@@ -21,7 +21,9 @@ import contextvars
 import heapq
 import os
 import random
+import sys
 import time
+import zlib
 
 #: The process a task belongs to (``None``: the simulation's own driver).
 PROCESS: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_process",
@@ -143,19 +145,28 @@ def run_in(process: str | None, coro) -> asyncio.Task:
 
 @contextlib.contextmanager
 def deterministic(loop: SimLoop, seed: int):
-    """Within: time is the loop's virtual time, and randomness comes from ``seed``."""
-    rng = random.Random(seed ^ 0x5EED)
+    """Within: time is the loop's virtual time, and randomness comes from ``seed``. Each
+    call site of ``os.urandom`` and ``random.Random()`` draws from a stream of its own (by
+    file, line and count), so a draw that only some runs make (a module imported lazily by
+    the first run in a process) shifts no other."""
     saved = (time.time, time.time_ns, time.monotonic, time.monotonic_ns, time.perf_counter,
              os.urandom, random.Random, random.getstate())
+    counts: dict[tuple, int] = {}
+
+    def site_rng() -> random.Random:
+        caller = sys._getframe(2)
+        site = (caller.f_code.co_filename, caller.f_lineno)
+        counts[site] = n = counts.get(site, 0) + 1
+        return _Random(zlib.crc32(repr((seed, site, n)).encode()))
 
     def seeded_random(x=None):
-        return _Random(rng.getrandbits(64) if x is None else x)
+        return _Random(site_rng().getrandbits(64) if x is None else x)
 
     time.time = lambda: EPOCH + loop.now
     time.time_ns = lambda: int((EPOCH + loop.now) * 1e9)
     time.monotonic = time.perf_counter = lambda: loop.now
     time.monotonic_ns = lambda: int(loop.now * 1e9)
-    os.urandom = rng.randbytes
+    os.urandom = lambda n: site_rng().randbytes(n)
     random.Random = seeded_random
     random.seed(seed)
     try:

@@ -157,6 +157,14 @@ class World:
         return self
 
     def __exit__(self, *exc) -> None:
+        # The tasks still pending (killed processes', and loops that run until a close) end
+        # here, while the loop is open: a coroutine collected later would run its cleanup
+        # against a closed loop.
+        asyncio.events._set_running_loop(self.loop)
+        for task in asyncio.all_tasks(self.loop):
+            with contextlib.suppress(BaseException):
+                task.get_coro().close()
+        asyncio.events._set_running_loop(None)
         self._patches.close()
         asyncio.set_event_loop(None)
         self.loop._ready.clear()
