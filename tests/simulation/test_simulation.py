@@ -26,7 +26,7 @@ REGRESSIONS = {
     # A lower bulk part prepared while a higher write was being installed, after that
     # write settled the parts below it: committed, it could never go in ("nothing visible
     # in part", "every part is settled"). Found by the simulation itself.
-    "prepare during an install": (112, Config(True, 1, 3, 1, 4, 0.05, 0)),
+    "prepare during an install": (273, Config(True, 2, 3, 0, 3, 0.1, 1)),
     # A cross-shard batch a cut let in was written while the cut installed a bulk write,
     # which moved the persisted SQN past it: the batch was left out of the Ledger, unseen
     # until the next flush and lost by a crash before it ("every acknowledged write is
