@@ -9,7 +9,8 @@ all from one checkpoint of the parent, so from one consistent cut:
 2. Each shard of the clone is made as a plain clone of the parent's shard at that checkpoint
    (each pins its own version in the parent's shard, found again by name on a retry).
 3. The clone's shard map is created last: until then no open finds a sharded store there,
-   and a retried ``lr.clone`` carries on. Then the parent's pin of step 1 is released.
+   and a retried ``lr.clone`` carries on. Then the parent's pin of step 1 is released (by a
+   retry too, when the first try died before it could).
 """
 
 from __future__ import annotations
@@ -110,16 +111,19 @@ async def create_sharded_clone(parent_url: str, parent_map: ShardMap, url: str,
     if parent_url.rstrip("/") == url.rstrip("/"):
         raise InvalidArgumentError("a clone needs a location of its own")
     root = ObjectStore.from_url(url, options)
+    parent = ShardedAdmin(parent_url, parent_map, parent_options)
+    label = f"clone:{url}"
+    pin = next((c for c in await parent.list_checkpoints_async() if c.name == label), None)
     found = await read_shard_map(root)
     if found is not None:
         if not found.same_layout(parent_map):
             raise InvalidArgumentError(f"{url} holds a sharded store of another layout")
+        if pin is not None:  # made, but its maker died before it released the pin
+            with contextlib.suppress(CheckpointNotFoundError):
+                await checkpoints.delete(parent, pin.id)
         return found  # done (a plain clone checks its parent when opened: each shard's)
     if await root.list_async(MANIFEST_PREFIX):
         raise InvalidArgumentError(f"{url} holds a plain store")
-    parent = ShardedAdmin(parent_url, parent_map, parent_options)
-    label = f"clone:{url}"
-    pin = next((c for c in await parent.list_checkpoints_async() if c.name == label), None)
     if pin is None:  # 1.
         pin = (await checkpoints.create(parent, None, label, checkpoint))[0]
     await asyncio.gather(*(create_clone(  # 2.
