@@ -76,6 +76,8 @@ def revert(store, at_sqn=None, at_time: float | None = None) -> int:
                     if new is not None:
                         batch.append(Delete(bucket, key))
                     continue
+                if same_object(old, new):  # as it was already (a revert run again)
+                    continue
                 held = set(new.indexes) if new is not None else set()
                 terms = ([("remove", f, t) for f, t in sorted(held - set(old.indexes))]
                          + [("add", f, t) for f, t in old.indexes])
@@ -86,6 +88,20 @@ def revert(store, at_sqn=None, at_time: float | None = None) -> int:
                 store.put_many(batch)
                 written += len(batch)
     return written
+
+
+def same_object(old, new) -> bool:
+    """Whether ``new`` (a head now) is the object ``old`` (a head then) again: the same value
+    (by hash and size), metadata, index terms and expiry (to the second: a written-back TTL
+    is counted from the time it is written)."""
+    if new is None or (new.hash, new.size) != (old.hash, old.size):
+        return False
+    if (new.metadata or None) != (old.metadata or None) or tuple(new.indexes) != tuple(
+            old.indexes):
+        return False
+    if old.expires_at is None or new.expires_at is None:
+        return old.expires_at == new.expires_at
+    return abs(new.expires_at - old.expires_at) < 1.0
 
 
 #: Objects a revert writes per ``put_many``.

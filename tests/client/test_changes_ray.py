@@ -170,6 +170,11 @@ def test_point_in_time_views_inside_the_history_window(ray_cluster, tmp_path):
         assert restored.get("b", "k0") is None
         assert restored.get_many(keys[1:]) == [b"r2"] * 29
         assert sum(1 for _ in restored.fold_keys("b")) == 29
+        from leveled_ray.cluster.clone import revert
+
+        top = restored.put("other", "x", b"x")
+        assert revert(restored, at_sqn=ends[2] + 1) == 1  # run again: writes back only x
+        assert restored.head("other", "x") is None and restored.put("o", "y", b"y") > top
     finally:
         restored.close()
 
