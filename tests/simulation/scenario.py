@@ -24,6 +24,7 @@ state, the change feed, the manifests, a reopen and the consumer are checked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from dataclasses import dataclass, field
 
@@ -106,6 +107,7 @@ class Run:
         self.drivers: list[tuple[str, asyncio.Task]] = []  # writers: chaos may kill them
         self.consumed: list = []
         self.position = 0
+        self.writing_done = False
 
     def now(self) -> float:
         return self.world.loop.now
@@ -164,11 +166,9 @@ class Run:
                 self.model.ack(op, self.now())
             except LeveledError as exc:
                 self.model.fail(op, exc)
-                if messages is not None:
-                    try:  # what Spark does after a failed commit
+                if messages is not None:  # what Spark does after a failed commit
+                    with contextlib.suppress(LeveledError):
                         await bulk.abort_async(plan, messages)
-                    except LeveledError:
-                        pass
             await self.pause(1.0)
 
     async def stream_writer(self, i: int) -> None:
@@ -196,7 +196,7 @@ class Run:
     # -- readers --
 
     async def reader(self) -> None:
-        while not getattr(self, "writing_done", False):
+        while not self.writing_done:
             await self.pause(1.0)
             done = [op for op in self.model.unique() if op.outcome != "pending"]
             if not done:
@@ -210,7 +210,7 @@ class Run:
             self.model.check_whole(op, values, "get_many", sent, atomic=op.kind == "put_many")
 
     async def cutter(self) -> None:
-        while not getattr(self, "writing_done", False):
+        while not self.writing_done:
             await self.pause(3.0)
             sent = self.now()
             ops = [op for op in self.model.unique() if op.sent_at < sent]
@@ -225,15 +225,13 @@ class Run:
             except LeveledError:
                 pass
             finally:
-                try:
+                with contextlib.suppress(LeveledError):
                     await snap.release_async()
-                except LeveledError:
-                    pass
 
     async def consumer(self) -> None:
         """Take changes one at a time, saving the position after each, and restart from the
         saved position often (a new listener, as a restarted consumer makes)."""
-        while not getattr(self, "writing_done", False):
+        while not self.writing_done:
             await self.pause(1.0)
             try:
                 feed = self.store.listen(self.position, batch_size=self.rng.randint(1, 4))
@@ -247,21 +245,17 @@ class Run:
             except (LeveledError, TimeoutError):
                 pass
             finally:
-                try:
+                with contextlib.suppress(LeveledError):
                     await feed.close_async()
-                except LeveledError:
-                    pass
 
     async def gc(self) -> None:
         world = self.world
         admin = (ShardedAdmin(world.url, world.shard_map, OPTIONS, world.clock) if world.sharded
                  else Admin(world.url, OPTIONS, world.clock))
-        while not getattr(self, "writing_done", False):
+        while not self.writing_done:
             await self.pause(20.0)
-            try:
+            with contextlib.suppress(LeveledError):
                 await admin.gc_async()
-            except LeveledError:
-                pass
 
     async def chaos(self) -> None:
         world = self.world
