@@ -75,6 +75,7 @@ class Prepared:
         self.number: tuple[int, int] = (0, 0)  # (writer epoch, count) of this shard's parts
         self.numbers: dict | None = None  # every shard's part number (from commit)
         self.found = False  # found in the store (after a restart), not prepared here
+        self.attempted = False  # an apply was sent: a retry first checks whether it landed
 
     @property
     def lkeys(self) -> list[bytes]:
@@ -232,11 +233,15 @@ class Participant:
                 if part.part.files is not None:
                     await self.settle_lower(part.part.first_sqn)
                     await self.install(*part.part.files, txn)
-                elif part.found and applied_already(
-                        part.part, await self.writes.newest_sqns(part.lkeys)):
-                    self.counters["txn_applied_before"] += 1  # it outlived its apply
+                elif (part.found or part.attempted) and applied_already(
+                        part.part, newest := await self.writes.newest_sqns(part.lkeys)):
+                    # it outlived its apply (a restart), or an apply whose outcome was in
+                    # doubt landed after all: its keys hold its own SQNs
+                    self.counters["txn_applied_before"] += 1
+                    sqns = list(newest)
                 else:  # its conditions were checked under the lock
                     changes = [c._replace(condition=NO_CONDITION) for c in part.part.changes]
+                    part.attempted = True
                     sqns = await self.writes.put_many(
                         changes, ValueBatch(inline=list(part.part.values)), txn)
             except BaseException:

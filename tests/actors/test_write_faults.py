@@ -139,3 +139,40 @@ def test_queued_writes_of_other_keys_survive_a_failed_group(tmp_url):
         assert await _values(bookie, ["x", "y"]) == [None, b"3"]
         await bookie.close()
     asyncio.run(run())
+
+
+def test_a_part_whose_apply_was_in_doubt_and_landed_is_not_applied_again(tmp_url):
+    """A cross-shard part's apply is told its journal write's outcome is unknown (the write
+    landed, and nothing could read it back for a while). The next commit call (the client's
+    retry, a cut or the part's timeout) must find that it landed, not write it again."""
+    from leveled_ray.actors.remote import pack
+    from leveled_ray.codec import make_change
+    from leveled_ray.files.store import ObjectStore
+    from leveled_ray.manifest.txn_records import COMMIT, decide
+
+    n = 4 * (OPTIONS.object_store.max_retries + 1)
+
+    async def run():
+        bookie = await _open(tmp_url, Fault(**DATA, count=n, applied=True, reply="timeout"),
+                             Fault("get_range", "journal/", count=n, reply="timeout"),
+                             Fault("get", "journal/", count=n, reply="timeout"))
+        change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
+        first = bookie.writes.next_sqn
+        assert isinstance(await bookie.prepare("txn-1", tmp_url, pack([change]), [value]),
+                          tuple)
+        assert await decide(ObjectStore.from_url(tmp_url, OPTIONS), "txn-1", COMMIT) == COMMIT
+        with pytest.raises(lr.ObjectStoreError) as err:
+            await bookie.commit_part("txn-1")
+        assert not err.value.definite
+        for _ in range(50):  # the retry, once the store answers again
+            try:
+                assert await bookie.commit_part("txn-1") == [first]
+                break
+            except lr.ObjectStoreError as exc:
+                assert not exc.definite
+                await asyncio.sleep(0.05)
+        assert bookie.writes.next_sqn == first + 1  # written once
+        assert await _values(bookie, ["k"]) == [b"v"]
+        await bookie.close()
+
+    asyncio.run(run())
