@@ -72,7 +72,7 @@ def test_a_committed_part_whose_shard_died_before_deleting_it_is_not_applied_aga
         second = Bookie(url, OPTIONS, local=True)
         await second.start()  # recovers the part: committed, and applied already
         try:
-            await asyncio.sleep(0.05)  # the part object is deleted after the recovery
+            await until(lambda: second.participant.parts == {})  # released after recovery
             assert not await parts(url)
             assert second.writes.next_sqn == sqn + 1  # nothing was written again
             stats = second.participant.counters
@@ -172,10 +172,11 @@ def test_a_frozen_shard_thaws_after_hold_s_even_while_a_journal_write_is_slow(tm
             change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
             put = asyncio.ensure_future(bookie.put_many(pack([change]),
                                                         ValueBatch(inline=[value])))
-            await asyncio.sleep(0.05)
+            await until(lambda: not bookie.writes.writer.idle.is_set())  # the write is slow
             freeze = asyncio.ensure_future(bookie.freeze("cut-1", 0.1))
-            await asyncio.sleep(0.5)
-            assert bookie.writes.frozen is None  # thawed by itself, the write still slow
+            await until(lambda: bookie.writes.frozen is not None)
+            await until(lambda: bookie.writes.frozen is None)  # thawed by itself, write slow
+            assert not put.done()
             slow.set()
             await put
             await freeze
@@ -186,6 +187,15 @@ def test_a_frozen_shard_thaws_after_hold_s_even_while_a_journal_write_is_slow(tm
             await bookie.close()
 
     asyncio.run(run())
+
+
+async def until(done, timeout: float = 5.0) -> None:
+    """Wait until ``done()`` holds, at most ``timeout`` seconds (then fail)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not done():
+        assert loop.time() < deadline, "timed out waiting"
+        await asyncio.sleep(0.005)
 
 
 async def parts(url: str) -> list:
