@@ -78,9 +78,9 @@ class ChangeTail:
         for group in self.groups:
             if group.sqns[-1] <= after:
                 continue
-            first, lm, ops, lkeys, indexes, expiries, extras = group.records
+            first, lm, ops, lkeys, indexes, expiries, extras, tag = group.records
             rows = zip(group.sqns, ops, lkeys, group.values, indexes, expiries, extras,
-                       itertools.repeat(lm))
+                       itertools.repeat(lm), itertools.repeat(tag))
             records += (r for r in rows if r[0] > after)
             if len(records) >= max_rows:
                 break

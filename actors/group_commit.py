@@ -35,6 +35,7 @@ class JournalColumns(NamedTuple):
     indexes: tuple
     expiries: tuple
     extras: tuple
+    batch: bytes | None = None  # the cross-shard batch these changes are part of
 
 
 @dataclass

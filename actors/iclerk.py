@@ -138,7 +138,8 @@ class InkerClerk:
             op, indexes = fate.op, fate.indexes
             value = r.value if fate.keep_value else None
             self.counters["key_deltas"] += op == OP_KEY_DELTA and r.op != OP_KEY_DELTA
-            entry = (r.sqn, op, r.lkey, value, indexes, r.expiry, r.extra, r.last_modified)
+            entry = (r.sqn, op, r.lkey, value, indexes, r.expiry, r.extra, r.last_modified,
+                     r.batch)
             entry_size = len(r.lkey) + len(value or b"") + 64
             if kept and size + entry_size > self.options.journal.max_file_bytes:
                 outputs.append(await self._write(kept, epoch))

@@ -127,7 +127,7 @@ class Inker(Owner):
         """Write one group as the next journal file; returns once it is durable.
 
         Per caller in the group: its records as columns ``(first_sqn, last_modified, ops, keys,
-        indexes, expiries, extras)`` and a ``ValueBatch`` of values.
+        indexes, expiries, extras, batch)`` and a ``ValueBatch`` of values.
 
         The slot's create settles its own outcome (see ``ObjectStore.create_or_seal_async``).
         If it was sealed, nothing of the group was written: a definite ``ObjectStoreError``.
@@ -137,9 +137,11 @@ class Inker(Owner):
         """
         self._check_writable()
         records: list = []
-        for (first, lm, ops, lkeys, indexes, expiries, extras), batch in zip(columns, values):
+        for (first, lm, ops, lkeys, indexes, expiries, extras, tag), batch in zip(columns,
+                                                                                   values):
             records += zip(range(first, first + len(ops)), ops, lkeys, await batch.resolve(),
-                           indexes, expiries, extras, itertools.repeat(lm))
+                           indexes, expiries, extras, itertools.repeat(lm),
+                           itertools.repeat(tag))
         async with self._write_lock:
             if self.unsettled is not None:
                 raise ObjectStoreError(

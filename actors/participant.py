@@ -37,6 +37,7 @@ from ..clock import Clock
 from ..codec import NO_CONDITION, Change
 from ..errors import LeveledError
 from ..files.store import NotFound, ObjectStore
+from ..manifest.batch_tags import batch_tag
 from ..manifest.ingest import check_install_order
 from ..manifest.txn_records import (
     ABORT,
@@ -240,16 +241,16 @@ class Participant:
                     self.counters["txn_applied_before"] += 1
                     sqns = list(newest)
                 else:  # its conditions were checked under the lock
+                    if part.numbers is None:  # not applied by the client: the record says
+                        part.numbers = await read_numbers(self._root(part.part.root_url), txn)
                     changes = [c._replace(condition=NO_CONDITION) for c in part.part.changes]
                     part.attempted = True
                     sqns = await self.writes.put_many(
-                        changes, ValueBatch(inline=list(part.part.values)), txn)
+                        changes, ValueBatch(inline=list(part.part.values)), txn,
+                        batch_tag(txn, part.numbers or ()))
             except BaseException:
                 part.settled = None  # the next call (or the expiry) tries again
                 raise
-            if part.numbers is None and part.part.files is None:  # not applied by the client
-                with contextlib.suppress(LeveledError):
-                    part.numbers = await read_numbers(self._root(part.part.root_url), txn)
             if part.numbers:
                 self._note(part)
             self.applied_sqns[txn] = sqns

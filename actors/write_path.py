@@ -97,18 +97,21 @@ class WritePath:
                          "cuts": 0, "cut_pause_ms_max": 0.0}
 
     async def put_many(self, changes: list[Change], values: ValueBatch,
-                       txn: str | None = None) -> list[int]:
+                       txn: str | None = None, batch: bytes | None = None) -> list[int]:
         """Write changes as one atomic, durable group; returns their SQNs in order. ``txn``
-        names the cross-shard batch applying its prepared part (its own locks let it pass)."""
+        names the cross-shard batch applying its prepared part (its own locks let it pass),
+        ``batch`` its tag, which the Journal keeps with each change (see
+        :mod:`~leveled_ray.manifest.batch_tags`)."""
         if not changes:
             return []
-        (first,) = await self.put_parts(changes, [len(changes)], values, txn)
+        (first,) = await self.put_parts(changes, [len(changes)], values, txn, batch)
         if isinstance(first, Exception):
             raise first
         return list(range(first, first + len(changes)))
 
     async def put_parts(self, changes: list[Change], counts: list[int], values: ValueBatch,
-                        txn: str | None = None) -> list[int | Exception]:
+                        txn: str | None = None, batch: bytes | None = None
+                        ) -> list[int | Exception]:
         """Write several callers' parts (``counts`` changes each, in order) in one step. Each
         part's conditions are checked on its own; the parts that pass are written as one
         durable group. Returns each part's first SQN, or the error of that part alone."""
@@ -144,7 +147,7 @@ class WritePath:
         if self.indexed or any(c.indexes for c in changes):
             changes = resolve_all(changes, known, now_s)
             self.indexed = True
-        group = self._allocate(changes, values)
+        group = self._allocate(changes, values, batch)
         await group.future
         results, sqn = [], group.sqns.start
         for count, failure in zip(counts, failures):
@@ -232,7 +235,8 @@ class WritePath:
             self.counters["throttle_ms"] += waited_ms
             self.check_usable()
 
-    def _allocate(self, changes: list[Change], values: ValueBatch) -> Group:
+    def _allocate(self, changes: list[Change], values: ValueBatch,
+                  batch: bytes | None = None) -> Group:
         """Give the changes SQNs and queue them for the next journal file."""
         lm = int(self.view.clock() * 1000)
         first = self.next_sqn
@@ -243,7 +247,8 @@ class WritePath:
         rows = LedgerRows.from_changes(sqns, ops, lkeys, sizes, hashes, indexes, expiries,
                                        extras, lm)
         self.cache.add_pending(lkeys, map(change_entry, changes, sqns, repeat(lm)))
-        group = Group(sqns, JournalColumns(first, lm, ops, lkeys, indexes, expiries, extras),
+        group = Group(sqns, JournalColumns(first, lm, ops, lkeys, indexes, expiries, extras,
+                                           batch),
                       values, rows, sum(sizes) + sum(map(len, lkeys)))
         self.writer.add(group)
         return group

@@ -127,7 +127,7 @@ def sorted_run(run: pa.Table, first_sqn: int, last_modified: int) -> tuple[pa.Ta
     journal = pa.Table.from_arrays([
         sqn, pa.array(np.full(n, OP_PUT, dtype=np.uint8)), run.column("lkey"),
         run.column("value"), run.column("indexes"), run.column("expiry"), run.column("extra"),
-        modified,
+        modified, pa.nulls(n, pa.binary()),
     ], schema=jfmt.JOURNAL_SCHEMA)
     ledger = pa.Table.from_arrays([
         run.column("lkey"), sqn, pa.array(np.full(n, ACTIVE, dtype=np.uint8)),

@@ -67,10 +67,15 @@ class Snapshot(KeyReads, Queries):
                                        "it answers head and head_many only")
         return self._view
 
+    def point_in_time(self) -> PointInTime:
+        """The view this snapshot reads (it must be live and hold values)."""
+        return self._view_for(True)
+
     async def go_back_async(self, at_sqn: int | None = None,
                             at_time: float | None = None) -> Snapshot:
         """Make this snapshot show the store as it was at SQN ``at_sqn``, or at Unix time
-        ``at_time`` (its newest change written by then), within the history the Journal
+        ``at_time`` (the newest position whose changes were all written by then: nothing
+        written later is in the view), within the history the Journal
         keeps (see :mod:`leveled_ray.read.history_view`); returns it. Raises
         :class:`~leveled_ray.errors.HistoryUnavailableError` before where history begins."""
         if not self.values:

@@ -9,13 +9,14 @@ from collections.abc import Iterable, Sequence
 from ..admin.checkpoint_lease import CheckpointLease
 from ..client.reader import Reader
 from ..codec import Head, checked_key
-from ..errors import SnapshotExpiredError
+from ..errors import InvalidArgumentError, SnapshotExpiredError
 from ..files.sync import with_sync_twins
 from ..read.changes import shard_positions
 from ..read.merged import MergedView
 from ..read.queries import Queries
 from .admin import ShardedAdmin
 from .fanout import per_shard
+from .past import positions_at_time
 
 
 @with_sync_twins
@@ -27,8 +28,7 @@ class ShardedReader(Queries):
     owns nothing."""
 
     def __init__(self, admin: ShardedAdmin, checkpoint: str, owns: bool,
-                 lifetime: float = 600.0, at_sqns: list | None = None,
-                 at_time: float | None = None):
+                 lifetime: float = 600.0, at_sqns: list | None = None):
         self._admin = admin
         self.url = admin.url
         self.shard_map = admin.shard_map
@@ -36,10 +36,10 @@ class ShardedReader(Queries):
         self.checkpoint_id = checkpoint
         self.owns = owns
         self.lifetime = lifetime
-        self.at_sqns, self.at_time = at_sqns or [None] * admin.shards, at_time
+        self.at_sqns = at_sqns or [None] * admin.shards
         self.parts = [Reader(self.shard_map.shard_url(self.url, s), checkpoint, self.options,
                              lifetime, _owns=False, clock=admin.clock,
-                             at_sqn=self.at_sqns[s], at_time=at_time)
+                             at_sqn=self.at_sqns[s])
                       for s in range(admin.shards)]
         self._leases = [CheckpointLease(admin.shard(s).manifests, checkpoint, lifetime,
                                         admin.clock) for s in range(admin.shards)] if owns else []
@@ -47,7 +47,7 @@ class ShardedReader(Queries):
 
     def __reduce__(self):
         return (ShardedReader, (self._admin, self.checkpoint_id, False, self.lifetime,
-                                self.at_sqns, self.at_time))
+                                self.at_sqns))
 
     def __enter__(self) -> ShardedReader:
         return self
@@ -103,14 +103,28 @@ class ShardedReader(Queries):
 
 async def open_reader(admin: ShardedAdmin, checkpoint: str | None, lifetime: float,
                       at_sqn=None, at_time: float | None = None) -> ShardedReader:
-    """A reader at ``checkpoint``, or at one of its own made now; ``at_sqn`` (a position) or
-    ``at_time`` read every shard as it was then."""
+    """A reader at ``checkpoint``, or at one of its own made now; ``at_sqn`` (a position)
+    reads every shard as it was then, ``at_time`` as :meth:`ShardedStore.snapshot
+    <leveled_ray.cluster.store.ShardedStore.snapshot>` does."""
+    if at_sqn is not None and at_time is not None:
+        raise InvalidArgumentError("give at most one of at_sqn and at_time")
     sqns = (shard_positions(at_sqn, admin.shards, "at_sqn") if at_sqn is not None
             else [None] * admin.shards)
     if checkpoint is not None:
-        return ShardedReader(admin, checkpoint, False, lifetime, sqns, at_time)
-    made = await admin.create_checkpoint_async(lifetime, name="reader")
-    return ShardedReader(admin, made.id, True, lifetime, sqns, at_time)
+        found = ShardedReader(admin, checkpoint, False, lifetime, sqns)
+    else:
+        made = await admin.create_checkpoint_async(lifetime, name="reader")
+        found = ShardedReader(admin, made.id, True, lifetime, sqns)
+    if at_time is None:
+        return found
+    try:  # a checkpoint is a cut: every batch is in all its shards' views, or in none
+        views = await asyncio.gather(*(p.point_in_time_async() for p in found.parts))
+        found.at_sqns = await positions_at_time(views, at_time)
+        await asyncio.gather(*(p.go_back_async(s) for p, s in zip(found.parts, found.at_sqns)))
+    except BaseException:
+        await found.close_async()
+        raise
+    return found
 
 
 class ShardsAsTheyAre(Queries):

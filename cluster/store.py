@@ -16,6 +16,7 @@ from ..client.store import Store
 from ..clock import Clock
 from ..codec import Delete, Head, Put, checked_key
 from ..codec import head_only as head_only_mode
+from ..errors import InvalidArgumentError
 from ..files.sync import with_sync_twins
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import ShardMap
@@ -28,6 +29,7 @@ from .backup import backup
 from .cut import Early, cut
 from .fanout import per_shard_checked, shard_groups
 from .listen import ShardedListener
+from .past import positions_at_time
 from .snapshot import ShardedSnapshot
 from .totals import totals
 from .txn import put_across
@@ -157,7 +159,11 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
         write acknowledged before the call, and of two writes where the first was
         acknowledged before the second was sent, never the second without the first; of a
         cross-shard ``put_many``, all or nothing. ``at_sqn`` (a position ``{"0": sqn, ...}``)
-        or ``at_time`` give every shard as it was then (see :meth:`Store.snapshot`)."""
+        gives every shard as it was then (see :meth:`Store.snapshot`); ``at_time`` gives each
+        shard as it was then, less the cross-shard batches not applied by then on every
+        shard they span (see :mod:`.past`): such a batch is still all or nothing."""
+        if at_sqn is not None and at_time is not None:
+            raise InvalidArgumentError("give at most one of at_sqn and at_time")
         early = Early(("snapshot", long_running, values, timeout_s),
                       lambda _, snap: snap.release_async())
         taken, _ = await cut(self, lambda s: self._stores[s].snapshot_async(
@@ -167,9 +173,9 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
             return snap
         try:
             sqns = (shard_positions(at_sqn, self.shards, "at_sqn") if at_sqn is not None
-                    else [None] * self.shards)
-            await asyncio.gather(*(part.go_back_async(sqn, at_time)
-                                   for part, sqn in zip(taken, sqns)))
+                    else await positions_at_time([part.point_in_time() for part in taken],
+                                                 at_time))
+            await asyncio.gather(*(part.go_back_async(sqn) for part, sqn in zip(taken, sqns)))
         except BaseException:
             await snap.release_async()
             raise

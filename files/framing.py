@@ -153,28 +153,29 @@ def encode_footer(magic: bytes, version: int, codec: int, doc: dict, offset: int
                                   checksum(footer))
 
 
-def footer_span(magic: bytes, version: int, size: int, tail: bytes, path: str,
+def footer_span(magic: bytes, versions: tuple[int, ...], size: int, tail: bytes, path: str,
                 min_offset: int = 0) -> tuple[int, int]:
-    """From an object's last bytes (``tail``) and its size: ``(footer offset, footer length)``."""
+    """From an object's last bytes (``tail``) and its size: ``(footer offset, footer length)``;
+    the format version must be one of ``versions`` (those this code reads)."""
     if size < min_offset + TRAILER_SIZE or len(tail) < TRAILER_SIZE:
         raise CorruptObjectError(path, 0, f"object of {size} bytes is too short")
     found, ver, _, _, foff, flen, _ = _TRAILER.unpack(tail[-TRAILER_SIZE:])
     at = size - TRAILER_SIZE
     if found != magic:
         raise CorruptObjectError(path, at, "bad trailer magic")
-    if ver != version:
+    if ver not in versions:
         raise CorruptObjectError(path, at, f"unsupported format version {ver}")
     if foff + flen != at or foff < min_offset:
         raise CorruptObjectError(path, at, "footer does not end where the trailer starts")
     return foff, flen
 
 
-def decode_footer(magic: bytes, version: int, size: int, tail: bytes, path: str,
+def decode_footer(magic: bytes, versions: tuple[int, ...], size: int, tail: bytes, path: str,
                   min_offset: int = 0) -> tuple[dict, int]:
     """Validate and decode the footer from an object's last bytes (which must cover the footer
     and trailer); returns the footer document and its offset."""
-    foff, flen = footer_span(magic, version, size, tail, path, min_offset)
-    _, _, codec, raw_len, _, _, fsum = _TRAILER.unpack(tail[-TRAILER_SIZE:])
+    foff, flen = footer_span(magic, versions, size, tail, path, min_offset)
+    _, version, codec, raw_len, _, _, fsum = _TRAILER.unpack(tail[-TRAILER_SIZE:])
     start = len(tail) - TRAILER_SIZE - flen
     if start < 0:
         raise CorruptObjectError(path, foff, "footer not covered by the bytes read")

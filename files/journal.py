@@ -30,7 +30,9 @@ from . import framing
 from .framing import CODEC_LZ4, checksum, encode_block, encode_footer
 
 MAGIC = b"LRJNL\x00\x00\x01"
-VERSION = 3
+#: Format 4 added the ``batch`` column; format 3 files read as if it were null.
+VERSION = 4
+READABLE = (3, 4)
 KIND_DATA = 0
 KIND_FENCE = 1
 NO_SLOT = (1 << 64) - 1  # journal files written by compaction have no slot
@@ -46,12 +48,15 @@ IDENTITY_BYTES = HEADER_SIZE
 _FIXED_ROW = 8 + 1 + 4 + 8 + 5 * 4
 
 #: One change per row. ``value`` is null for deletes and key deltas; ``indexes`` is null when
-#: the change touches no index term, else msgpack of ``[[op, field, term], ...]``.
+#: the change touches no index term, else msgpack of ``[[op, field, term], ...]``; ``batch``
+#: names the cross-shard batch the change was part of (see
+#: :func:`~leveled_ray.manifest.batch_tags.batch_tag`), null for any other change.
 JOURNAL_SCHEMA = pa.schema([
     ("sqn", pa.uint64()), ("op", pa.uint8()), ("lkey", pa.binary()), ("value", pa.binary()),
     ("indexes", pa.binary()), ("expiry", pa.uint32()), ("extra", pa.binary()),
-    ("last_modified", pa.int64()),
+    ("last_modified", pa.int64()), ("batch", pa.binary()),
 ])
+_SCHEMA_V3 = JOURNAL_SCHEMA.remove(JOURNAL_SCHEMA.get_field_index("batch"))
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class JournalRecord:
     expiry: int
     extra: bytes
     last_modified: int  # unix ms
+    batch: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class JournalFooter:
     offsets: np.ndarray  # each block's offset, then the footer's
     rows: np.ndarray  # each block's first row, then the row count
     checksums: np.ndarray
+    version: int = VERSION
 
     @property
     def block_count(self) -> int:
@@ -143,17 +150,18 @@ def _record_columns(records) -> list:
 
 
 def _record_arrays(columns) -> list[pa.Array]:
-    sqn, op, lkey, value, indexes, expiry, extra, lm = columns
+    sqn, op, lkey, value, indexes, expiry, extra, lm, batch = columns
     return [
         pa.array(sqn, pa.uint64()), pa.array(op, pa.uint8()), pa.array(lkey, pa.binary()),
         pa.array(value, pa.binary()), pa.array(indexes, pa.binary()),
         pa.array(expiry, pa.uint32()), pa.array(extra, pa.binary()), pa.array(lm, pa.int64()),
+        pa.array(batch, pa.binary()),
     ]
 
 
 def records_table(records) -> pa.Table:
-    """Records (each ``(sqn, op, lkey, value, indexes, expiry, extra, last_modified)``) as a
-    table of :data:`JOURNAL_SCHEMA`."""
+    """Records (each ``(sqn, op, lkey, value, indexes, expiry, extra, last_modified,
+    batch)``) as a table of :data:`JOURNAL_SCHEMA`."""
     if not records:
         return JOURNAL_SCHEMA.empty_table()
     return pa.Table.from_arrays(_record_arrays(_record_columns(records)), schema=JOURNAL_SCHEMA)
@@ -170,7 +178,7 @@ def _small_block(records, block_bytes: int) -> tuple[pa.RecordBatch, tuple] | No
     than one block."""
     columns = _record_columns(records)
     size = _FIXED_ROW * len(records) + sum(
-        len(v) for c in (2, 3, 4, 6) for v in columns[c] if v is not None)
+        len(v) for c in (2, 3, 4, 6, 8) for v in columns[c] if v is not None)
     if size > block_bytes:
         return None
     sqns = columns[0]
@@ -198,7 +206,7 @@ def _block_rows(records, block_bytes: int
     if not np.all(sqns[1:] > sqns[:-1]):
         raise ValueError("journal records must be in increasing SQN order")
     size = np.full(n, _FIXED_ROW, dtype=np.int64)
-    for column in ("lkey", "value", "indexes", "extra"):
+    for column in ("lkey", "value", "indexes", "extra", "batch"):
         size += framing.binary_lengths(batch.column(column))
     return batch, sqns, framing.size_cuts(size, block_bytes) + [n]
 
@@ -240,7 +248,7 @@ def parse_header(data: bytes, path: str) -> tuple[int, int, int]:
     magic, version, kind, epoch, slot, _token, hsum = _HEADER.unpack(data[:HEADER_SIZE])
     if magic != MAGIC:
         raise CorruptObjectError(path, 0, "bad journal magic")
-    if version != VERSION:
+    if version not in READABLE:
         raise CorruptObjectError(path, 0, f"unsupported journal format version {version}")
     if checksum(data[: HEADER_SIZE - 8]) != hsum:
         raise CorruptObjectError(path, 0, "journal header checksum mismatch")
@@ -249,19 +257,19 @@ def parse_header(data: bytes, path: str) -> tuple[int, int, int]:
 
 def footer_span(size: int, tail: bytes, path: str) -> tuple[int, int]:
     """From the object's last bytes, where its footer is: ``(offset, length)``."""
-    return framing.footer_span(MAGIC, VERSION, size, tail, path, HEADER_SIZE)
+    return framing.footer_span(MAGIC, READABLE, size, tail, path, HEADER_SIZE)
 
 
 def parse_footer(size: int, tail: bytes, path: str) -> JournalFooter:
     """Parse the footer from the object's last bytes (which must cover footer and trailer)."""
-    doc, foff = framing.decode_footer(MAGIC, VERSION, size, tail, path, HEADER_SIZE)
+    doc, foff = framing.decode_footer(MAGIC, READABLE, size, tail, path, HEADER_SIZE)
     try:
         footer = JournalFooter(
             epoch=int(doc["epoch"]), slot=int(doc["slot"]), kind=int(doc["kind"]),
             sqns=np.frombuffer(doc["sqn"], dtype="<u8"),
             offsets=np.frombuffer(doc["off"], dtype="<u8").astype(np.int64),
             rows=np.frombuffer(doc["row"], dtype="<u8").astype(np.int64),
-            checksums=np.frombuffer(doc["sum"], dtype="<u8"),
+            checksums=np.frombuffer(doc["sum"], dtype="<u8"), version=int(doc["v"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptObjectError(path, foff, f"malformed footer: {exc}") from None
@@ -294,8 +302,12 @@ def decode_blocks(raws: list, footer: JournalFooter, blocks, path: str) -> pa.Ta
     most of a block's cost)."""
     blocks = [int(i) for i in blocks]
     offsets, sums = footer.offsets, footer.checksums
-    batches = [framing.decode_block(raw, int(sums[i]), JOURNAL_SCHEMA, path, int(offsets[i]),
+    schema = JOURNAL_SCHEMA if footer.version >= 4 else _SCHEMA_V3
+    batches = [framing.decode_block(raw, int(sums[i]), schema, path, int(offsets[i]),
                                     validate=False) for i, raw in zip(blocks, raws)]
+    if schema is _SCHEMA_V3:
+        batches = [pa.RecordBatch.from_arrays([*b.columns, pa.nulls(b.num_rows, pa.binary())],
+                                              schema=JOURNAL_SCHEMA) for b in batches]
     table = pa.Table.from_batches(batches, JOURNAL_SCHEMA)
     try:
         table.validate(full=True)
@@ -323,7 +335,7 @@ def records(batch: pa.RecordBatch, path: str) -> list[JournalRecord]:
     """The rows of a decoded block (or part of one) as records."""
     cols = [batch.column(name).to_pylist() for name in JOURNAL_SCHEMA.names]
     out = []
-    for sqn, op, lkey, value, idx, expiry, extra, lm in zip(*cols):
+    for sqn, op, lkey, value, idx, expiry, extra, lm, batch in zip(*cols):
         indexes: tuple = ()
         if idx:
             try:
@@ -331,7 +343,7 @@ def records(batch: pa.RecordBatch, path: str) -> list[JournalRecord]:
             except (TypeError, ValueError, msgpack.UnpackException) as exc:
                 raise CorruptObjectError(path, 0, f"SQN {sqn}: malformed index changes: "
                                                   f"{exc}") from None
-        out.append(JournalRecord(sqn, op, lkey, value, indexes, expiry, extra, lm))
+        out.append(JournalRecord(sqn, op, lkey, value, indexes, expiry, extra, lm, batch))
     return out
 
 

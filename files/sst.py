@@ -168,12 +168,12 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
 
 def footer_span(size: int, tail: bytes, path: str) -> tuple[int, int]:
     """From the object's last bytes, where its footer is: ``(offset, length)``."""
-    return framing.footer_span(MAGIC, VERSION, size, tail, path)
+    return framing.footer_span(MAGIC, (VERSION,), size, tail, path)
 
 
 def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
     """Parse the footer from the object's last bytes (which must cover footer and trailer)."""
-    doc, foff = framing.decode_footer(MAGIC, VERSION, size, tail, path)
+    doc, foff = framing.decode_footer(MAGIC, (VERSION,), size, tail, path)
     try:
         offsets = np.frombuffer(doc["off"], dtype="<u8").tolist()
         checksums = np.frombuffer(doc["sum"], dtype="<u8").tolist()

@@ -29,26 +29,45 @@ _BATCH = 65_536
 
 
 async def sqn_at_time(view: PointInTime, at_time: float) -> int:
-    """The SQN of the newest change written at or before ``at_time`` (Unix seconds; 0 if
-    none), found in the Journal from the newest file back (a store's clock moves forward
-    with its SQNs)."""
+    """The newest position whose changes were all written at or before ``at_time`` (Unix
+    seconds): one below the lowest SQN of a change written later (``view.sqn`` if none).
+
+    Not the newest change written by then: a bulk write's SQNs are reserved when it begins,
+    and its changes are written (and installed) later, so a change written by then can follow
+    one written after. The Journal is read from where history begins up to the first file
+    holding a change written later (files hold disjoint SQN ranges)."""
     if not isinstance(at_time, (int, float)) or isinstance(at_time, bool):
         raise InvalidArgumentError(f"at_time must be Unix seconds, not {at_time!r}")
     limit = int(at_time * 1000)
-    for info in sorted(view.journal.files, key=lambda f: f.min_sqn, reverse=True):
-        if not info.entries or info.min_sqn > view.sqn:
-            continue
+    files = [f for f in view.journal.files
+             if f.entries and f.max_sqn >= view.history_sqn and f.min_sqn <= view.sqn]
+    for info in sorted(files, key=lambda f: f.min_sqn):
         clerk = view.host.journal(info)
-        found = 0
         rows_all = np.arange(len((await clerk.footer()).sqns))
+        later = []
         async for rows in clerk.row_spans(rows_all, SPAN_BYTES):
             sqns = rows.column("sqn").to_numpy()
-            old = (rows.column("last_modified").to_numpy() <= limit) & (sqns <= view.sqn)
-            if old.any():
-                found = max(found, int(sqns[old].max()))
-        if found:
-            return found
-    return 0
+            after = (rows.column("last_modified").to_numpy() > limit) & (sqns <= view.sqn)
+            if after.any():
+                later.append(int(sqns[after].min()))
+        if later:
+            return min(later) - 1
+    return view.sqn
+
+
+async def batch_spans(view: PointInTime, after: int, until: int) -> dict[bytes, tuple[int, int]]:
+    """Each cross-shard batch with a change in ``after < sqn <= until`` (by its tag in the
+    Journal, see :mod:`~leveled_ray.manifest.batch_tags`): its lowest and highest SQN there."""
+    spans: dict[bytes, tuple[int, int]] = {}
+    if until <= after:
+        return spans
+    async for rows in journal_changes(view, after, until, _BATCH):
+        tagged = rows.filter(pc.is_valid(rows.column("batch")))
+        for tag, sqn in zip(tagged.column("batch").to_pylist(),
+                            tagged.column("sqn").to_pylist()):
+            lo, hi = spans.get(tag, (sqn, sqn))
+            spans[tag] = (min(lo, sqn), max(hi, sqn))
+    return spans
 
 
 async def view_at(view: PointInTime, sqn: int) -> PointInTime:
@@ -122,8 +141,9 @@ async def _newest_at_or_below(view: PointInTime, sqn: int, keys: set[bytes]) -> 
 
 async def as_of(view: PointInTime, at_sqn: int | None = None,
                 at_time: float | None = None) -> PointInTime:
-    """``view`` as it was at SQN ``at_sqn``, or at Unix time ``at_time`` (its newest change
-    written by then): exactly one of them."""
+    """``view`` as it was at SQN ``at_sqn``, or at Unix time ``at_time`` (the newest
+    position whose changes were all written by then, see :func:`sqn_at_time`): exactly one
+    of them."""
     if (at_sqn is None) == (at_time is None):
         raise InvalidArgumentError("give one of at_sqn and at_time")
     if at_time is not None:

@@ -1,6 +1,7 @@
 """File formats: round trips, and every flipped byte is detected (no Ray)."""
 
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -73,7 +74,8 @@ records = st.lists(
               st.lists(st.tuples(st.sampled_from([0, 1]), st.sampled_from(["a_bin", "n_int"]),
                                  st.one_of(st.text(max_size=5), st.integers(-5, 5))),
                        max_size=3),
-              st.integers(0, 2**32 - 1), st.binary(max_size=20), st.integers(0, 2**50)),
+              st.integers(0, 2**32 - 1), st.binary(max_size=20), st.integers(0, 2**50),
+              st.one_of(st.none(), st.binary(min_size=1, max_size=40))),
     max_size=60,
 )
 
@@ -81,14 +83,14 @@ records = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(records, codecs, st.integers(0, 2**40), st.sampled_from([1, 500, jfmt.BLOCK_BYTES]))
 def test_journal_round_trip(recs, codec_id, first_sqn, block_bytes):
-    full = [(first_sqn + i + 1, op, k, v, tuple(tuple(x) for x in idx), exp, extra, lm)
-            for i, (op, k, v, idx, exp, extra, lm) in enumerate(recs)]
+    full = [(first_sqn + i + 1, op, k, v, tuple(tuple(x) for x in idx), exp, extra, lm, batch)
+            for i, (op, k, v, idx, exp, extra, lm, batch) in enumerate(recs)]
     data, info = jfmt.build_journal("journal/x.jnl", 7, 3, full, codec=codec_id,
                                     block_bytes=block_bytes)
     header, footer, back = jfmt.read_all(data, "journal/x.jnl")
     assert header == (7, 3, jfmt.KIND_DATA)
-    assert [(r.sqn, r.op, r.lkey, r.value, r.indexes, r.expiry, r.extra, r.last_modified)
-            for r in back] == full
+    assert [(r.sqn, r.op, r.lkey, r.value, r.indexes, r.expiry, r.extra, r.last_modified,
+             r.batch) for r in back] == full
     assert info.entries == len(full)
     assert (info.min_sqn, info.max_sqn) == ((full[0][0], full[-1][0]) if full else (0, 0))
     # Every SQN is found in the block that holds it; SQNs the file lacks are not.
@@ -108,9 +110,27 @@ def test_journal_round_trip(recs, codec_id, first_sqn, block_bytes):
     assert again_info == info
 
 
+def test_a_journal_file_of_format_3_reads_with_no_batch_tags():
+    """A file written before the ``batch`` column (format 3, kept as written then) reads
+    whole, every change tagged with no batch; a file of an unknown format is refused."""
+    data = (Path(__file__).parent / "fixtures" / "journal_v3.jnl").read_bytes()
+    header, footer, back = jfmt.read_all(data, "journal/v3.jnl")
+    assert header == (1, 0, jfmt.KIND_DATA) and footer.version == 3
+    assert [r.sqn for r in back] == list(range(1, 21))
+    assert [r.value for r in back[:3]] == [b"", None, b"vv"]
+    assert back[2].indexes == ((0, "a_bin", "x"),)
+    assert {r.batch for r in back} == {None} and back[-1].last_modified == 1019
+    table = jfmt.decode_blocks([data[slice(*footer.block_range(0))]], footer, [0], "j")
+    assert table.schema == jfmt.JOURNAL_SCHEMA and table.column("batch").null_count == 20
+    future = bytearray(data)
+    future[8:10] = (9).to_bytes(2, "little")  # the header's format version
+    with pytest.raises(CorruptObjectError, match="version 9"):
+        jfmt.read_all(bytes(future), "journal/v3.jnl")
+
+
 @pytest.mark.parametrize("count", [2, 40])
 def test_journal_records_out_of_order_are_refused(count):
-    recs = [(count - i, 0, b"k%d" % i, b"v", (), 0, b"", 0) for i in range(count)]
+    recs = [(count - i, 0, b"k%d" % i, b"v", (), 0, b"", 0, None) for i in range(count)]
     with pytest.raises(ValueError, match="increasing SQN"):
         jfmt.build_journal("journal/x.jnl", 1, 0, recs)
 
@@ -122,7 +142,7 @@ def test_journal_blocks_holding_other_sqns_than_their_footer_are_refused():
 
     import numpy as np
 
-    recs = [(i + 1, 0, b"k%04d" % i, b"v" * 200, (), 0, b"", 0) for i in range(60)]
+    recs = [(i + 1, 0, b"k%04d" % i, b"v" * 200, (), 0, b"", 0, None) for i in range(60)]
     data, _ = jfmt.build_journal("journal/x.jnl", 1, 0, recs, block_bytes=2000)
     footer = jfmt.parse_footer(len(data), data, "x")
     assert footer.block_count >= 3
@@ -165,7 +185,8 @@ def test_manifest_round_trip():
 def _objects():
     entries = [(b"key%04d" % i, i + 1, i % 2, 0, i, 100, 5, b"m") for i in range(300)]
     sst, _ = sfmt.build_sst("s", rows_table(entries), block_bytes=1024)
-    full = [(i + 1, 0, b"key%d" % i, b"value" * i, (), 0, b"", 9) for i in range(50)]
+    full = [(i + 1, 0, b"key%d" % i, b"value" * i, (), 0, b"", 9, b"t" if i % 7 else None)
+            for i in range(50)]
     jnl, _ = jfmt.build_journal("j", 1, 0, full)
     man = mmodel.encode(sample_manifest(), 5)
     return {
@@ -197,7 +218,7 @@ def test_truncation_is_detected(kind):
 
 def test_declared_lengths_are_not_trusted():
     """A length field pointing far past the object fails cleanly, without a huge allocation."""
-    full = [(1, 0, b"k", b"v" * 100, (), 0, b"", 9)]
+    full = [(1, 0, b"k", b"v" * 100, (), 0, b"", 9, None)]
     data, _ = jfmt.build_journal("j", 1, 0, full)
     footer = jfmt.parse_footer(len(data), data, "j")
     lo, hi = footer.block_range(0)

@@ -112,6 +112,19 @@ class Model:
                                   f"{where} holds {later.id} but not {earlier.id}, acked "
                                   "before it was sent")
 
+    def check_past(self, ops: list[Op], values: dict, where: str, at: float) -> None:
+        """A view of the store as it was at time ``at``: each cross-shard ``put_many`` whole
+        or not at all, and no write sent after ``at``."""
+        self.checks["past"] += 1
+        for op in ops:
+            seen = {values[k] == op.value for k in op.keys}
+            if len(seen) > 1 and op.kind == "put_many":
+                self.violated("nothing visible in part", f"{where}: {op.id} is half visible: "
+                              f"{[values[k] for k in op.keys]}")
+            if True in seen and op.sent_at > at:
+                self.violated("a past view holds nothing sent after its time",
+                              f"{where} holds {op.id}, sent at {op.sent_at:.3f}")
+
     def check_shared(self, values: list, where: str) -> None:
         """The shared keys hold one op's value, never a mix, and never a refused op's."""
         self.checks["shared"] += 1

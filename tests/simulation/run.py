@@ -1,7 +1,8 @@
-"""``make simulate SEEDS=N [FIRST=K]``: run seeds K .. K+N-1 of the protocol simulation and
-report each invariant broken, with the command that replays the seed.
+"""``make simulate SEEDS=N [FIRST=K] [JOBS=J]``: run seeds K .. K+N-1 of the protocol
+simulation (in J processes) and report each invariant broken, with the command that replays
+the seed. A seed runs alike in any process: each draws its randomness from its seed alone.
 
-    python tests/simulation/run.py --seeds 10000
+    python tests/simulation/run.py --seeds 10000 --jobs 2
     python tests/simulation/run.py --seed 1234 --trace    # replay one seed, with its trace
 """
 
@@ -12,6 +13,7 @@ import os
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,32 +26,43 @@ def main(argv=None) -> int:
     parser.add_argument("--first", type=int, default=1, help="the first seed")
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("--trace", action="store_true", help="print the run's trace")
+    parser.add_argument("--jobs", type=int, default=1, help="processes to run seeds in")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first,
                                                             args.first + args.seeds)
     started = time.perf_counter()
     failed, checks, steps = [], Counter(), 0
-    for n, seed in enumerate(seeds, 1):
-        report = scenario.run(seed)
-        checks.update(report.checks)
-        steps += report.steps
-        if args.trace:
-            print("\n".join(report.trace))
-        if report.violations:
-            failed.append(seed)
-            print(f"seed {seed} {report.config}:", flush=True)
-            for violation in report.violations:
-                print(f"  {violation}", flush=True)
-            print(f"  replay: make simulate SEEDS=1 FIRST={seed}", flush=True)
-        if n % 100 == 0:
-            print(f"{n} seeds, {len(failed)} failed, "
-                  f"{n / (time.perf_counter() - started):.1f} seeds/s", flush=True)
+    pool = ProcessPoolExecutor(args.jobs) if args.jobs > 1 else None
+    reports = pool.map(scenario.run, seeds, chunksize=10) if pool else map(scenario.run, seeds)
+    try:
+        for n, (seed, report) in enumerate(zip(seeds, reports), 1):
+            steps += _report(seed, report, args.trace, failed, checks)
+            if n % 100 == 0:
+                print(f"{n} seeds, {len(failed)} failed, "
+                      f"{n / (time.perf_counter() - started):.1f} seeds/s", flush=True)
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
     took = time.perf_counter() - started
     print(f"{len(seeds)} seeds in {took:.1f}s ({len(seeds) / took:.1f} seeds/s, "
           f"{steps / took:.0f} steps/s), {len(failed)} with a broken invariant"
           + (f": {failed[:20]}" if failed else ""))
     print("checks: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.items())))
     return 1 if failed else 0
+
+
+def _report(seed: int, report, trace: bool, failed: list, checks: Counter) -> int:
+    """Print what one seed broke; returns its step count."""
+    checks.update(report.checks)
+    if trace:
+        print("\n".join(report.trace))
+    if report.violations:
+        failed.append(seed)
+        print(f"seed {seed} {report.config}:", flush=True)
+        for violation in report.violations:
+            print(f"  {violation}", flush=True)
+        print(f"  replay: make simulate SEEDS=1 FIRST={seed}", flush=True)
+    return report.steps
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ The clients, each a process of its own:
 * **chaos**: kills a shard's Bookie (then restarts it) or a writer's driver, at any step.
 
 Then the faults stop, every shard is opened again, undecided parts time out, and the final
-state, the change feed, the manifests, a reopen and the consumer are checked.
+state, views of the store as it was at past times, the change feed, the manifests, a reopen
+and the consumer are checked.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from leveled_ray.errors import LeveledError
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.store import ManifestStore
 from leveled_ray.manifest.txn_records import txn_of_part
+from leveled_ray.testing.sim.loop import EPOCH
 from leveled_ray.testing.sim.world import NAME, World
 
 #: Virtual seconds a run may take before it counts as hung.
@@ -312,6 +314,7 @@ class Run:
     async def check_final(self) -> None:
         model, world = self.model, self.world
         final = await self.read_all("final state")
+        await self.check_past_views()
         await self.check_feed()
         await self.check_manifests()
         await world.close_all()
@@ -321,6 +324,23 @@ class Run:
         if again != final:
             model.violated("a reopen reads what was there", "values differ after a reopen")
         await world.close_all()
+
+    async def check_past_views(self) -> None:
+        """The store as it was soon after each cross-shard batch was sent (while its parts
+        were being applied, when a view is likeliest to split one), and at one moment drawn
+        from the whole run: whole, nothing later.
+        (Its own random stream: the run before it is the same as without it.)"""
+        rng = random.Random(f"past-{self.world.seed}")
+        ops = self.model.unique()
+        keys = [k for op in ops for k in op.keys]
+        times = [op.sent_at + rng.expovariate(1.0) for op in ops if op.kind == "put_many"]
+        for past in [*times, rng.uniform(0, self.now())]:
+            snap = await self.store.snapshot_async(at_time=EPOCH + past)
+            try:
+                values = dict(zip(keys, await snap.get_many_async(keys)))
+            finally:
+                await snap.release_async()
+            self.model.check_past(ops, values, f"snapshot at_time={past:.3f}", past)
 
     async def read_all(self, where: str) -> dict:
         model = self.model

@@ -35,6 +35,13 @@ REGRESSIONS = {
     # A part whose writer died while writing it landed after the shard's successor listed
     # its parts ("every part is settled"). Found by the simulation itself.
     "a part that lands late": (203, Config(True, 1, 3, 0, 1, 0.1, 1)),
+    # A view at a past time held a change written after that time: it was resolved to the
+    # newest change written by then, and a change written later can come before it ("a
+    # past view holds nothing sent after its time").
+    "a past view and a later write": (21, Config(True, 2, 2, 1, 4, 0.0, 2)),
+    # A view at a past time held one shard's part of a cross-shard batch and not the other's,
+    # applied later by a shard that was killed ("nothing visible in part").
+    "a past view and a batch applied apart": (19, Config(True, 2, 1, 0, 4, 0.02, 1)),
 }
 
 
@@ -59,7 +66,7 @@ def test_runs_that_found_protocol_bugs_keep_every_invariant(name):
     seed, config = REGRESSIONS[name]
     report = scenario.run(seed, config)
     assert not report.violations, failures(report)
-    assert {"feed", "listener", "manifest files", "shared"} <= set(report.checks)
+    assert {"feed", "listener", "manifest files", "shared", "past"} <= set(report.checks)
 
 
 def test_a_seed_replays_identically():

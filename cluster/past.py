@@ -1,0 +1,41 @@
+"""A sharded store as it was at a past time: one position per shard, with no cross-shard
+batch held in part (the rule is :func:`~leveled_ray.manifest.batch_tags.whole_batches`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..errors import HistoryUnavailableError
+from ..manifest.batch_tags import whole_batches
+from ..read.history_view import batch_spans, sqn_at_time
+from ..read.point_in_time import PointInTime
+
+#: SQNs read below a shard's position in one step, at first (doubled each step).
+FIRST_STEP = 1024
+
+
+async def positions_at_time(views: list[PointInTime], at_time: float) -> list[int]:
+    """Each shard's position (SQN) for a view of the store as it was at Unix time
+    ``at_time``, given views of now taken at one cut (``views[s]``: shard ``s``): the newest
+    position whose changes were all written by then (see
+    :func:`~leveled_ray.read.history_view.sqn_at_time`), lowered until every cross-shard
+    batch is inside the view on all its shards or on none. Raises
+    :class:`~leveled_ray.errors.HistoryUnavailableError` if that needs history the Journal
+    no longer keeps."""
+    positions = list(await asyncio.gather(*(sqn_at_time(v, at_time) for v in views)))
+    found = list(await asyncio.gather(*(batch_spans(v, p, v.sqn)
+                                        for v, p in zip(views, positions))))
+    floors, steps = list(positions), [FIRST_STEP] * len(views)
+    while True:
+        positions, wanted = whole_batches(positions, found, floors)
+        if not wanted:
+            return positions
+        for s, tags in sorted(wanted.items()):
+            bottom = views[s].history_sqn
+            if floors[s] <= bottom:
+                raise HistoryUnavailableError(bottom - 1, bottom)
+            lower = max(bottom, floors[s] - steps[s])
+            for tag, (lo, hi) in (await batch_spans(views[s], lower, floors[s])).items():
+                old = found[s].get(tag, (lo, hi))
+                found[s][tag] = (min(lo, old[0]), max(hi, old[1]))
+            floors[s], steps[s] = lower, 2 * steps[s]

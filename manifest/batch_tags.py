@@ -1,0 +1,62 @@
+"""Cross-shard batches in the Journal, and the rule that keeps a past view of a sharded store
+from holding one in part.
+
+A shard applies its part of a cross-shard ``put_many`` as one group of changes, each tagged in
+its Journal with the batch (:func:`batch_tag`: the batch's id and the shards it spans). The
+parts of one batch are applied at different moments (a shard that was down applies its part
+when it reopens), so the newest change of each shard at a time ``t`` can hold one part of a
+batch without another. :func:`whole_batches` lowers such positions until every batch is inside
+the view on all its shards or on none; a position only goes down, so the view never holds a
+change written after ``t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgpack
+
+#: Per shard: each batch tag found in its Journal -> ``(lowest SQN, highest SQN)`` there.
+Found = dict[bytes, tuple[int, int]]
+
+
+def batch_tag(txn: str, shards: Iterable[int]) -> bytes:
+    """The tag a batch's changes carry in each shard's Journal."""
+    return msgpack.packb([txn, sorted(shards)])
+
+
+def tag_shards(tag: bytes) -> list[int]:
+    """The shards a batch spans, from its tag."""
+    return list(msgpack.unpackb(tag)[1])
+
+
+def whole_batches(positions: list[int], found: list[Found], floors: list[int]
+                  ) -> tuple[list[int], dict[int, set[bytes]]]:
+    """Lower ``positions`` (one SQN per shard) until no batch is inside on one shard and
+    outside on another. ``found[s]`` holds every tagged batch with a change in shard ``s``
+    above ``floors[s]`` (read so far) and at or below the view's newest SQN.
+
+    Returns the positions and, per shard, the batches still to look for below its floor:
+    those outside the view on some shard that span this one and were not found here yet.
+    Until that is empty the positions are not final. (A view taken at a cut holds each batch
+    on all its shards or none, so a batch wanted on a shard is there below its floor; one
+    older than the history kept cannot be left out, and the caller must refuse the time.)"""
+    positions = list(positions)
+    while True:
+        outside = {tag for s, spans in enumerate(found) for tag, (_, hi) in spans.items()
+                   if hi > positions[s]}
+        lowered = False
+        for s, spans in enumerate(found):
+            inside = [lo for tag, (lo, _) in spans.items()
+                      if tag in outside and lo <= positions[s]]
+            if inside:
+                positions[s] = min(inside) - 1
+                lowered = True
+        if not lowered:
+            break
+    wanted: dict[int, set[bytes]] = {}
+    for tag in outside:
+        for s in tag_shards(tag):
+            if s < len(found) and tag not in found[s]:
+                wanted.setdefault(s, set()).add(tag)
+    return positions, wanted
