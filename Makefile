@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast simulate bench lint clean
+.PHONY: setup run test test-fast simulate bench lint docs clean
 
 setup: $(STAMP)
 
@@ -26,8 +26,10 @@ test: setup
 # every invariant; a failing seed prints the command that replays it.
 SEEDS ?= 1000
 FIRST ?= 1
+JOBS ?= 1
+
 simulate: setup
-	PYTHONHASHSEED=0 $(BIN)/python tests/simulation/run.py --seeds $(SEEDS) --first $(FIRST)
+	PYTHONHASHSEED=0 $(BIN)/python tests/simulation/run.py --seeds $(SEEDS) --first $(FIRST) --jobs $(JOBS)
 
 # Everything but the moto S3 and slow groups.
 test-fast: setup
@@ -46,5 +48,14 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
+# The documentation site (docs/, mkdocs.yml) under site/, its API reference read from the
+# docstrings; --strict: a broken link or reference fails the build. mkdocstrings finds the
+# package by its name, and the repository root is the package: build/api/leveled_ray points
+# there.
+docs: setup
+	$(BIN)/pip install --quiet -e ".[docs]"
+	mkdir -p build/api && ln -sfn ../.. build/api/leveled_ray
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 clean:
-	rm -rf $(VENV) data build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) data build site *.egg-info .pytest_cache .hypothesis

@@ -8,8 +8,8 @@ and one timestamp per call for the latency histograms (:class:`Observations`). E
 dict ``store.stats()`` returns) and :class:`Exporter` publishes them: counters by their change
 since the last round, gauges as they are, and the latencies observed meanwhile.
 
-:data:`COUNTERS`, :data:`GAUGES` and :data:`HISTOGRAMS` list every metric; the README's
-"Metrics" section is the same list.
+:data:`COUNTERS`, :data:`GAUGES` and :data:`HISTOGRAMS` list every metric; the documentation's
+"Metrics" page (docs/operations/metrics.md) is the same list.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ heals). Ratios are against the fault-free run and the request timeout, measured 
 run. Targets at 5%: throughput >= 0.7x fault-free, p99 <= 2x the request timeout, no closure,
 no lost acknowledgement.
 
-Run: ``python bench/faults.py`` (``--quick`` for a short run). Writes ``bench/faults.png``.
+Run: ``python bench/faults.py`` (``--quick`` for a short run). Writes ``docs/img/faults.png``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import ray  # noqa: E402
 import leveled_ray as lr  # noqa: E402
 from leveled_ray.files.fault_proxy import FaultProxy  # noqa: E402
 
+from plots import IMAGES  # noqa: E402
 from put_get import percentile, start_moto  # noqa: E402
 
 
@@ -169,7 +170,7 @@ def main():
     print(f"\ntargets at {worst['rate']:.0%}: throughput {worst['puts_s'] / base['puts_s']:.2f}x "
           f"(>= 0.7), p99 {worst['p99'] / args.timeout:.2f}x timeout (<= 2), closures "
           f"{sum(r['closed'] for r in rows)} (0), lost {sum(r['lost'] for r in rows)} (0)")
-    path = plot(rows, os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults.png"))
+    path = plot(rows, os.path.join(IMAGES, "faults.png"))
     if path:
         print(f"plot: {path}")
 

@@ -14,7 +14,7 @@ history, each against its peer in the same run.
   key 5 times, then compacts its Journal: bytes written to the object store per byte put.
 
 Run: ``python bench/history.py`` (``--quick`` for a smaller run, ``--no-spark`` to leave Spark
-out). Prints a table of ratios and saves ``bench/history.png``.
+out). Prints a table of ratios and saves ``docs/img/history.png``.
 """
 
 from __future__ import annotations

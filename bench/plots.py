@@ -1,6 +1,6 @@
 """PNG plots beside the benchmarks' tables (matplotlib, from the ``bench`` extra).
 
-Each benchmark prints its table, then calls one of these to write ``bench/<name>.png``; without
+Each benchmark prints its table, then calls one of these to write ``docs/img/<name>.png``; without
 matplotlib they do nothing and return ``None``.
 """
 
@@ -10,6 +10,8 @@ import os
 import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: Where the plots go: the documentation's images (docs/tests-and-benchmarks.md shows them).
+IMAGES = os.path.join(os.path.dirname(HERE), "docs", "img")
 
 
 def _pyplot():
@@ -76,7 +78,7 @@ def save_groups(name: str, title: str, groups: dict[str, dict[str, float]], *,
 
 
 def _save(fig, plt, name: str) -> str:
-    path = os.path.join(HERE, f"{name}.png")
+    path = os.path.join(IMAGES, f"{name}.png")
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")  # long labels and titles never clipped
     plt.close(fig)

@@ -13,7 +13,7 @@ restarted (nothing is served from a write cache):
 * the Bookie's resident memory after each phase, and its caches against their byte bounds.
 
 Run: ``python bench/reads.py`` (``--quick`` for a smaller run). Prints a table of ratios and
-saves ``bench/reads.png``.
+saves ``docs/img/reads.png``.
 """
 
 from __future__ import annotations

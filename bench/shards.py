@@ -13,7 +13,7 @@ Measures (1 KiB values):
   write pause a cut caused;
 - a fold of every key, 4 shards against plain.
 
-Prints each figure with its ratio and writes ``bench/shards.png``.
+Prints each figure with its ratio and writes ``docs/img/shards.png``.
 Run: ``python bench/shards.py`` (``--quick`` for a smaller run).
 """
 

@@ -15,7 +15,7 @@ For each object store (file://, and S3 on a local moto server), with 1 KiB value
 Latency phases start on a settled store: no merge of small journal files still running.
 
 Run: ``python bench/small_writes.py`` (``--quick`` for a smaller run). Prints ratios and
-writes ``bench/small_writes.png``.
+writes ``docs/img/small_writes.png``.
 """
 
 from __future__ import annotations

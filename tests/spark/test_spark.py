@@ -480,7 +480,7 @@ def test_a_streaming_write_applies_each_batch_once_even_when_spark_runs_it_again
 
 def test_an_incremental_pipeline_reads_changes_aggregates_and_writes_another_store(
         spark, tmp_path):
-    """The README's incremental pipeline: a stream of one store's changes, counted per
+    """The Spark guide's incremental pipeline: a stream of one store's changes, counted per
     bucket, written to another store in complete mode (each row a put); run again after
     more writes, it reads only what changed and the totals stay exact."""
     src, dst = f"file://{tmp_path}/src", f"file://{tmp_path}/dst"

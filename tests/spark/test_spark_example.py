@@ -1,4 +1,4 @@
-"""The README's Spark pipeline example, run as it is written: Ray-on-Spark set up on a real
+"""The Spark guide's pipeline example (docs/guide/spark.md), run as it is written: Ray-on-Spark set up on a real
 local Spark, a write installed through the Bookie on it, Spark tasks calling the Bookie,
 a checkpoint read back and saved as Parquet, and the cluster torn down."""
 
@@ -20,12 +20,12 @@ pytest.importorskip("pyspark")
 
 
 def readme_example() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "guide" / "spark.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     return next(b for b in blocks if "spark-pipeline-example" in b)
 
 
-def test_the_readme_spark_pipeline_runs(tmp_path):
+def test_the_spark_guides_pipeline_runs(tmp_path):
     script = tmp_path / "example.py"
     script.write_text(readme_example())
     url, out = f"file://{tmp_path}/store", str(tmp_path / "users")
