@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ray  # noqa: E402
 
 import leveled_ray as lr  # noqa: E402
-from leveled_ray.files.fault_proxy import FaultProxy  # noqa: E402
+from leveled_ray.testing.fault_proxy import FaultProxy  # noqa: E402
 
 from plots import IMAGES  # noqa: E402
 from put_get import percentile, start_moto  # noqa: E402

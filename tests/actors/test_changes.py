@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.codec import object_key, split_object_key
-from leveled_ray.files.faults import Fault, FaultInjectingStore
+from leveled_ray.testing.faults import Fault, FaultInjectingStore
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.read.changes import (
     CHANGES_SCHEMA,

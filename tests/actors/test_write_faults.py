@@ -9,7 +9,7 @@ import pytest
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.codec import object_key
-from leveled_ray.files.faults import Fault, FaultInjectingStore
+from leveled_ray.testing.faults import Fault, FaultInjectingStore
 
 from test_merges import write
 

@@ -163,7 +163,7 @@ def test_destroy_soft_and_hard(ray_cluster, s3_backend):
 def test_a_failed_delete_is_left_for_the_next_pass(tmp_path):
     import asyncio
 
-    from leveled_ray.files.faults import Fault, FaultInjectingStore
+    from leveled_ray.testing.faults import Fault, FaultInjectingStore
     from leveled_ray.manifest import ManifestStore
 
     url = f"file://{tmp_path}/db"

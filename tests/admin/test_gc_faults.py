@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import leveled_ray as lr
-from leveled_ray.files.fault_proxy import FaultProxy
+from leveled_ray.testing.fault_proxy import FaultProxy
 from leveled_ray.files.names import manifest_name
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync

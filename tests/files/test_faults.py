@@ -3,7 +3,7 @@
 import pytest
 
 import leveled_ray as lr
-from leveled_ray.files.faults import Fault, FaultInjectingStore
+from leveled_ray.testing.faults import Fault, FaultInjectingStore
 
 pytestmark = pytest.mark.ray
 

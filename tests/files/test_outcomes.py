@@ -8,7 +8,7 @@ import pytest
 from obstore.exceptions import GenericError
 
 import leveled_ray as lr
-from leveled_ray.files.faults import Fault, FaultInjectingStore
+from leveled_ray.testing.faults import Fault, FaultInjectingStore
 from leveled_ray.files.outcomes import (
     AttemptError,
     Created,
