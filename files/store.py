@@ -399,6 +399,9 @@ def parse_url(url: str) -> tuple[str, str, str]:
     """``(scheme, location, prefix)`` of a store URL, or :class:`InvalidArgumentError`."""
     if not isinstance(url, str):
         raise InvalidArgumentError(f"store URL must be a str, not {type(url).__name__}")
+    if any(c < " " or c == "\x7f" for c in url):  # a NUL ends a path at the OS's edge
+        raise InvalidArgumentError(f"a store URL holds no control character (NUL, newline, "
+                                   f"...): {url!r}")
     try:
         parsed = urlparse(url)
     except ValueError as exc:

@@ -63,12 +63,13 @@ def test_bad_input_is_rejected_and_changes_nothing(small_store, name, call, mess
     assert small_store.get("b", "ok") is None and small_store.get("b", "k2") is None
 
 
-def test_bad_urls_and_options(ray_cluster):
+def test_bad_urls_and_options(ray_cluster, tmp_path):
     for url in ("ftp://x/y", "file://relative/path", "s3:///no-bucket", "memory://", 5,
                 "s3://", "s3://bucket//prefix", "s3://bucket/a//b", "s3://Bad_Bucket/p",
-                "s3://bucket/p?x=1"):
+                "s3://bucket/p?x=1", f"file://{tmp_path}/a\0b", "memory://a\0b"):
         with pytest.raises(lr.InvalidArgumentError):
             lr.open(url)
+    assert not any(tmp_path.iterdir())  # a refused URL creates nothing
     with pytest.raises(lr.InvalidArgumentError, match="lr.Options"):
         lr.open("memory://x", options={"compression": "lz4"})
     with pytest.raises(lr.InvalidArgumentError, match="detached store needs a name"):

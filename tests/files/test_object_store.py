@@ -24,7 +24,7 @@ def test_url_parsing():
     assert parse_url("file:///tmp/a/") == ("file", "/tmp/a", "")
     assert parse_url("s3://bkt/some/prefix/") == ("s3", "bkt", "some/prefix")
     for bad in ("memory://", "file://host/x", "file:///tmp/a/../b", "s3://", "gs://b/p",
-                "s3://b/../p"):
+                "s3://b/../p", "file:///tmp/a\0b", "memory://a\nb", "s3://bkt/p\x7f"):
         with pytest.raises(lr.InvalidArgumentError):
             parse_url(bad)
 
