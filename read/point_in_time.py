@@ -27,6 +27,7 @@ from ..files.sst import sort_and_dedupe
 from ..files.store import ObjectStore
 from ..files.sync import run_sync
 from ..options import Options
+from .scan import scan
 from .views import JournalIndex, LedgerFiles, journal_values, ledger_entries, values_by_sqn
 
 
@@ -144,8 +145,6 @@ class PointInTime:
 
     def scan(self, lo: bytes, hi: bytes, **kwargs):
         """:func:`~.scan.scan` of this view."""
-        from .scan import scan  # the scan reads this class's parts
-
         return scan(self, lo, hi, **kwargs)
 
     async def values(self, rows: pa.Table) -> pa.Array:

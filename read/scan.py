@@ -15,7 +15,7 @@ import bisect
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,8 +24,21 @@ from ..codec import ACTIVE
 from ..files.clerk import ClerkHost
 from ..files.sst import SstInfo, block_span, sort_and_dedupe
 
-if TYPE_CHECKING:  # the point in time calls the scan (PointInTime.scan)
-    from .point_in_time import PointInTime
+
+class LedgerView(Protocol):
+    """What a scan reads of a point in time (a
+    :class:`~leveled_ray.read.point_in_time.PointInTime`, which calls the scan: so the scan
+    names the parts it needs rather than that class)."""
+
+    files: list
+    host: ClerkHost
+    sqn: int
+    past: bool
+
+    def clock(self) -> float: ...
+
+    def overlay_table(self) -> tuple[list[bytes], pa.Table]: ...
+
 
 #: Bytes of SST blocks one scan read fetches (one ranged GET), at most ...
 READ_BYTES = 1 << 20
@@ -38,7 +51,7 @@ OVERLAY_ROWS = 16_384
 class _Overlay:
     """The point in time's overlay, sliced to the range."""
 
-    def __init__(self, view: PointInTime, lo: bytes, hi: bytes):
+    def __init__(self, view: LedgerView, lo: bytes, hi: bytes):
         keys, table = view.overlay_table()
         start, stop = bisect.bisect_left(keys, lo), bisect.bisect_left(keys, hi)
         self._table = table.slice(start, stop - start)
@@ -132,7 +145,7 @@ def live_rows(table: pa.Table, now_s: float) -> pa.Table:
     return table if pc.all(keep).as_py() else table.filter(keep)
 
 
-def sources(view: PointInTime, lo: bytes, hi: bytes) -> list:
+def sources(view: LedgerView, lo: bytes, hi: bytes) -> list:
     """The scan's sources, newest first."""
     out: list = [_Overlay(view, lo, hi)]
     out += [_Run(view.host, (sst,), lo, hi) for sst in view.files.levels[0]]
@@ -178,7 +191,7 @@ async def merge_sorted(sources: list, combine) -> AsyncIterator[pa.Table]:
             await s.close()
 
 
-async def scan(view: PointInTime, lo: bytes, hi: bytes, *, now_s: float | None = None,
+async def scan(view: LedgerView, lo: bytes, hi: bytes, *, now_s: float | None = None,
                live: bool = True) -> AsyncIterator[pa.Table]:
     """The newest entry of each Ledger key in ``[lo, hi)`` at ``view``, in key order, as Arrow
     tables of :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows. ``live`` leaves out tombstones and
