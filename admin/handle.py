@@ -22,11 +22,11 @@ from .checkpoints import (
     refresh_checkpoint,
     release_checkpoint,
 )
-from .pinned_reads import PinnedReads
+from .pinned_reads import ChangesWithoutRay, PinnedReads
 
 
 @with_sync_twins
-class Admin:
+class Admin(ChangesWithoutRay):
     """Administration of the store at a URL. Each operation is defined once, as ``*_async``;
     its synchronous form (``gc`` for ``gc_async``) runs it."""
 
@@ -66,33 +66,8 @@ class Admin:
         """Delete a checkpoint; the files only it pinned may then be deleted."""
         await delete_checkpoint(await self._existing(), checkpoint_id, self.clock)
 
-    def changes(self, after: int = 0, until: int | None = None, *, values: bool = True,
-                batch_size: int = 1000):
-        """The store's changes after SQN ``after`` (see
-        :meth:`Queries.changes <leveled_ray.read.queries.Queries.changes>`), read without Ray
-        on a checkpoint made for the read and deleted when it ends."""
-        return PinnedReads(self).changes(after, until, values=values, batch_size=batch_size)
-
-    def changes_batches(self, after: int = 0, until: int | None = None, *, values: bool = True,
-                        batch_size: int = 1000, binary_names: bool = False):
-        """:meth:`changes` as Arrow batches."""
-        return PinnedReads(self).changes_batches(after, until, values=values,
-                                                 batch_size=batch_size,
-                                                 binary_names=binary_names)
-
-    def changes_async(self, after: int = 0, until: int | None = None, *, values: bool = True,
-                      batch_size: int = 1000):
-        """Async iterator form of :meth:`changes`."""
-        return PinnedReads(self).changes_async(after, until, values=values,
-                                               batch_size=batch_size)
-
-    def changes_batches_async(self, after: int = 0, until: int | None = None, *,
-                              values: bool = True, batch_size: int = 1000,
-                              binary_names: bool = False):
-        """Async iterator form of :meth:`changes_batches`."""
-        return PinnedReads(self).changes_batches_async(after, until, values=values,
-                                                       batch_size=batch_size,
-                                                       binary_names=binary_names)
+    def _pinned_reads(self) -> PinnedReads:
+        return PinnedReads([self])
 
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:

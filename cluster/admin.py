@@ -14,6 +14,7 @@ import contextlib
 
 from ..admin import gc as garbage_collection
 from ..admin.handle import Admin
+from ..admin.pinned_reads import ChangesWithoutRay, PinnedReads
 from ..clock import Clock, system_clock
 from ..errors import InvalidArgumentError, ObjectStoreError
 from ..files.names import LEASE_PREFIX, ulid_age
@@ -56,9 +57,10 @@ async def quiet_cut(store, take, _early=None) -> tuple[list, float]:
 
 
 @with_sync_twins
-class ShardedAdmin(checkpoints.CheckpointsOfShards):
+class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards):
     """Administration of a sharded store at a URL, without Ray: each shard's :class:`Admin`,
-    checkpoints with one id in every shard, and the root's records."""
+    checkpoints with one id in every shard, the root's records, and the change feed (each
+    shard's on a checkpoint of its own: a feed's position needs no cut)."""
 
     def __init__(self, url: str, shard_map: ShardMap, options: Options | None = None,
                  clock: Clock | None = None):
@@ -77,6 +79,9 @@ class ShardedAdmin(checkpoints.CheckpointsOfShards):
     def shard(self, index: int) -> Admin:
         """Shard ``index``'s own :class:`Admin`."""
         return self._admins[index]
+
+    def _pinned_reads(self) -> PinnedReads:
+        return PinnedReads(self._admins, self.shard_map)
 
     # -- what :mod:`.checkpoints` needs: a cut, and one shard's part of a checkpoint --
 

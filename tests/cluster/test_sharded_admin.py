@@ -26,6 +26,12 @@ def test_readers_admin_backup_gc_and_destroy(ray_cluster, s3_backend, tmp_path):
     assert checkpoint.id in {c.id for c in admin.list_checkpoints()}
     with pytest.raises(lr.InvalidArgumentError, match="being written"):
         admin.create_checkpoint()  # no cut without Ray while shards are written
+    feed = list(admin.changes(0, values=False))  # a feed needs no cut: read while written
+    assert [(c.shard, c.sqn) for c in feed] == [(c.shard, c.sqn)
+                                                for c in store.changes(0, values=False)]
+    assert sorted((c.bucket, c.key) for c in feed) == sorted(KEYS * 2)
+    assert {c.shard for c in feed} == {0, 1}
+    assert sum(b.num_rows for b in admin.changes_batches(0)) == len(feed)
     backup = f"file://{tmp_path}/backup"
     done = store.backup(backup, progress=False)
     assert len(done["shards"]) == 2 and done["files"] == sum(s["files"] for s in done["shards"])
