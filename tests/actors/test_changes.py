@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.codec import object_key, split_object_key
-from leveled_ray.testing.faults import Fault, FaultInjectingStore
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.read.changes import (
     CHANGES_SCHEMA,
@@ -31,6 +30,7 @@ from leveled_ray.read.history_view import view_at
 from leveled_ray.read.key_ranges import object_range
 from leveled_ray.read.queries import index_entries
 from leveled_ray.read.store_reader import StoreReader
+from leveled_ray.testing.faults import Fault, FaultInjectingStore
 
 from test_merges import TINY, settle, write
 

@@ -48,9 +48,9 @@ def test_a_committed_part_whose_shard_died_before_deleting_it_is_not_applied_aga
     (access denied): the keys unlock all the same. Then the shard died: the next writer
     finds the part and its record (commit), sees that the part's keys were written since it
     was prepared (they were locked until it was applied), and applies nothing again."""
-    from leveled_ray.testing.faults import Fault, FaultInjectingStore
     from leveled_ray.files.store import ObjectStore
     from leveled_ray.manifest.txn_records import COMMIT, decide
+    from leveled_ray.testing.faults import Fault, FaultInjectingStore
 
     url = f"file://{tmp_path}/db"
     # every delete of a part object fails: the part outlives its apply

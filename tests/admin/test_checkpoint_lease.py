@@ -8,9 +8,9 @@ import leveled_ray as lr
 from leveled_ray.admin.checkpoint_lease import CheckpointLease
 from leveled_ray.admin.checkpoints import create_checkpoint, delete_checkpoint, list_checkpoints
 from leveled_ray.clock import ManualClock
-from leveled_ray.testing.faults import Fault, FaultInjectingStore
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Manifest, ManifestStore
+from leveled_ray.testing.faults import Fault, FaultInjectingStore
 
 LIFETIME = 60.0
 

@@ -163,8 +163,8 @@ def test_destroy_soft_and_hard(ray_cluster, s3_backend):
 def test_a_failed_delete_is_left_for_the_next_pass(tmp_path):
     import asyncio
 
-    from leveled_ray.testing.faults import Fault, FaultInjectingStore
     from leveled_ray.manifest import ManifestStore
+    from leveled_ray.testing.faults import Fault, FaultInjectingStore
 
     url = f"file://{tmp_path}/db"
     objects = ObjectStore.from_url(url)

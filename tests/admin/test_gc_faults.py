@@ -9,11 +9,11 @@ import uuid
 import pytest
 
 import leveled_ray as lr
-from leveled_ray.testing.fault_proxy import FaultProxy
 from leveled_ray.files.names import manifest_name
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest import ManifestStore
+from leveled_ray.testing.fault_proxy import FaultProxy
 
 from conftest import S3_BUCKET, SMALL, s3_options, wait_until
 

@@ -8,7 +8,6 @@ import pytest
 from obstore.exceptions import GenericError
 
 import leveled_ray as lr
-from leveled_ray.testing.faults import Fault, FaultInjectingStore
 from leveled_ray.files.outcomes import (
     AttemptError,
     Created,
@@ -22,6 +21,7 @@ from leveled_ray.files.sst import SstInfo
 from leveled_ray.files.store import ObjectStore, classify
 from leveled_ray.manifest import Manifest, ManifestStore
 from leveled_ray.manifest import transitions as tr
+from leveled_ray.testing.faults import Fault, FaultInjectingStore
 
 
 class FakeClock:

@@ -1,6 +1,7 @@
-"""The Spark guide's pipeline example (docs/guide/spark.md), run as it is written: Ray-on-Spark set up on a real
-local Spark, a write installed through the Bookie on it, Spark tasks calling the Bookie,
-a checkpoint read back and saved as Parquet, and the cluster torn down."""
+"""The Spark guide's pipeline example (docs/guide/spark.md), run as it is written:
+Ray-on-Spark set up on a real local Spark, a write installed through the Bookie on it, Spark
+tasks calling the Bookie, a checkpoint read back and saved as Parquet, and the cluster torn
+down."""
 
 import os
 import re
