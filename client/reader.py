@@ -85,11 +85,7 @@ class Reader(KeyReads, Queries):
                                            f"gone ({damage.path})")
         return damage
 
-    async def point_in_time_async(self):
-        """The view this reader reads (a :class:`~leveled_ray.read.point_in_time.PointInTime`)."""
-        return await self._view_async(True)
-
-    async def go_back_async(self, at_sqn: int) -> Reader:
+    async def _go_back_async(self, at_sqn: int) -> Reader:
         """From now on read the store as it was at SQN ``at_sqn`` (at or below where this
         reader reads, within the history the Journal keeps); returns the reader."""
         self._view = await as_of(await self._view_async(True), at_sqn)

@@ -15,12 +15,13 @@ timeout passes (``Options.gc.snapshot_timeout_s``, or ``long_snapshot_timeout_s`
 from __future__ import annotations
 
 from ..errors import InvalidArgumentError, SnapshotExpiredError
-from ..files.sync import run_sync
+from ..files.sync import with_sync_twins
 from ..read.history_view import as_of
 from ..read.point_in_time import KeyReads, PointInTime
 from ..read.queries import Queries
 
 
+@with_sync_twins
 class Snapshot(KeyReads, Queries):
     """A registered, point-in-time view of a store. Picklable; a context manager.
 
@@ -67,10 +68,6 @@ class Snapshot(KeyReads, Queries):
                                        "it answers head and head_many only")
         return self._view
 
-    def point_in_time(self) -> PointInTime:
-        """The view this snapshot reads (it must be live and hold values)."""
-        return self._view_for(True)
-
     async def go_back_async(self, at_sqn: int | None = None,
                             at_time: float | None = None) -> Snapshot:
         """Make this snapshot show the store as it was at SQN ``at_sqn``, or at Unix time
@@ -84,17 +81,9 @@ class Snapshot(KeyReads, Queries):
         self._view = await as_of(self._view_for(True), at_sqn, at_time)
         return self
 
-    def release(self) -> None:
-        """End the snapshot (idempotent). Its files may be deleted from now on. On a pickled
-        copy, this ends only the copy."""
-        if self.released:
-            return
-        self.released = True
-        if self._release is not None:
-            run_sync(self._release(self.id))
-
     async def release_async(self) -> None:
-        """Awaitable :meth:`release`."""
+        """End the snapshot (idempotent; ``release`` is its synchronous form). Its files may
+        be deleted from now on. On a pickled copy, this ends only the copy."""
         if not self.released:
             self.released = True
             if self._release is not None:

@@ -33,17 +33,48 @@ class ShardedReader(Queries):
         self.url = admin.url
         self.shard_map = admin.shard_map
         self.options = admin.options
-        self.checkpoint_id = checkpoint
         self.owns = owns
         self.lifetime = lifetime
         self.at_sqns = at_sqns or [None] * admin.shards
+        self._follow(checkpoint)
+        self.closed = False
+
+    def _follow(self, checkpoint: str) -> None:
+        """Read ``checkpoint``: every shard's part of it (and renew it, if owned)."""
+        admin = self._admin
+        self.checkpoint_id = checkpoint
         self.parts = [Reader(self.shard_map.shard_url(self.url, s), checkpoint, self.options,
-                             lifetime, _owns=False, clock=admin.clock,
+                             self.lifetime, _owns=False, clock=admin.clock,
                              at_sqn=self.at_sqns[s])
                       for s in range(admin.shards)]
-        self._leases = [CheckpointLease(admin.shard(s).manifests, checkpoint, lifetime,
-                                        admin.clock) for s in range(admin.shards)] if owns else []
-        self.closed = False
+        self._leases = [CheckpointLease(admin.shard(s).manifests, checkpoint, self.lifetime,
+                                        admin.clock)
+                        for s in range(admin.shards)] if self.owns else []
+
+    @property
+    def manifest_id(self) -> dict[int, int | None]:
+        """Shard -> the manifest version its part reads (``None`` until it first reads)."""
+        return {s: part.manifest_id for s, part in enumerate(self.parts)}
+
+    @property
+    def renew_failures(self) -> int:
+        """Failed renewals of its own checkpoint, over every shard."""
+        return sum(lease.failures for lease in self._leases)
+
+    async def refresh_async(self) -> None:
+        """Move to a new checkpoint of the store as it is now (readers that own their
+        checkpoint only, and, as any checkpoint made without Ray, only while no shard is
+        being written); the old one is deleted."""
+        if not self.owns:
+            raise InvalidArgumentError("this reader follows a given checkpoint: it cannot "
+                                       "move (open a new reader for a newer one)")
+        if any(sqn is not None for sqn in self.at_sqns):
+            raise InvalidArgumentError("a reader of an earlier moment does not move")
+        old = self.checkpoint_id
+        made = await self._admin.create_checkpoint_async(self.lifetime, name="reader")
+        await asyncio.gather(*(part.close_async() for part in self.parts))
+        self._follow(made.id)
+        await self._admin.delete_checkpoint_async(old)
 
     def __reduce__(self):
         return (ShardedReader, (self._admin, self.checkpoint_id, False, self.lifetime,
@@ -118,9 +149,9 @@ async def open_reader(admin: ShardedAdmin, checkpoint: str | None, lifetime: flo
     if at_time is None:
         return found
     try:  # a checkpoint is a cut: every batch is in all its shards' views, or in none
-        views = await asyncio.gather(*(p.point_in_time_async() for p in found.parts))
+        views = await asyncio.gather(*(p._view_async(True) for p in found.parts))
         found.at_sqns = await positions_at_time(views, at_time)
-        await asyncio.gather(*(p.go_back_async(s) for p, s in zip(found.parts, found.at_sqns)))
+        await asyncio.gather(*(p._go_back_async(s) for p, s in zip(found.parts, found.at_sqns)))
     except BaseException:
         await found.close_async()
         raise

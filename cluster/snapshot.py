@@ -7,12 +7,15 @@ from collections.abc import Iterable, Sequence
 
 from ..client.snapshot import Snapshot
 from ..codec import Head, checked_key
+from ..errors import InvalidArgumentError
 from ..files.sync import with_sync_twins
 from ..manifest.shard_map import ShardMap
 from ..options import Options
+from ..read.changes import shard_positions
 from ..read.merged import MergedView
 from ..read.queries import Queries
 from .fanout import per_shard
+from .past import positions_at_time
 
 
 @with_sync_twins
@@ -39,6 +42,25 @@ class ShardedSnapshot(Queries):
     def sqns(self) -> dict[int, int]:
         """Shard -> the SQN its part holds every change up to."""
         return {s: part.sqn for s, part in enumerate(self.parts)}
+
+    @property
+    def sqn(self) -> dict[str, int]:
+        """Where this snapshot holds every change up to, as a position ``{"0": sqn, ...}``
+        (what ``changes`` and ``listen`` take as ``after``)."""
+        return {str(s): part.sqn for s, part in enumerate(self.parts)}
+
+    async def go_back_async(self, at_sqn=None, at_time: float | None = None
+                            ) -> ShardedSnapshot:
+        """Make this snapshot show the store as it was at position ``at_sqn`` (``{"0": sqn,
+        ...}``), or at Unix time ``at_time`` (each shard as it was then, less the cross-shard
+        batches not applied by then on every shard they span: see :mod:`.past`), within the
+        history the Journal keeps; returns it. Exactly one of them."""
+        if (at_sqn is None) == (at_time is None):
+            raise InvalidArgumentError("give one of at_sqn and at_time")
+        sqns = (shard_positions(at_sqn, len(self.parts), "at_sqn") if at_sqn is not None
+                else await positions_at_time([p._view_for(True) for p in self.parts], at_time))
+        await asyncio.gather(*(part.go_back_async(sqn) for part, sqn in zip(self.parts, sqns)))
+        return self
 
     def _of(self, bucket, key) -> Snapshot:
         return self.parts[self.shard_map.shard_of(checked_key(bucket, key, self.options))]

@@ -29,7 +29,6 @@ from .backup import backup
 from .cut import Early, cut
 from .fanout import per_shard_checked, shard_groups
 from .listen import ShardedListener
-from .past import positions_at_time
 from .snapshot import ShardedSnapshot
 from .totals import totals
 from .txn import put_across
@@ -172,10 +171,7 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
         if at_sqn is None and at_time is None:
             return snap
         try:
-            sqns = (shard_positions(at_sqn, self.shards, "at_sqn") if at_sqn is not None
-                    else await positions_at_time([part.point_in_time() for part in taken],
-                                                 at_time))
-            await asyncio.gather(*(part.go_back_async(sqn) for part, sqn in zip(taken, sqns)))
+            await snap.go_back_async(at_sqn, at_time)
         except BaseException:
             await snap.release_async()
             raise
@@ -229,6 +225,11 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
         ``"busy"`` (with ``wait``, each shard's result: see :meth:`Store.compact_journal`)."""
         return list(await asyncio.gather(*(s.compact_journal_async(wait)
                                            for s in self._stores)))
+
+    async def trim_journal_async(self) -> list:
+        """head_only stores: :meth:`Store.trim_journal` on every shard (each shard's
+        ``"started"`` or ``"busy"``)."""
+        return list(await asyncio.gather(*(s.trim_journal_async() for s in self._stores)))
 
     # -- the change feed and history leases --
 

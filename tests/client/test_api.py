@@ -153,7 +153,8 @@ def test_every_operation_has_a_sync_and_an_async_form():
     from leveled_ray.client.reader import Reader
 
     local = ("actors", "stats", "shard", "shard_of", "listen")  # no I/O
-    for cls in (lr.Store, Admin, Reader, lr.ShardedStore, lr.ShardedSnapshot):
+    for cls in (lr.Store, Admin, Reader, lr.Snapshot, lr.ShardedStore, lr.ShardedSnapshot,
+                lr.ShardedReader, lr.ShardedAdmin):
         for name in dir(cls):
             if name.startswith("_"):
                 continue
@@ -161,6 +162,28 @@ def test_every_operation_has_a_sync_and_an_async_form():
             method = getattr(cls, name)
             if callable(method) and name not in local:
                 assert hasattr(cls, twin), f"{cls.__name__}.{name} has no {twin}"
+
+
+#: The calls a sharded store makes on each shard's Store (a cross-shard batch's prepare and
+#: commit, a cut, a bulk install, a listener's long poll): not a user's, so no sharded form.
+SHARD_SIDE = {"abort_part", "commit_part", "cut_apply", "freeze", "thaw", "get_many_checked",
+              "head_many_checked", "ingest", "prepare", "prepare_ingest", "put_changes",
+              "reserve_bulk", "listen_next"}
+
+
+def test_plain_and_sharded_handles_offer_the_same_calls():
+    """Each sharded handle answers every call of its plain twin (the shard-side calls of
+    Store aside), so code written against one runs against the other."""
+    from leveled_ray.admin.handle import Admin
+    from leveled_ray.client.reader import Reader
+
+    def public(cls) -> set:
+        return {n.removesuffix("_async") for n in dir(cls) if not n.startswith("_")}
+
+    for plain, sharded in ((lr.Store, lr.ShardedStore), (lr.Snapshot, lr.ShardedSnapshot),
+                           (Reader, lr.ShardedReader), (Admin, lr.ShardedAdmin)):
+        missing = public(plain) - public(sharded) - SHARD_SIDE
+        assert not missing, f"{sharded.__name__} lacks {sorted(missing)}"
 
 
 def test_concurrent_writers_share_calls_and_journal_groups(store):

@@ -38,7 +38,12 @@ def test_readers_admin_backup_gc_and_destroy(ray_cluster, s3_backend, tmp_path):
     store.close()
     with lr.reader(url, options=options) as own:  # no shard is written now: its own checkpoint
         assert own.get_many(KEYS) == [b"v2"] * len(KEYS)
+        first = own.checkpoint_id
+        own.refresh()  # a new checkpoint; the old one goes
+        assert own.checkpoint_id != first and own.get_many(KEYS) == [b"v2"] * len(KEYS)
         assert own.checkpoint_id in {c.id for c in admin.list_checkpoints()}
+        assert first not in {c.id for c in admin.list_checkpoints()}
+        assert own.renew_failures == 0
     admin.delete_checkpoint(checkpoint.id)
     assert admin.list_checkpoints() == []  # the reader's went with it
     plan = lr.gc(url, min_age=0, options=options)
