@@ -155,7 +155,7 @@ def deterministic(loop: SimLoop, seed: int):
 
     def site_rng() -> random.Random:
         caller = sys._getframe(2)
-        site = (caller.f_code.co_filename, caller.f_lineno)
+        site = (_portable(caller.f_code.co_filename), caller.f_lineno)
         counts[site] = n = counts.get(site, 0) + 1
         return _Random(zlib.crc32(repr((seed, site, n)).encode()))
 
@@ -175,6 +175,20 @@ def deterministic(loop: SimLoop, seed: int):
         (time.time, time.time_ns, time.monotonic, time.monotonic_ns, time.perf_counter,
          os.urandom, random.Random, state) = saved
         random.setstate(state)
+
+
+#: Where this checkout, its venv and Python itself live: a call site is named below them, so
+#: a seed runs the same in any clone (CI's, a developer's) on any machine.
+_ROOTS = sorted({os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                 sys.prefix, sys.base_prefix}, key=len, reverse=True)
+
+
+def _portable(filename: str) -> str:
+    """``filename`` without the checkout's (or Python's) own location."""
+    for root in _ROOTS:
+        if filename.startswith(root + os.sep):
+            return filename[len(root) + 1:]
+    return filename
 
 
 class _Random(random.Random):
