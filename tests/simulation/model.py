@@ -112,18 +112,21 @@ class Model:
                                   f"{where} holds {later.id} but not {earlier.id}, acked "
                                   "before it was sent")
 
-    def check_past(self, ops: list[Op], values: dict, where: str, at: float) -> None:
+    def check_past(self, ops: list[Op], values: dict, where: str, at: float,
+                   epoch: float) -> None:
         """A view of the store as it was at time ``at``: each cross-shard ``put_many`` whole
-        or not at all, and no write sent after ``at``."""
+        or not at all, and no write sent after ``at`` (to the millisecond: a change's
+        ``last_modified`` is in milliseconds of the store's clock, ``epoch`` + virtual time,
+        so a write sent later in ``at``'s millisecond counts as written by then)."""
         self.checks["past"] += 1
         for op in ops:
             seen = {values[k] == op.value for k in op.keys}
             if len(seen) > 1 and op.kind == "put_many":
                 self.violated("nothing visible in part", f"{where}: {op.id} is half visible: "
                               f"{[values[k] for k in op.keys]}")
-            if True in seen and op.sent_at > at:
+            if True in seen and int((epoch + op.sent_at) * 1000) > int((epoch + at) * 1000):
                 self.violated("a past view holds nothing sent after its time",
-                              f"{where} holds {op.id}, sent at {op.sent_at:.3f}")
+                              f"{where} holds {op.id}, sent at {op.sent_at:.4f}")
 
     def check_shared(self, values: list, where: str) -> None:
         """The shared keys hold one op's value, never a mix, and never a refused op's."""

@@ -340,7 +340,7 @@ class Run:
                 values = dict(zip(keys, await snap.get_many_async(keys)))
             finally:
                 await snap.release_async()
-            self.model.check_past(ops, values, f"snapshot at_time={past:.3f}", past)
+            self.model.check_past(ops, values, f"snapshot at_time={past:.4f}", past, EPOCH)
 
     async def read_all(self, where: str) -> dict:
         model = self.model
