@@ -14,8 +14,9 @@ import contextlib
 
 from ..clock import Clock, system_clock
 from ..codec import LedgerEntry, live_entries, live_sqns
-from ..files.clerk import ClerkHost, LruCache
+from ..files.clerk import ClerkHost
 from ..files.journal import JournalInfo
+from ..files.lru import LruCache
 from ..files.store import ObjectStore
 from ..manifest.model import Manifest
 from ..options import Options

@@ -27,7 +27,8 @@ from ..clock import system_clock
 from ..errors import InvalidArgumentError
 from ..files import journal as jfmt
 from ..files.routed import foreign_name, is_foreign
-from ..files.store import ObjectStore, parse_url
+from ..files.store import ObjectStore
+from ..files.store_config import parse_url
 from ..manifest import checkpoints as cp
 from ..manifest.model import CloneParent, Manifest
 from ..manifest.store import ManifestStore

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from ..clock import system_clock
 from ..errors import CorruptObjectError, LeveledError, ObjectStoreError
+from ..files.backends import ObjectMeta
 from ..files.names import (
     JOURNAL_PREFIX,
     LEASE_PREFIX,
@@ -50,7 +51,7 @@ from ..files.names import (
     manifest_name,
     ulid_age,
 )
-from ..files.store import NotFound, ObjectMeta, ObjectStore
+from ..files.store import NotFound, ObjectStore
 from ..manifest import checkpoints as cp
 from ..manifest import snapshot_leases as sl
 from ..manifest.deletion import Proof, deletable

@@ -31,7 +31,8 @@ from ..codec import (
 )
 from ..codec import head_only as head_only_mode
 from ..errors import InvalidArgumentError, StoreClosedError
-from ..files.store import ObjectStore, parse_url
+from ..files.store import ObjectStore
+from ..files.store_config import parse_url
 from ..files.sync import run_sync, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options

@@ -22,7 +22,8 @@ from ..admin.backup import prune, stage_version
 from ..client.progress import progress_of
 from ..errors import InvalidArgumentError, ObjectStoreError
 from ..files.names import MANIFEST_PREFIX
-from ..files.store import ObjectStore, parse_url
+from ..files.store import ObjectStore
+from ..files.store_config import parse_url
 from ..manifest.backup_records import (
     BACKUP_PREFIX,
     BackupRecord,

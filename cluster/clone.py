@@ -23,7 +23,8 @@ from ..admin.clone import create_clone
 from ..codec import Delete, Put
 from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.names import MANIFEST_PREFIX
-from ..files.store import ObjectStore, parse_url
+from ..files.store import ObjectStore
+from ..files.store_config import parse_url
 from ..files.sync import run_blocking
 from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
 from ..options import Options

@@ -8,43 +8,26 @@ is running (so every actor of a store sees the same objects) and in this process
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
-import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from urllib.parse import urlparse
 
-import obstore
-from obstore.exceptions import (
-    AlreadyExistsError,
-    NotFoundError,
-    PermissionDeniedError,
-    PreconditionError,
-    UnauthenticatedError,
-)
-from obstore.exceptions import (
-    BaseError as ObstoreError,
-)
-from obstore.store import LocalStore, MemoryStore, S3Store
-
-from ..errors import CorruptObjectError, InvalidArgumentError, LeveledError, ObjectStoreError
-from ..options import ObjectStoreOptions, Options, redact
+from ..errors import CorruptObjectError, LeveledError, ObjectStoreError
+from ..options import Options, redact
+from .backends import ObjectMeta, make_backend
+from .failures import classify, first_line, ranges_or_short
 from .names import file_kind
 from .outcomes import (
     AttemptError,
     Created,
     Failure,
     Latencies,
-    RetryPolicy,
     Unsettled,
     hedged,
     retry,
     settle_create,
 )
+from .store_config import StoreConfig, check_path, parse_url
 from .sync import with_sync_twins
 
 #: Requests that are hedged (see :func:`~.outcomes.hedged`): reads of a known, small size, and
@@ -52,9 +35,6 @@ from .sync import with_sync_twins
 HEDGE_MAX_BYTES = 1 << 20
 #: A request is never hedged sooner than this.
 HEDGE_FLOOR_S = 0.05
-
-_SAFE_PATH = re.compile(r"^[A-Za-z0-9_\-.]+(/[A-Za-z0-9_\-.]+)*$")
-
 
 class NotFound(ObjectStoreError):
     """An object that should exist does not."""
@@ -66,87 +46,6 @@ class NotFound(ObjectStoreError):
         return (NotFound, (self.path,))
 
 
-@dataclass(frozen=True)
-class ObjectMeta:
-    path: str
-    size: int
-    last_modified: float  # unix seconds
-
-
-def _safe(path: str) -> bool:
-    return (isinstance(path, str) and bool(_SAFE_PATH.match(path))
-            and not any(part in (".", "..") for part in path.split("/")))
-
-
-def check_path(path: str) -> str:
-    """Reject object names that could leave the store's root (``..``, absolute, empty parts)."""
-    if not _safe(path):
-        raise InvalidArgumentError(f"invalid object path {path!r}")
-    return path
-
-
-def _meta(raw: dict) -> ObjectMeta:
-    lm = raw["last_modified"]
-    ts = lm.timestamp() if isinstance(lm, _dt.datetime) else float(lm)
-    return ObjectMeta(raw["path"], int(raw["size"]), ts)
-
-
-_STATUS = re.compile(r"status code: (\d{3})")
-#: Client errors that a later attempt can still get past (timeout, conflict, throttling).
-_RETRIABLE_4XX = {408, 409, 429}
-
-
-def classify(exc: BaseException, *, atomic: bool = False) -> Failure:
-    """What a failed request means. ``atomic`` backends (a local directory, memory) apply a
-    write whole or not at all before they answer, so their failures are never in doubt."""
-    if _is_short_read(exc):
-        return Failure.SHORT
-    if isinstance(exc, (NotFoundError, FileNotFoundError)):
-        return Failure.MISSING
-    if isinstance(exc, (AlreadyExistsError, PreconditionError, FileExistsError)):
-        return Failure.EXISTS
-    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError, PermissionError)):
-        return Failure.DENIED
-    if isinstance(exc, ConnectionRefusedError):
-        return Failure.NOT_SENT
-    if isinstance(exc, (TimeoutError, ConnectionError)):
-        return Failure.UNKNOWN
-    if isinstance(exc, RuntimeError) and not isinstance(exc, ObstoreError):
-        return Failure.REJECTED  # the memory store's own refusal
-    text = str(exc)
-    if "kind: Connect," in text or "tcp connect error" in text:
-        return Failure.NOT_SENT  # no connection: not a byte of the request was sent
-    found = _STATUS.search(text)
-    status = int(found.group(1)) if found else 0
-    if 400 <= status < 500 and status not in _RETRIABLE_4XX:
-        return Failure.REJECTED
-    return Failure.NOT_SENT if atomic else Failure.UNKNOWN
-
-
-class ShortRead(Exception):
-    """obstore's ``get_ranges`` panicked: it does so when a range starts past the end of
-    the bytes it got (a Rust panic, a ``BaseException`` here, or an "unknown error")."""
-
-
-async def _ranges_or_short(read):
-    try:
-        return await read()
-    except BaseException as exc:
-        if type(exc).__name__ == "PanicException" or "panicked" in str(exc):
-            raise ShortRead(str(exc).split("\n", 1)[0]) from None
-        raise
-
-
-def _is_short_read(exc: BaseException) -> bool:
-    """A ranged read past the object's end: obstore's invalid range (HTTP 416 on S3), or
-    :class:`ShortRead`."""
-    if isinstance(exc, ShortRead):
-        return True
-    text = str(exc)
-    return ("Requested range was invalid" in text or "Invalid range" in text
-            or "InvalidRange" in text
-            or "status code: 416" in text)
-
 
 def _store_error(failure: Failure, cause: BaseException | None, op: str, path: str | None,
                  *, maybe_applied: bool = False) -> LeveledError:
@@ -155,17 +54,13 @@ def _store_error(failure: Failure, cause: BaseException | None, op: str, path: s
         return NotFound(path or "")
     if failure is Failure.SHORT:
         return CorruptObjectError(path or "", 0, f"shorter than the range {op} asked for "
-                                  f"(truncated): {_short(cause)}")
+                                  f"(truncated): {first_line(cause)}")
     if failure is Failure.DENIED:
-        return ObjectStoreError(f"{op} {path!r}: access denied: {_short(cause)}", definite=True,
+        return ObjectStoreError(f"{op} {path!r}: access denied: {first_line(cause)}", definite=True,
                                 path=path)
-    return ObjectStoreError(f"{op} {path!r} failed: {_short(cause)}",
+    return ObjectStoreError(f"{op} {path!r} failed: {first_line(cause)}",
                             definite=not maybe_applied, path=path)
 
-
-def _short(cause: BaseException | None) -> str:
-    """The first line of a client error (obstore appends a long debug dump)."""
-    return str(cause).split("\n", 1)[0] if cause is not None else "no answer"
 
 
 @dataclass
@@ -206,236 +101,6 @@ class IoStats:
             out[f"{what}_by"].setdefault(op, {})[kind] = n
         return out
 
-
-class _Backend:
-    """One attempt of each request, over one obstore store object. A backend is wrapped, not
-    changed, by a fault-injecting store, so every retry rule above it is exercised."""
-
-    atomic = False
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    async def get(self, path):
-        res = await obstore.get_async(self.inner, path)
-        return bytes(await res.bytes_async())
-
-    async def get_range(self, path, start, end):
-        return bytes(await obstore.get_range_async(self.inner, path, start=start, end=end))
-
-    async def get_ranges(self, path, starts, ends):
-        return await obstore.get_ranges_async(self.inner, path, starts=starts, ends=ends)
-
-    async def put(self, path, data, create):
-        await obstore.put_async(self.inner, path, data, mode="create" if create else "overwrite",
-                                use_multipart=False)
-
-    async def list(self, prefix, offset):
-        out = []
-        async for chunk in obstore.list(self.inner, prefix, offset=offset):
-            out.extend(_meta(o) for o in chunk)
-        return out
-
-    async def head(self, path):
-        return _meta(await obstore.head_async(self.inner, path))
-
-    async def delete(self, path):
-        await obstore.delete_async(self.inner, path)
-
-
-class _LocalBackend(_Backend):
-    """A local directory or in-process memory. The sync calls are faster than the async ones
-    (141 us against 436 us for a small ranged read, which waits for a cross-thread wake-up)
-    and short enough to run on the event loop. A local write is staged and moved into place,
-    so a failed one was not applied."""
-
-    atomic = True
-
-    async def get(self, path):
-        return bytes(obstore.get(self.inner, path).bytes())
-
-    async def get_range(self, path, start, end):
-        return bytes(obstore.get_range(self.inner, path, start=start, end=end))
-
-    async def get_ranges(self, path, starts, ends):
-        return obstore.get_ranges(self.inner, path, starts=starts, ends=ends)
-
-    async def put(self, path, data, create):
-        obstore.put(self.inner, path, data, mode="create" if create else "overwrite",
-                    use_multipart=False)
-
-    async def list(self, prefix, offset):
-        return [_meta(o) for chunk in obstore.list(self.inner, prefix, offset=offset)
-                for o in chunk]
-
-    async def head(self, path):
-        return _meta(obstore.head(self.inner, path))
-
-    async def delete(self, path):
-        obstore.delete(self.inner, path)
-
-
-# --- memory:// stores ---------------------------------------------------------------------------
-
-_local_memory: dict[str, MemoryStore] = {}
-_local_memory_lock = threading.Lock()
-#: The one Ray actor (per cluster) that holds every ``memory://`` store's objects.
-MEMORY_ACTOR = "leveled-memory"
-
-
-def _local_memory_store(name: str) -> MemoryStore:
-    with _local_memory_lock:
-        return _local_memory.setdefault(name, MemoryStore())
-
-
-class _MemoryServer:
-    """Holds the ``memory://`` stores (an obstore MemoryStore each, by name) inside one Ray
-    actor, so all processes share them; one actor serves them all, so a new memory store
-    costs no new process."""
-
-    def __init__(self):
-        self.backends: dict[str, _LocalBackend] = {}
-
-    def drop(self, name: str) -> None:
-        self.backends.pop(name, None)
-
-    async def call(self, name: str, method: str, *args):
-        backend = self.backends.get(name)
-        if backend is None:
-            backend = self.backends[name] = _LocalBackend(MemoryStore())
-        # obstore's exceptions do not pickle: send back what kind of failure it was.
-        try:
-            if method == "get_ranges":  # its panic is a BaseException: caught as a short read
-                return ("ok", await _ranges_or_short(lambda: backend.get_ranges(*args)))
-            return ("ok", await getattr(backend, method)(*args))
-        except Exception as exc:
-            failure = classify(exc, atomic=True)
-            if failure is Failure.SHORT:
-                return (failure.value, str(exc))
-            if failure in (Failure.EXISTS, Failure.MISSING):
-                return (failure.value, None)
-            return ("err", f"{type(exc).__name__}: {exc}")
-
-
-class _RayMemoryBackend:
-    """The same calls as :class:`_Backend`, forwarded to a named ``_MemoryServer`` actor."""
-
-    atomic = True
-
-    def __init__(self, name: str):
-        self.name = name
-        self.actor = _memory_actor()
-
-    async def _call(self, method, *args):
-        status, value = await self.actor.call.remote(self.name, method, *args)
-        if status == "ok":
-            return value
-        if status == Failure.EXISTS.value:
-            raise FileExistsError()
-        if status == Failure.MISSING.value:
-            raise FileNotFoundError()
-        if status == Failure.SHORT.value:
-            raise ShortRead(value)
-        raise RuntimeError(value)
-
-    def __getattr__(self, method):
-        return lambda *a: self._call(method, *a)
-
-
-def _memory_actor():
-    import ray
-
-    return ray.remote(_MemoryServer).options(
-        name=MEMORY_ACTOR, namespace="leveled", lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_concurrency=1000).remote()
-
-
-def drop_memory_store(name: str) -> None:
-    """Forget a ``memory://`` store (in the shared Ray actor too, when Ray is running)."""
-    with _local_memory_lock:
-        _local_memory.pop(name, None)
-    import ray
-
-    if ray.is_initialized():
-        ray.get(_memory_actor().drop.remote(name))
-
-
-# --- the store ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """Where a store lives (its URL), and how its client connects and how its requests are
-    timed out, retried and resolved (:class:`ObjectStoreOptions`, whose ``repr`` hides
-    credentials)."""
-
-    url: str
-    settings: ObjectStoreOptions = field(default_factory=ObjectStoreOptions)
-
-    @classmethod
-    def from_options(cls, url: str, options: Options | None = None) -> StoreConfig:
-        return cls(url, (options or Options()).object_store)
-
-    @property
-    def s3(self) -> dict:
-        """obstore's S3 settings: only those set (the rest come from ``AWS_*``)."""
-        o = self.settings
-        s3 = {"endpoint": o.s3_endpoint, "region": o.s3_region,
-              "access_key_id": o.s3_access_key_id, "secret_access_key": o.s3_secret_access_key,
-              "session_token": o.s3_session_token, "allow_http": o.s3_allow_http}
-        return {k: v for k, v in s3.items() if v is not None}
-
-    @property
-    def retry(self) -> RetryPolicy:
-        o = self.settings
-        return RetryPolicy(o.max_retries, o.retry_timeout_s, o.retry_backoff_s,
-                           o.retry_max_backoff_s)
-
-
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-
-
-def parse_url(url: str) -> tuple[str, str, str]:
-    """``(scheme, location, prefix)`` of a store URL, or :class:`InvalidArgumentError`."""
-    if not isinstance(url, str):
-        raise InvalidArgumentError(f"store URL must be a str, not {type(url).__name__}")
-    if any(c < " " or c == "\x7f" for c in url):  # a NUL ends a path at the OS's edge
-        raise InvalidArgumentError(f"a store URL holds no control character (NUL, newline, "
-                                   f"...): {url!r}")
-    try:
-        parsed = urlparse(url)
-    except ValueError as exc:
-        raise InvalidArgumentError(f"invalid store URL {url!r}: {exc}") from None
-    scheme = parsed.scheme
-    if parsed.query or parsed.fragment or parsed.params:
-        raise InvalidArgumentError(f"a store URL has no query or fragment: {url!r}")
-    if scheme == "memory":
-        name = (parsed.netloc + parsed.path).strip("/")
-        if not name or not _safe(name):
-            raise InvalidArgumentError(f"memory URL needs a name, as in memory://name: {url!r}")
-        return scheme, name, ""
-    if scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise InvalidArgumentError(f"file URL must be file:///absolute/path: {url!r}")
-        path = parsed.path
-        if not path.startswith("/") or ".." in path.split("/"):
-            raise InvalidArgumentError(f"file URL must have an absolute path: {url!r}")
-        return scheme, os.path.normpath(path), ""
-    if scheme == "s3":
-        bucket = parsed.netloc
-        if not bucket:
-            raise InvalidArgumentError(f"S3 URL needs a bucket, as in s3://bucket/prefix: {url!r}")
-        if not _BUCKET.match(bucket) or ".." in bucket:
-            raise InvalidArgumentError(f"invalid S3 bucket name {bucket!r} in {url!r}")
-        path = parsed.path
-        prefix = path[1:-1] if path.endswith("/") else path[1:]
-        if prefix and not _safe(prefix):
-            raise InvalidArgumentError(f"invalid S3 prefix in {url!r} (empty parts such as "
-                                       f"'//', '.' and '..' are not allowed)")
-        return scheme, bucket, prefix
-    raise InvalidArgumentError(
-        f"unsupported store URL {url!r}: use memory://name, file:///path or s3://bucket/prefix"
-    )
 
 
 @with_sync_twins
@@ -490,35 +155,8 @@ class ObjectStore:
         return self.config.settings.secrets()
 
     def _make_backend(self):
-        settings = self.config.settings
-        client = {"timeout": timedelta(seconds=settings.request_timeout_s),
-                  "connect_timeout": timedelta(seconds=settings.connect_timeout_s)}
-        if self.scheme == "memory":
-            import ray
-
-            if ray.is_initialized():
-                return _RayMemoryBackend(self.location)
-            return _LocalBackend(_local_memory_store(self.location))
-        if self.scheme == "file":
-            try:
-                os.makedirs(self.location, exist_ok=True)
-            except OSError as exc:  # a path that cannot be a directory: the store is unusable
-                raise ObjectStoreError(f"cannot use {self.location} as a store: {exc}") from None
-            return _LocalBackend(LocalStore(self.location))
-        s3 = dict(self.config.s3)
-        endpoint = s3.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or ""
-        if "allow_http" not in s3 and endpoint.startswith("http://"):
-            s3["allow_http"] = True
-        if s3.pop("allow_http", False):
-            client["allow_http"] = True
-        # One HTTP request per attempt: the retries are ours (below), so that each one is
-        # counted and a retried create is resolved rather than mistaken for a lost race.
-        try:
-            return _Backend(S3Store(self.location, prefix=self.prefix or None,
-                                    client_options=client, retry_config={"max_retries": 0}, **s3))
-        except Exception as exc:  # obstore refuses the configuration itself
-            raise InvalidArgumentError(redact(f"cannot set up the S3 client for {self.url}: "
-                                              f"{_short(exc)}", self._secrets())) from None
+        """The client (the seam where the fault tools wrap it)."""
+        return make_backend(self.config, self.scheme, self.location, self.prefix)
 
     # -- the request loop --
 
@@ -591,7 +229,7 @@ class ObjectStore:
         small = sum(e - s for s, e in zip(starts, ends)) <= HEDGE_MAX_BYTES
         parts = await self._request(
             "get_ranges", path,
-            lambda: _ranges_or_short(lambda: self._backend.get_ranges(path, starts, ends)),
+            lambda: ranges_or_short(lambda: self._backend.get_ranges(path, starts, ends)),
             hedge=small)
         self._count_get(sum(map(len, parts)))
         return parts

@@ -19,8 +19,9 @@ import pyarrow as pa
 
 from ..errors import ObjectStoreError
 from ..files.bloom import key_hash, key_hashes
-from ..files.clerk import ClerkHost, LruCache
+from ..files.clerk import ClerkHost
 from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo
+from ..files.lru import LruCache
 from ..files.sst import SstInfo
 from ..files.sync import off_loop
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..files.store import ObjectStore, StoreConfig
+from ..files.store import ObjectStore
+from ..files.store_config import StoreConfig
 
 #: Request names a :class:`Fault` may match (a create is ``put_if_absent``).
 OPS = ("get", "get_range", "get_ranges", "head", "list", "put", "put_if_absent", "delete")

@@ -158,7 +158,7 @@ def _backend(kind, request, tmp_path):
     if kind == "memory":
         name = f"t-{uuid.uuid4().hex[:12]}"
         yield f"memory://{name}", lr.Options()
-        from leveled_ray.files.store import drop_memory_store
+        from leveled_ray.files.backends import drop_memory_store
 
         drop_memory_store(name)  # its actor would otherwise live until Ray shuts down
         return

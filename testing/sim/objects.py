@@ -20,7 +20,7 @@ import asyncio
 import random
 from collections import Counter
 
-from leveled_ray.files.store import ObjectMeta
+from leveled_ray.files.backends import ObjectMeta
 
 from .loop import EPOCH, run_in
 

@@ -8,10 +8,11 @@ import pytest
 import leveled_ray as lr
 from leveled_ray.admin import gc as gcm
 from leveled_ray.clock import ManualClock
+from leveled_ray.files.backends import ObjectMeta
 from leveled_ray.files.journal import JournalInfo
 from leveled_ray.files.names import journal_slot_name, manifest_name, sst_name
 from leveled_ray.files.sst import SstInfo
-from leveled_ray.files.store import ObjectMeta, ObjectStore
+from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Checkpoint, Manifest
 
 from conftest import SMALL, current_files, stored, wait_until

@@ -1,6 +1,6 @@
 """The clerks' LRU cache (pure)."""
 
-from leveled_ray.files.clerk import LruCache
+from leveled_ray.files.lru import LruCache
 
 
 def test_a_look_is_not_a_use():

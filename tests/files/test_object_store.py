@@ -7,7 +7,8 @@ import pytest
 
 import leveled_ray as lr
 from leveled_ray.files.routed import RoutedStore
-from leveled_ray.files.store import NotFound, ObjectStore, check_path, parse_url
+from leveled_ray.files.store import NotFound, ObjectStore
+from leveled_ray.files.store_config import check_path, parse_url
 
 from conftest import S3_BUCKET, s3_options
 

@@ -8,6 +8,7 @@ import pytest
 from obstore.exceptions import GenericError
 
 import leveled_ray as lr
+from leveled_ray.files.failures import classify
 from leveled_ray.files.outcomes import (
     AttemptError,
     Created,
@@ -18,7 +19,7 @@ from leveled_ray.files.outcomes import (
     settle_create,
 )
 from leveled_ray.files.sst import SstInfo
-from leveled_ray.files.store import ObjectStore, classify
+from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Manifest, ManifestStore
 from leveled_ray.manifest import transitions as tr
 from leveled_ray.testing.faults import Fault, FaultInjectingStore

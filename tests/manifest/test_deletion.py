@@ -5,9 +5,9 @@ import pytest
 
 import leveled_ray as lr
 from leveled_ray.admin import gc as gcm
+from leveled_ray.files.backends import ObjectMeta
 from leveled_ray.files.names import manifest_name, snapshot_lease_name
 from leveled_ray.files.sst import SstInfo
-from leveled_ray.files.store import ObjectMeta
 from leveled_ray.manifest import Checkpoint, Manifest
 from leveled_ray.manifest import snapshot_leases as sl
 from leveled_ray.manifest.deletion import Proof, deletable, pinned_below
