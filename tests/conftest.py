@@ -6,18 +6,15 @@ import logging
 import os
 import secrets
 import shutil
-import socket
 import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
+from support import REPO_ROOT
+from support.s3 import S3_BUCKET, S3_KEY, S3_REGION, free_port, s3_options
 
 import leveled_ray as lr
-from leveled_ray.files.store import ObjectStore
-from leveled_ray.read.store_reader import open_reader
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class _RepoRootIsNotATestPackage:
@@ -63,17 +60,6 @@ def pytest_unconfigure(config):
     _auth_env.undo()
 
 
-S3_KEY = "testing"
-S3_REGION = "us-east-1"
-S3_BUCKET = "leveled-test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def moto_endpoint():
     """moto's S3 server on 127.0.0.1, with one bucket; the endpoint URL."""
@@ -91,13 +77,6 @@ def moto_endpoint():
         Bucket=S3_BUCKET)
     yield endpoint
     server.stop()
-
-
-def s3_options(endpoint: str, **changes) -> lr.Options:
-    """Options for moto's S3 server at ``endpoint``, with ``changes`` (groups as dicts)."""
-    return lr.Options().replace(**changes).replace(object_store=dict(
-        s3_endpoint=endpoint, s3_region=S3_REGION, s3_access_key_id=S3_KEY,
-        s3_secret_access_key=S3_KEY))
 
 
 #: The session's Ray nodes: a head and two workers, 1 CPU each, each with its own resource.
@@ -167,71 +146,3 @@ def _backend(kind, request, tmp_path):
         return
     endpoint = request.getfixturevalue("moto_endpoint")
     yield f"s3://{S3_BUCKET}/t-{uuid.uuid4().hex[:12]}", s3_options(endpoint)
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05):
-    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
-
-
-def run_until_ready_then_kill(script: str, *args: str) -> None:
-    """Run ``script`` in a new Python process until it prints ``READY``, then kill it with
-    SIGKILL (no cleanup of any kind): a client or driver that dies at a chosen point."""
-    import subprocess
-    import sys
-
-    process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
-                               text=True, cwd=REPO_ROOT.parent)
-    try:
-        assert process.stdout.readline().strip() == "READY"
-    finally:
-        process.kill()
-        process.wait()
-
-
-def kill_actor(handle) -> None:
-    """Kill an actor (no cleanup, no restart) and wait until calls to it fail: a kill takes
-    effect a little later, and a call sent meanwhile may still be answered."""
-    import ray
-
-    ray.kill(handle, no_restart=True)
-
-    def dead() -> bool:
-        try:
-            ray.get(handle.__ray_ready__.remote(), timeout=5)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            return True
-        return False
-
-    wait_until(dead, timeout=30)
-
-
-def persisted(store, sqn: int) -> bool:
-    """Whether every change up to ``sqn`` is in the Ledger's SSTs."""
-    return store.stats()["penciller"]["ledger_sqn"] >= sqn
-
-
-#: Small Ledger settings, so a test reaches merges and journal compaction quickly.
-SMALL = dict(ledger=dict(l0_max_keys=200, push_keys=50, push_ms=5, sst_max_keys=150),
-             journal=dict(compaction_interval_s=0))
-
-
-def current_files(url, options) -> set[str]:
-    """The Ledger and journal files the newest manifest lists."""
-    m = open_reader(url, options).manifest
-    return {f.name for level in m.levels for f in level} | {j.name for j in m.journal}
-
-
-def stored(url, options) -> set[str]:
-    """The Ledger and journal objects in the object store."""
-    objects = ObjectStore.from_url(url, options)
-    return {m.path for prefix in ("ledger/", "journal/") for m in objects.list(prefix)}

@@ -10,8 +10,7 @@ import pytest
 import ray
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
-
-from conftest import REPO_ROOT
+from support import REPO_ROOT
 
 CONFIG_PATH = REPO_ROOT / "ray_cluster.yaml"
 S3_ENV_VARS = (

@@ -3,13 +3,12 @@
 import random
 
 import pytest
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.files.names import journal_slot_of
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.read.store_reader import open_reader
-
-from conftest import wait_until
 
 pytestmark = pytest.mark.ray
 

@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.actors.metrics import (
@@ -17,8 +18,6 @@ from leveled_ray.actors.metrics import (
     counter_deltas,
     write_amplification,
 )
-
-from conftest import wait_until
 
 
 def scrape(port: int, store: str) -> dict[str, float]:

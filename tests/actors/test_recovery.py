@@ -3,10 +3,10 @@
 import asyncio
 
 import pytest
+from support.stores import persisted
+from support.waits import wait_until
 
 import leveled_ray as lr
-
-from conftest import persisted, wait_until
 
 pytestmark = pytest.mark.ray
 

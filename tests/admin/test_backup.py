@@ -7,14 +7,15 @@ import subprocess
 import sys
 
 import pytest
+from support import REPO_ROOT
+from support.stores import SMALL
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.admin.backup import backup_manifest, check_target
 from leveled_ray.cli import main as cli
 from leveled_ray.manifest.model import Manifest
 from leveled_ray.manifest.store import Versioned
-
-from conftest import REPO_ROOT, SMALL, wait_until
 
 pytestmark = pytest.mark.ray
 

@@ -8,10 +8,11 @@ import sys
 import time
 
 import pytest
+from support import REPO_ROOT
+from support.stores import SMALL, current_files, stored
+from support.waits import wait_until
 
 import leveled_ray as lr
-
-from conftest import REPO_ROOT, SMALL, current_files, stored, wait_until
 
 pytestmark = pytest.mark.ray
 

@@ -5,6 +5,8 @@ import asyncio
 import threading
 
 import pytest
+from support.stores import SMALL
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.admin.clone import clone_manifest, create_clone
@@ -12,8 +14,6 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest import Manifest, ManifestStore
 from leveled_ray.read.store_reader import open_reader
-
-from conftest import SMALL, wait_until
 
 pytestmark = pytest.mark.ray
 

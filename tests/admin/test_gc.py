@@ -4,6 +4,8 @@ destroy on file:// and s3:// (moto) with a real store."""
 import time
 
 import pytest
+from support.stores import SMALL, current_files, stored
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.admin import gc as gcm
@@ -14,8 +16,6 @@ from leveled_ray.files.names import journal_slot_name, manifest_name, sst_name
 from leveled_ray.files.sst import SstInfo
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Checkpoint, Manifest
-
-from conftest import SMALL, current_files, stored, wait_until
 
 NOW = 1_000_000.0
 DAY = 86_400.0

@@ -13,14 +13,13 @@ import random
 import uuid
 
 import pytest
+from support.s3 import S3_BUCKET, s3_options
 
 import leveled_ray as lr
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest import ManifestStore
 from leveled_ray.testing.fault_proxy import FaultProxy
-
-from conftest import S3_BUCKET, s3_options
 
 pytestmark = [pytest.mark.s3, pytest.mark.ray]
 

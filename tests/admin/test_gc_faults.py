@@ -7,6 +7,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from support.s3 import S3_BUCKET, s3_options
+from support.stores import SMALL
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.files.names import manifest_name
@@ -14,8 +17,6 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest import ManifestStore
 from leveled_ray.testing.fault_proxy import FaultProxy
-
-from conftest import S3_BUCKET, SMALL, s3_options, wait_until
 
 pytestmark = [pytest.mark.s3, pytest.mark.ray]
 

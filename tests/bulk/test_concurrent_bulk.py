@@ -88,7 +88,7 @@ def test_abort_after_a_commit_that_installed_in_some_shards_deletes_nothing(
     """Spark calls abort() when commit() raises. A sharded commit whose record says commit
     but whose shard 1 died before installing its part must keep every file: shard 0 lists
     its own, and shard 1 installs its part when the store is opened again."""
-    from conftest import kill_actor
+    from support.waits import kill_actor
 
     name = f"bulk-{uuid.uuid4().hex[:8]}"
     store = lr.open(tmp_url, shards=2, name=name)

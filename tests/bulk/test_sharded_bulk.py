@@ -7,14 +7,13 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from support.waits import run_until_ready_then_kill, wait_until
 
 import leveled_ray as lr
 from leveled_ray.bulk import sharded as bulk
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
-
-from conftest import run_until_ready_then_kill, wait_until
 
 N = 400
 KEYS = [("b", f"k{i:04d}") for i in range(N)]

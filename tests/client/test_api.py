@@ -5,11 +5,11 @@ import asyncio
 import threading
 
 import pytest
+from support.stores import persisted
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.clock import ManualClock
-
-from conftest import persisted, wait_until
 
 pytestmark = pytest.mark.ray
 

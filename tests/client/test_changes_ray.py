@@ -5,11 +5,10 @@ resuming across a reopen; and history leases that hold journal compaction until 
 import threading
 
 import pytest
+from support.stores import SMALL
 
 import leveled_ray as lr
 from leveled_ray.clock import ManualClock
-
-from conftest import SMALL
 
 pytestmark = pytest.mark.ray
 

@@ -11,12 +11,12 @@ import re
 import pyarrow as pa
 import pytest
 import ray
+from support.stores import persisted
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.clock import ManualClock
 from leveled_ray.errors import InvalidArgumentError
-
-from conftest import persisted, wait_until
 
 pytestmark = pytest.mark.ray
 

@@ -12,8 +12,7 @@ import tempfile
 import time
 
 import pytest
-
-from conftest import free_port
+from support.s3 import free_port
 
 pytestmark = pytest.mark.ray
 

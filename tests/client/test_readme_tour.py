@@ -4,7 +4,7 @@ import contextlib
 import io
 import re
 
-from conftest import REPO_ROOT
+from support import REPO_ROOT
 
 
 def test_the_readme_tour_runs_and_answers_what_its_comments_say(ray_cluster, tmp_path):

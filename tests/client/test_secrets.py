@@ -13,12 +13,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.s3 import S3_BUCKET, s3_options
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.cli import main as cli
 from leveled_ray.files.store import ObjectStore
-
-from conftest import S3_BUCKET, s3_options, wait_until
 
 pytestmark = [pytest.mark.s3, pytest.mark.ray]
 

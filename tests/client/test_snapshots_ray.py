@@ -5,11 +5,11 @@ import pickle
 
 import pytest
 import ray
+from support.stores import SMALL, current_files, stored
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.clock import ManualClock
-
-from conftest import SMALL, current_files, stored, wait_until
 
 pytestmark = pytest.mark.ray
 

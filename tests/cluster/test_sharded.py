@@ -14,11 +14,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from support.waits import kill_actor, wait_until
 
 import leveled_ray as lr
 from leveled_ray.files.store import ObjectStore
-
-from conftest import kill_actor, wait_until
 
 pytestmark = pytest.mark.ray
 

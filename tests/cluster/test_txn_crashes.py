@@ -5,14 +5,13 @@ import asyncio
 import uuid
 
 import pytest
+from support.waits import kill_actor, run_until_ready_then_kill, wait_until
 
 import leveled_ray as lr
 from leveled_ray.cluster.fanout import shard_groups
 from leveled_ray.codec import checked_key
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.txn_records import COMMIT, decide
-
-from conftest import kill_actor, run_until_ready_then_kill, wait_until
 
 pytestmark = pytest.mark.ray
 

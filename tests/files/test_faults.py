@@ -65,7 +65,8 @@ def test_l0_flush_failures_are_retried(ray_cluster, tmp_url):
                     store=faulty)
     try:
         store.put_many([lr.Put("b", f"k{i}", b"v") for i in range(300)])
-        from conftest import persisted, wait_until
+        from support.stores import persisted
+        from support.waits import wait_until
 
         wait_until(lambda: persisted(store, 300))
         assert store.stats()["penciller"]["flush_retries"] >= 2

@@ -4,13 +4,12 @@ import asyncio
 import pickle
 
 import pytest
+from support.s3 import S3_BUCKET, s3_options
 
 import leveled_ray as lr
 from leveled_ray.files.routed import RoutedStore
 from leveled_ray.files.store import NotFound, ObjectStore
 from leveled_ray.files.store_config import check_path, parse_url
-
-from conftest import S3_BUCKET, s3_options
 
 
 @pytest.mark.parametrize("path", ["../x", "a/../../b", "/abs", "a//b", "a/./b", "", "a b",

@@ -17,6 +17,7 @@ import zlib
 
 import pyarrow as pa
 import pytest
+from support.s3 import S3_BUCKET, s3_options
 
 import leveled_ray as lr
 from leveled_ray.admin.clone import create_clone
@@ -26,8 +27,6 @@ from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest import ManifestStore
 from leveled_ray.manifest.model import listed_twice
 from leveled_ray.testing.fault_proxy import FaultProxy
-
-from conftest import S3_BUCKET, s3_options
 
 pytestmark = [pytest.mark.s3, pytest.mark.ray]
 

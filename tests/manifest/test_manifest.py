@@ -4,6 +4,7 @@ import asyncio
 import threading
 
 import pytest
+from support.s3 import S3_BUCKET, s3_options
 
 import leveled_ray as lr
 from leveled_ray.files.outcomes import Created
@@ -12,8 +13,6 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Checkpoint, Manifest, ManifestStore, cas_update
 from leveled_ray.manifest import checkpoints as cp
 from leveled_ray.manifest import transitions as tr
-
-from conftest import S3_BUCKET, s3_options
 
 
 class FakeManifests:

@@ -10,13 +10,12 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from support.s3 import S3_BUCKET, s3_options
 
 import leveled_ray as lr
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest.store import ManifestStore
-
-from conftest import S3_BUCKET, s3_options
 
 pytestmark = pytest.mark.spark
 spark_mod = pytest.importorskip("leveled_ray.spark")

@@ -11,10 +11,9 @@ import sys
 import tempfile
 
 import pytest
+from support import REPO_ROOT
 
 import leveled_ray as lr
-
-from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
