@@ -3,6 +3,9 @@ without the store running (checkpoints, garbage collection and destroy).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from .. import roles
 from ..clock import Clock, system_clock
 from ..errors import InvalidArgumentError
 from ..files.journal_slots import write_fence
@@ -23,10 +26,11 @@ from .checkpoints import (
     release_checkpoint,
 )
 from .pinned_reads import ChangesWithoutRay, PinnedReads
+from .progress import progress_of
 
 
 @with_sync_twins
-class Admin(ChangesWithoutRay):
+class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administration):
     """Administration of the store at a URL. Each operation is defined once, as ``*_async``;
     its synchronous form (``gc`` for ``gc_async``) runs it."""
 
@@ -78,19 +82,20 @@ class Admin(ChangesWithoutRay):
                                                 dry_run=dry_run, progress=progress,
                                                 clock=self.clock)
 
-    async def backup_async(self, target_url: str, target_options: Options | None = None,
-                           progress=None) -> dict:
+    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
+                           progress: bool | Callable[[int, int], None] = True) -> dict:
         """Incremental hot backup to ``target_url`` (see :mod:`leveled_ray.admin.backup`),
         running or not, without Ray: a checkpoint made here pins what is copied, and holds
-        every write acknowledged before the call. ``progress(done, total)`` follows the
-        copies. Returns ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``."""
+        every write acknowledged before the call. A progress line on stderr follows the
+        copies (or calls to ``progress(done, total)``; ``False``: none). Returns
+        ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``."""
         target = ObjectStore.from_url(target_url, target_options or self.options)
         pin = await create_checkpoint(await self._existing(),
                                       self.options.gc.long_snapshot_timeout_s,
                                       name="backup", clock=self.clock)
         try:
             return (await backup_version(self.store, self.options, pin.manifest_id, target,
-                                         progress)).as_dict()
+                                         progress_of(progress, "backup"))).as_dict()
         finally:
             await release_checkpoint(self.manifests, pin.id, self.clock)
 

@@ -20,7 +20,7 @@ import ray
 
 import leveled_ray as lr
 from leveled_ray.admin.clone import create_clone
-from leveled_ray.client.progress import progress_bar
+from leveled_ray.admin.progress import progress_bar
 from leveled_ray.client.ray_connection import ensure_ray
 from leveled_ray.files.sync import run_sync
 

@@ -27,7 +27,7 @@ import numpy as np
 import ray
 
 import leveled_ray as lr
-from leveled_ray.client.progress import progress_bar
+from leveled_ray.admin.progress import progress_bar
 from leveled_ray.client.ray_connection import ensure_ray
 
 import plots

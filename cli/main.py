@@ -18,9 +18,9 @@ import os
 import sys
 
 from ..admin.clone import create_clone
+from ..admin.progress import progress_bar
 from ..bulk.export import export
 from ..bulk.read import ReadQuery
-from ..client.progress import progress_bar
 from ..cluster import open as face
 from ..cluster.reader import ShardsAsTheyAre
 from ..cluster.store import ShardedStore

@@ -14,6 +14,7 @@ timeout passes (``Options.gc.snapshot_timeout_s``, or ``long_snapshot_timeout_s`
 
 from __future__ import annotations
 
+from .. import roles
 from ..errors import InvalidArgumentError, SnapshotExpiredError
 from ..files.sync import with_sync_twins
 from ..read.history_view import as_of
@@ -22,7 +23,7 @@ from ..read.queries import Queries
 
 
 @with_sync_twins
-class Snapshot(KeyReads, Queries):
+class Snapshot(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, roles.View):
     """A registered, point-in-time view of a store. Picklable; a context manager.
 
     Example::

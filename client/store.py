@@ -7,14 +7,18 @@ asyncio applications.
 """
 from __future__ import annotations
 
+import abc
 import asyncio
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import NamedTuple
 
+from .. import roles
 from ..actors import bookie as bookie_mod
 from ..actors.remote import NAMESPACE, ValueBatch, pack, unwrap
 from ..admin.backup import backup_version
+from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
 from ..codec import (
     Change,
@@ -39,7 +43,6 @@ from ..options import Options
 from ..read.queries import Queries, check_index_query
 from .coalesce import Part, WriteCoalescer
 from .listen import Listener
-from .progress import progress_of
 from .ray_connection import ensure_ray
 from .snapshot import Snapshot
 
@@ -205,11 +208,14 @@ def bookie_call(build):
 
 def with_call_twins(cls):
     """Replace each :func:`bookie_call` method of ``cls`` by its waiting form, and add its
-    awaiting form as ``<name>_async``."""
+    awaiting form as ``<name>_async``, both with its signature."""
     for name, build in list(vars(cls).items()):
         if getattr(build, "bookie_call", False):
-            setattr(cls, name, _call_twin(build, False))
-            setattr(cls, f"{name}_async", _call_twin(build, True))
+            for twin_name, is_async in ((name, False), (f"{name}_async", True)):
+                twin = _call_twin(build, is_async)
+                twin.__qualname__ = f"{cls.__qualname__}.{twin_name}"
+                setattr(cls, twin_name, twin)
+    abc.update_abstractmethods(cls)
     return cls
 
 
@@ -241,6 +247,7 @@ def _call_twin(build, is_async: bool):
                 return gone(call, exc)
         method.__name__ = build.__name__
         method.__doc__ = build.__doc__
+    method.__signature__ = inspect.signature(build)
     return method
 
 
@@ -264,7 +271,8 @@ class _SnapshotReleaser:
 
 @with_sync_twins
 @with_call_twins
-class Store(Queries):
+class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
+            roles.Checkpoints, roles.HistoryLeases, roles.Maintenance):
     """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
 
     Example::
@@ -524,11 +532,12 @@ class Store(Queries):
         return self._actor.listen_next.remote(after, timeout, max_rows)
 
     @bookie_call
-    def set_history_lease(self, name: str, sqn: int, lifetime: float) -> HistoryLease:
-        """Hold every change after ``sqn`` from journal compaction for ``lifetime`` seconds
-        (creates lease ``name``, or moves it either way). A consumer that keeps its position
-        elsewhere (Spark's checkpoint) names itself and moves its lease as it commits."""
-        return self._actor.set_history_lease.remote(name, sqn, lifetime)
+    def set_history_lease(self, name: str, position, lifetime: float) -> HistoryLease:
+        """Hold every change after SQN ``position`` from journal compaction for ``lifetime``
+        seconds (creates lease ``name``, or moves it either way). A consumer that keeps its
+        position elsewhere (Spark's checkpoint) names itself and moves its lease as it
+        commits."""
+        return self._actor.set_history_lease.remote(name, position, lifetime)
 
     @bookie_call
     def drop_history_lease(self, name: str) -> None:

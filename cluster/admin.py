@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
+from .. import roles
 from ..admin import gc as garbage_collection
 from ..admin.handle import Admin
 from ..admin.pinned_reads import ChangesWithoutRay, PinnedReads
@@ -57,7 +59,8 @@ async def quiet_cut(store, take, _early=None) -> tuple[list, float]:
 
 
 @with_sync_twins
-class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards):
+class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
+                   roles.History, roles.Checkpoints, roles.Administration):
     """Administration of a sharded store at a URL, without Ray: each shard's :class:`Admin`,
     checkpoints with one id in every shard, the root's records, and the change feed (each
     shard's on a checkpoint of its own: a feed's position needs no cut)."""
@@ -93,11 +96,11 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards):
             lifetime, name, source, checkpoint_id=checkpoint_id)
 
     async def create_checkpoint_async(self, lifetime: float | None = None,
-                                      name: str | None = None,
-                                      source: str | None = None) -> Checkpoint:
-        """A checkpoint of every shard, with one id; refused while the store is being written
-        (see the module's note)."""
-        return (await checkpoints.create(self, lifetime, name, source))[0]
+                                      name: str | None = None, source: str | None = None, *,
+                                      checkpoint_id: str | None = None) -> Checkpoint:
+        """A checkpoint of every shard, with one id (``checkpoint_id`` or a new one); refused
+        while the store is being written (see the module's note)."""
+        return (await checkpoints.create(self, lifetime, name, source, checkpoint_id))[0]
 
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:
@@ -140,10 +143,11 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards):
         return [path for path in aged if path.removeprefix(TXN_PREFIX) not in held] + \
             unneeded_stream_records(listed, held)
 
-    async def backup_async(self, target_url: str, target_options: Options | None = None,
-                           progress=None) -> dict:
+    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
+                           progress: bool | Callable[[int, int], None] = True) -> dict:
         """Back up every shard to the same layout at ``target_url``, at a checkpoint made
-        here (refused while the store is being written)."""
+        here (refused while the store is being written); ``progress`` as for
+        :meth:`Admin.backup_async`."""
         return await backup(self, target_url, target_options, progress)
 
     async def destroy_async(self, soft: bool = True) -> int:

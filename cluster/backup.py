@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 
 from ..admin.backup import prune, stage_version
-from ..client.progress import progress_of
+from ..admin.progress import progress_of
 from ..errors import InvalidArgumentError, ObjectStoreError
 from ..files.names import MANIFEST_PREFIX
 from ..files.store import ObjectStore

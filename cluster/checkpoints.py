@@ -14,6 +14,7 @@ import dataclasses
 
 from ..errors import CheckpointNotFoundError
 from ..files.names import ulid
+from ..manifest.checkpoints import check_checkpoint_id
 from ..manifest.model import Checkpoint
 from .cut import Early
 
@@ -28,12 +29,14 @@ def whole(parts: list[Checkpoint]) -> Checkpoint:
     return dataclasses.replace(parts[0], manifest_id=NO_VERSION)
 
 
-async def create(store, lifetime: float | None, name: str | None,
-                 source: str | None) -> tuple[Checkpoint, list[Checkpoint]]:
+async def create(store, lifetime: float | None, name: str | None, source: str | None,
+                 checkpoint_id: str | None = None) -> tuple[Checkpoint, list[Checkpoint]]:
     """A checkpoint of every shard at one cut (``store._cut``), or copies of checkpoint
-    ``source``'s parts; returns it and its parts, in shard order. ``store`` is a sharded
-    store or its admin: ``store._checkpoint_part`` makes one shard's part."""
-    checkpoint_id = ulid()
+    ``source``'s parts, with id ``checkpoint_id`` (a new ULID when ``None``); returns it and
+    its parts, in shard order. ``store`` is a sharded store or its admin:
+    ``store._checkpoint_part`` makes one shard's part."""
+    check_checkpoint_id(checkpoint_id)
+    checkpoint_id = checkpoint_id or ulid()
     first = PARTIAL_S if lifetime is None else min(lifetime, PARTIAL_S)
 
     def take(shard: int):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
+from .. import roles
 from ..admin.checkpoint_lease import CheckpointLease
 from ..client.reader import Reader
 from ..codec import Head, checked_key
@@ -20,7 +21,7 @@ from .past import positions_at_time
 
 
 @with_sync_twins
-class ShardedReader(Queries):
+class ShardedReader(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Following):
     """A read-only handle on a sharded store at one checkpoint (every shard's part of it),
     from any process. Without a ``checkpoint`` it makes its own through
     :class:`~.admin.ShardedAdmin` (so only while no shard is being written), renews it while

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
+from .. import roles
 from ..client.snapshot import Snapshot
 from ..codec import Head, checked_key
 from ..errors import InvalidArgumentError
@@ -19,7 +20,7 @@ from .past import positions_at_time
 
 
 @with_sync_twins
-class ShardedSnapshot(Queries):
+class ShardedSnapshot(Queries, roles.KeyReads, roles.Queries, roles.History, roles.View):
     """Every shard's :class:`~leveled_ray.client.snapshot.Snapshot`, read as one store.
     Picklable; a context manager. ``parts[s]`` is shard ``s``'s snapshot, and ``sqns`` the
     SQN each shard's snapshot holds up to."""

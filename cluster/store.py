@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 
+from .. import roles
 from ..client.store import Store
 from ..clock import Clock
 from ..codec import Delete, Head, Put, checked_key
@@ -35,7 +36,9 @@ from .txn import put_across
 
 
 @with_sync_twins
-class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
+class ShardedStore(checkpoints.CheckpointsOfShards, Queries,
+                   roles.KeyReads, roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
+            roles.Checkpoints, roles.HistoryLeases, roles.Maintenance):
     """A handle on an open sharded store. Picklable: pass it to Ray tasks.
 
     Example::
@@ -90,19 +93,27 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
 
     # -- one key: its shard's call, nothing more --
 
-    def put(self, bucket, key, value: bytes, **kwargs) -> int:
+    def put(self, bucket, key, value: bytes, *, indexes=(), ttl: float | None = None,
+            metadata: dict | None = None, if_sqn: int | None = None,
+            if_absent: bool = False) -> int:
         """:meth:`Store.put <leveled_ray.client.store.Store.put>` on the key's shard; the SQN
         is that shard's."""
-        return self._of(bucket, key).put(bucket, key, value, **kwargs)
+        return self._of(bucket, key).put(bucket, key, value, indexes=indexes, ttl=ttl,
+                                         metadata=metadata, if_sqn=if_sqn, if_absent=if_absent)
 
-    async def put_async(self, bucket, key, value: bytes, **kwargs) -> int:
-        return await self._of(bucket, key).put_async(bucket, key, value, **kwargs)
+    async def put_async(self, bucket, key, value: bytes, *, indexes=(),
+                        ttl: float | None = None, metadata: dict | None = None,
+                        if_sqn: int | None = None, if_absent: bool = False) -> int:
+        return await self._of(bucket, key).put_async(
+            bucket, key, value, indexes=indexes, ttl=ttl, metadata=metadata, if_sqn=if_sqn,
+            if_absent=if_absent)
 
-    def delete(self, bucket, key, **kwargs) -> int:
-        return self._of(bucket, key).delete(bucket, key, **kwargs)
+    def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
+        return self._of(bucket, key).delete(bucket, key, indexes=indexes, if_sqn=if_sqn)
 
-    async def delete_async(self, bucket, key, **kwargs) -> int:
-        return await self._of(bucket, key).delete_async(bucket, key, **kwargs)
+    async def delete_async(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
+        return await self._of(bucket, key).delete_async(bucket, key, indexes=indexes,
+                                                        if_sqn=if_sqn)
 
     def get(self, bucket, key) -> bytes | None:
         return self._of(bucket, key).get(bucket, key)
@@ -185,10 +196,12 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries):
                                                            checkpoint_id=checkpoint_id)
 
     async def checkpoint_async(self, lifetime: float | None = None, name: str | None = None,
-                               source: str | None = None) -> Checkpoint:
+                               source: str | None = None, *,
+                               checkpoint_id: str | None = None) -> Checkpoint:
         """A durable checkpoint of every shard at one consistent cut, with one id (see
-        :mod:`.checkpoints`); its ``manifest_id`` is -1, as each shard pins its own version."""
-        return (await checkpoints.create(self, lifetime, name, source))[0]
+        :mod:`.checkpoints`; ``checkpoint_id`` or a new one); its ``manifest_id`` is -1, as
+        each shard pins its own version."""
+        return (await checkpoints.create(self, lifetime, name, source, checkpoint_id))[0]
 
     async def backup_async(self, target_url: str, *, target_options: Options | None = None,
                            progress: bool | Callable[[int, int], None] = True) -> dict:

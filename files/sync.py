@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import inspect
 import signal
 import socket
 import threading
@@ -69,21 +71,26 @@ def run_blocking(coro):
 
 def with_sync_twins(cls):
     """Give a class a synchronous twin of each of its public ``*_async`` methods (``get`` for
-    ``get_async``) that it lacks, each running the async one: one implementation of every
-    operation."""
+    ``get_async``) that it lacks, each running the async one with its signature: one
+    implementation of every operation. An abstract call of a role (:mod:`leveled_ray.roles`)
+    that the twins now answer stops counting as missing."""
     for name in [n for n in dir(cls) if n.endswith("_async") and not n.startswith("_")]:
         plain = name.removesuffix("_async")
         if not hasattr(cls, plain):  # a form written (or inherited) already stays
-            setattr(cls, plain, _twin(name))
+            twin = _twin(name, getattr(cls, name))
+            twin.__qualname__ = f"{cls.__qualname__}.{plain}"
+            setattr(cls, plain, twin)
+    abc.update_abstractmethods(cls)
     return cls
 
 
-def _twin(name: str):
+def _twin(name: str, async_form):
     def method(self, *args, **kwargs):
         return run_sync(getattr(self, name)(*args, **kwargs))
 
     method.__name__ = name.removesuffix("_async")
     method.__doc__ = f"Synchronous :meth:`{name}`."
+    method.__signature__ = inspect.signature(async_form)
     return method
 
 

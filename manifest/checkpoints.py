@@ -37,11 +37,19 @@ def check_lifetime(lifetime: float | None) -> None:
                                    f"not {lifetime!r}")
 
 
+def check_checkpoint_id(checkpoint_id: str | None) -> None:
+    if checkpoint_id is not None and (not isinstance(checkpoint_id, str) or not checkpoint_id):
+        raise InvalidArgumentError(f"checkpoint_id must be a non-empty str or None, not "
+                                   f"{checkpoint_id!r}")
+
+
 def new_checkpoint(lifetime: float | None, name: str | None, now: float,
                    checkpoint_id: str | None = None) -> Checkpoint:
     """A checkpoint not yet placed: its version is set by :func:`add_checkpoint`. Its id is a
-    new ULID, or ``checkpoint_id``."""
+    new ULID, or ``checkpoint_id`` (a checkpoint made again with the id of a live one is that
+    one: a retry's)."""
     check_lifetime(lifetime)
+    check_checkpoint_id(checkpoint_id)
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidArgumentError(f"checkpoint name must be a non-empty str, not {name!r}")
     return Checkpoint(id=checkpoint_id or ulid(), manifest_id=-1,

@@ -1,0 +1,296 @@
+"""The roles a handle plays, each declared once: the calls it answers and their signatures.
+
+A handle (``Store``, ``ShardedStore``, ``Snapshot``, ...) names the roles it plays among its
+bases, after the classes that implement them, so that a call it lacks cannot go unnoticed:
+the role's declaration is abstract, and a class that leaves one out cannot be instantiated.
+Each role declares the ``*_async`` form of a call; the synchronous form is its twin, made by
+:func:`~leveled_ray.files.sync.with_sync_twins` with the same signature. Calls that do no I/O
+(``listen``, ``actors``, a reader's ``stats``) have a synchronous form only, and a handle's
+state (``sqn``, ``manifest_id``) is a property.
+
+``tests/client/test_roles.py`` checks that every handle answers every call of every role it
+plays, with the role's signature, in both forms. SlateDB's ``DbReadOps`` / ``DbWriteOps``,
+shared by its database, reader and snapshot, are the model.
+
+Costs are stated per call in each handle's docstrings; "a round trip" is one Ray actor call
+(about a millisecond), "a request" one object-store request.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+
+    import pyarrow as pa
+
+    from .codec import Delete, Head, Put
+    from .manifest.model import Checkpoint
+    from .options import Options
+
+
+class Role(abc.ABC):
+    """A set of calls that several handles answer alike."""
+
+
+class KeyReads(Role):
+    """Reads by key: one object, or many in one call. Plain and sharded stores, snapshots and
+    readers."""
+
+    @abc.abstractmethod
+    async def get_async(self, bucket, key) -> bytes | None:
+        """The value of ``(bucket, key)``, or ``None``."""
+
+    @abc.abstractmethod
+    async def head_async(self, bucket, key) -> Head | None:
+        """The object's :class:`~leveled_ray.codec.Head` without its value, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """The values of many ``(bucket, key)`` pairs, ``None`` where absent."""
+
+    @abc.abstractmethod
+    async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        """The heads of many ``(bucket, key)`` pairs, ``None`` where absent."""
+
+
+class Queries(Role):
+    """Folds over key ranges, index queries and bucket listing, each over one point in time.
+    Plain and sharded stores, snapshots and readers."""
+
+    @abc.abstractmethod
+    def fold_keys_async(self, bucket=None, start=None, end=None, *,
+                        batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """``(bucket, key)`` of every live object in the range, in key order."""
+
+    @abc.abstractmethod
+    def fold_keys_batches_async(self, bucket=None, start=None, end=None, *,
+                                batch_size: int = 1000,
+                                binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
+        """``fold_keys`` as Arrow batches."""
+
+    @abc.abstractmethod
+    def fold_heads_async(self, bucket=None, start=None, end=None, *,
+                         batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """``(bucket, key, Head)`` of every live object in the range, in key order."""
+
+    @abc.abstractmethod
+    def fold_heads_batches_async(self, bucket=None, start=None, end=None, *,
+                                 batch_size: int = 1000,
+                                 binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
+        """``fold_heads`` as Arrow batches."""
+
+    @abc.abstractmethod
+    def fold_objects_async(self, bucket=None, start=None, end=None, *, order: str = "key",
+                           batch_size: int = 1000) -> AsyncIterator[tuple]:
+        """``(bucket, key, value)`` of every live object in the range."""
+
+    @abc.abstractmethod
+    def fold_objects_batches_async(self, bucket=None, start=None, end=None, *,
+                                   order: str = "key", batch_size: int = 1000,
+                                   binary_names: bool = False, with_indexes: bool = False
+                                   ) -> AsyncIterator[pa.RecordBatch]:
+        """``fold_objects`` as Arrow batches."""
+
+    @abc.abstractmethod
+    def index_query_async(self, bucket, field: str, start, end, *, return_terms: bool = False,
+                          term_regex=None, start_key=None,
+                          max_results: int | None = None) -> AsyncIterator:
+        """The keys (or ``(term, key)`` pairs) whose ``field`` index term is in the range."""
+
+    @abc.abstractmethod
+    async def list_buckets_async(self) -> list:
+        """Every bucket that holds a live object, in key order."""
+
+    @abc.abstractmethod
+    async def is_empty_async(self) -> bool:
+        """Whether no live object exists."""
+
+
+class History(Role):
+    """The change feed of the history window, by SQN. Every handle."""
+
+    @abc.abstractmethod
+    def changes_async(self, after: int = 0, until: int | None = None, *, values: bool = True,
+                      batch_size: int = 1000) -> AsyncIterator:
+        """Every change after SQN ``after`` (up to ``until``), in SQN order."""
+
+    @abc.abstractmethod
+    def changes_batches_async(self, after: int = 0, until: int | None = None, *,
+                              values: bool = True, batch_size: int = 1000,
+                              binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
+        """``changes`` as Arrow batches."""
+
+
+class Writes(Role):
+    """Puts and deletes, one at a time or as an atomic group. Plain and sharded stores."""
+
+    @abc.abstractmethod
+    async def put_async(self, bucket, key, value: bytes, *, indexes=(),
+                        ttl: float | None = None, metadata: dict | None = None,
+                        if_sqn: int | None = None, if_absent: bool = False) -> int:
+        """Write ``value`` under ``(bucket, key)``; its SQN once durable."""
+
+    @abc.abstractmethod
+    async def delete_async(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
+        """Delete ``(bucket, key)``; the tombstone's SQN once durable."""
+
+    @abc.abstractmethod
+    async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
+        """Write many changes as one atomic group; their SQNs."""
+
+
+class PointsInTime(Role):
+    """Views of the store as of now or of a past moment. Plain and sharded stores."""
+
+    @abc.abstractmethod
+    async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
+                             timeout_s: float | None = None, at_sqn=None,
+                             at_time: float | None = None):
+        """A snapshot: the store as of now, or as of ``at_sqn`` / ``at_time``."""
+
+    @abc.abstractmethod
+    async def checkpoint_async(self, lifetime: float | None = None, name: str | None = None,
+                               source: str | None = None, *,
+                               checkpoint_id: str | None = None) -> Checkpoint:
+        """A durable checkpoint of the store as of now."""
+
+
+class Checkpoints(Role):
+    """The checkpoints a store keeps. Plain and sharded stores and their admins."""
+
+    @abc.abstractmethod
+    async def list_checkpoints_async(self) -> list[Checkpoint]:
+        """The live checkpoints."""
+
+    @abc.abstractmethod
+    async def refresh_checkpoint_async(self, checkpoint_id: str,
+                                       lifetime: float | None = None) -> Checkpoint:
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+
+    @abc.abstractmethod
+    async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint."""
+
+
+class HistoryLeases(Role):
+    """Live subscriptions and the leases that keep history from compaction. Plain and sharded
+    stores."""
+
+    @abc.abstractmethod
+    def listen(self, after=0, *, name: str | None = None, lifetime: float = 60.0,
+               values: bool = True, batch_size: int = 1000):
+        """A live subscription to every change after ``after`` (an iterator and an async
+        iterator)."""
+
+    @abc.abstractmethod
+    async def set_history_lease_async(self, name: str, position, lifetime: float):
+        """Hold every change after ``position`` from compaction for ``lifetime`` seconds."""
+
+    @abc.abstractmethod
+    async def drop_history_lease_async(self, name: str) -> None:
+        """Let go of lease ``name``."""
+
+    @abc.abstractmethod
+    async def list_history_leases_async(self):
+        """The live history leases."""
+
+
+class Maintenance(Role):
+    """A running store's counters, compaction, backup and close. Plain and sharded stores."""
+
+    @abc.abstractmethod
+    def actors(self) -> list:
+        """The store's Ray actors (no I/O)."""
+
+    @abc.abstractmethod
+    async def stats_async(self) -> dict:
+        """The store's counters."""
+
+    @abc.abstractmethod
+    async def compact_journal_async(self, wait: bool = False):
+        """Start a journal compaction now (and wait for it with ``wait=True``)."""
+
+    @abc.abstractmethod
+    async def trim_journal_async(self):
+        """head_only stores: delete the journal files the Ledger holds now."""
+
+    @abc.abstractmethod
+    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
+                           progress: bool | Callable[[int, int], None] = True) -> dict:
+        """Incremental hot backup to ``target_url``."""
+
+    @abc.abstractmethod
+    async def close_async(self) -> None:
+        """Finish writes and stop the store's actors; closing twice is harmless."""
+
+
+class View(Role):
+    """A point in time that a snapshot holds. Plain and sharded snapshots."""
+
+    @property
+    @abc.abstractmethod
+    def sqn(self):
+        """The view's position (no I/O)."""
+
+    @abc.abstractmethod
+    async def go_back_async(self, at_sqn=None, at_time: float | None = None):
+        """A view of an earlier moment of the same history."""
+
+    @abc.abstractmethod
+    async def release_async(self) -> None:
+        """Let the store free what only this view needed."""
+
+
+class Following(Role):
+    """A read-only view that follows a running store (or stays on a checkpoint). Plain and
+    sharded readers."""
+
+    @abc.abstractmethod
+    def stats(self) -> dict:
+        """The reader's counters (no I/O)."""
+
+    @property
+    @abc.abstractmethod
+    def manifest_id(self):
+        """The manifest version the reader reads (no I/O)."""
+
+    @property
+    @abc.abstractmethod
+    def renew_failures(self) -> int:
+        """How many renewals of the reader's lease failed in a row (no I/O)."""
+
+    @abc.abstractmethod
+    async def refresh_async(self) -> None:
+        """Move to the store's newest version now."""
+
+    @abc.abstractmethod
+    async def close_async(self) -> None:
+        """Stop following and let go of what the reader holds."""
+
+
+class Administration(Role):
+    """Work on a store's objects, running or not, without Ray. Plain and sharded admins."""
+
+    @abc.abstractmethod
+    async def create_checkpoint_async(self, lifetime: float | None = None,
+                                      name: str | None = None, source: str | None = None, *,
+                                      checkpoint_id: str | None = None) -> Checkpoint:
+        """A durable checkpoint of the store's newest version."""
+
+    @abc.abstractmethod
+    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
+                           progress: bool | Callable[[int, int], None] = True) -> dict:
+        """Incremental hot backup to ``target_url``."""
+
+    @abc.abstractmethod
+    async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
+                       progress=None):
+        """One garbage-collection pass over the store's objects."""
+
+    @abc.abstractmethod
+    async def destroy_async(self, soft: bool = True) -> int:
+        """Destroy the store."""
+

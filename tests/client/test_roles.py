@@ -1,0 +1,91 @@
+"""Every handle answers every call of every role it plays (leveled_ray.roles), with the role's
+signature, in its async form and in its synchronous twin: plain and sharded handles cannot
+drift apart."""
+
+import inspect
+
+import pytest
+
+import leveled_ray as lr
+from leveled_ray import roles
+from leveled_ray.admin.handle import Admin
+from leveled_ray.client.reader import Reader
+
+HANDLES = (lr.Store, lr.ShardedStore, lr.Snapshot, lr.ShardedSnapshot, Reader,
+           lr.ShardedReader, Admin, lr.ShardedAdmin)
+ROLES = [r for r in vars(roles).values()
+         if isinstance(r, type) and issubclass(r, roles.Role) and r is not roles.Role]
+
+#: The roles each handle plays: a handle that stops playing one fails here, not in a user's
+#: code.
+PLAYS = {
+    lr.Store: {roles.KeyReads, roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
+               roles.Checkpoints, roles.HistoryLeases, roles.Maintenance},
+    lr.Snapshot: {roles.KeyReads, roles.Queries, roles.History, roles.View},
+    Reader: {roles.KeyReads, roles.Queries, roles.History, roles.Following},
+    Admin: {roles.History, roles.Checkpoints, roles.Administration},
+}
+PLAYS |= {lr.ShardedStore: PLAYS[lr.Store], lr.ShardedSnapshot: PLAYS[lr.Snapshot],
+          lr.ShardedReader: PLAYS[Reader], lr.ShardedAdmin: PLAYS[Admin]}
+
+
+def calls(role) -> list[str]:
+    return sorted(n for n, v in vars(role).items() if getattr(v, "__isabstractmethod__", False))
+
+
+def shape(fn) -> list[tuple] | str:
+    """A signature's parameters as a caller sees them: name, kind, default, and annotation
+    where one is given (a property has none)."""
+    if isinstance(fn, property):
+        return "property"
+    return [(p.name, p.kind, p.default, p.annotation)
+            for p in inspect.signature(fn).parameters.values()]
+
+
+def same_shape(got, want) -> bool:
+    if "property" in (got, want) or len(got) != len(want):
+        return got == want
+        return False
+    return all(g[:3] == w[:3] and (inspect.Parameter.empty in (g[3], w[3]) or g[3] == w[3])
+               for g, w in zip(got, want))
+
+
+def test_every_handle_plays_its_roles_and_nothing_is_abstract():
+    for handle in HANDLES:
+        played = {r for r in ROLES if issubclass(handle, r)}
+        assert played == PLAYS[handle], handle.__name__
+        assert not handle.__abstractmethods__, (handle.__name__, handle.__abstractmethods__)
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
+def test_each_call_of_a_role_has_the_roles_signature_on_every_handle(role):
+    players = [h for h in HANDLES if issubclass(h, role)]
+    assert players, f"no handle plays {role.__name__}"
+    for name in calls(role):
+        want = shape(vars(role)[name])
+        for handle in players:
+            got = shape(inspect.getattr_static(handle, name))
+            assert same_shape(got, want), f"{handle.__name__}.{name}: {got}"
+            if name.endswith("_async"):  # its synchronous twin takes the same arguments
+                sync = name.removesuffix("_async")
+                assert same_shape(shape(inspect.getattr_static(handle, sync)), want), \
+                    f"{handle.__name__}.{sync}"
+
+
+def test_a_drifted_signature_is_caught():
+    """The comparison can fail: a handle whose ``get_async`` renamed a parameter."""
+    class Drifted(lr.Snapshot):
+        async def get_async(self, bucket, name):
+            return None
+
+    assert not same_shape(shape(Drifted.get_async), shape(roles.KeyReads.get_async))
+    assert same_shape(shape(lr.Snapshot.get_async), shape(roles.KeyReads.get_async))
+
+
+def test_a_handle_that_lacks_a_call_cannot_be_made():
+    class Partial(roles.KeyReads):
+        async def get_async(self, bucket, key):
+            return None
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
