@@ -114,6 +114,12 @@ def test_checkpoints_pin_versions_and_expire():
         cp.new_checkpoint(-1, None, now=0.0)
     with pytest.raises(lr.InvalidArgumentError):
         cp.new_checkpoint(None, "", now=0.0)
+    for bad_id in ("", 7, b"id"):
+        with pytest.raises(lr.InvalidArgumentError):
+            cp.new_checkpoint(None, None, now=0.0, checkpoint_id=bad_id)
+    again = cp.new_checkpoint(None, "forever", now=100.0, checkpoint_id=a.id)  # a retry's
+    assert cp.add_checkpoint(8, m.with_changes(checkpoints=(a,)), again, None, now=100.0) \
+        .checkpoints == (a,)
     with pytest.raises(lr.InvalidArgumentError):
         cp.add_checkpoint(1, m.with_changes(destroyed_at=1.0), a, None, now=0.0)
 
