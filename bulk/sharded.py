@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..admin.gc import check_publishable, named_at
+from ..client.shard_side import ShardSide
 from ..cluster.admin import ShardedAdmin
 from ..cluster.open import connect, shard_name
 from ..codec.routing import shards_of
@@ -341,7 +342,7 @@ async def prepare(plan: ShardedBulkWrite, txn: str, files: dict[int, tuple]) -> 
     async def one(shard: int, bookie) -> None:
         journal, ssts = files[shard]
         if bookie is not None:
-            await bookie.prepare_ingest_async(txn, plan.url, journal, ssts)
+            await ShardSide(bookie).prepare_ingest(txn, plan.url, journal, ssts)
         else:
             part = Part(plan.url, files=(tuple(journal), tuple(ssts)))
             await _shard_store(plan, shard).put_if_absent_async(part_name(txn),
@@ -360,7 +361,7 @@ async def drop(plan: ShardedBulkWrite, txn: str, shards: list[int]) -> None:
 
     async def one(shard: int, bookie) -> None:
         if bookie is not None:
-            await bookie.abort_part_async(txn)
+            await ShardSide(bookie).abort_part(txn)
         else:
             await _shard_store(plan, shard).delete_async(part_name(txn))
 
@@ -372,7 +373,7 @@ async def apply(plan: ShardedBulkWrite, txn: str, shards: list[int]) -> None:
 
     async def one(shard: int, bookie) -> None:
         if bookie is not None:
-            await bookie.commit_part_async(txn)
+            await ShardSide(bookie).commit_part(txn)
         else:
             await _apply_offline(plan.shard_map.shard_url(plan.url, shard), plan.options, txn)
 

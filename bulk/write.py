@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..admin.gc import check_publishable, named_at, read_prepared, referenced
+from ..client.shard_side import ShardSide
 from ..client.store import Store, connect
 from ..codec import head_only, holds_index_entries, now_ms, put_change
 from ..codec.index_terms import held_terms, resolve
@@ -132,7 +133,7 @@ async def begin_async(url: str, options: Options | None = None, *,
         raise InvalidArgumentError("bulk writes to a head_only store are not supported: write "
                                    "through its Store (put_many)")
     if store_name is not None:
-        reserved = await (await running_store(store_name, ray_address)).reserve_bulk_async()
+        reserved = await ShardSide(await running_store(store_name, ray_address)).reserve_bulk()
         base, indexed = reserved["base"], reserved["indexed"]
     else:
         tail = [await slot_info(store, s)
@@ -325,7 +326,7 @@ async def commit_async(plan: BulkWrite, parts, mark: tuple[str, int] | None = No
                               time.time())
             if plan.store_name is not None:
                 running = await running_store(plan.store_name, plan.ray_address, began=True)
-                await running.ingest_async(journal, ssts, mark)
+                await ShardSide(running).ingest(journal, ssts, mark)
             else:
                 await install_offline(plan.url, plan.options, journal, ssts, mark)
     finally:

@@ -33,6 +33,7 @@ from ..files.names import ulid
 from ..manifest.history import check_position
 from ..options import check_positive_int
 from ..read.changes import Change, changes_batch, journal_changes, python_changes
+from .shard_side import ShardSide
 
 #: How long one call to the Bookie waits for a change before the listener looks again.
 POLL_S = 5.0
@@ -167,7 +168,8 @@ class Listener(Polling):
                 await self._end_catchup()
             wait = POLL_S if deadline is None else max(0.0, min(POLL_S,
                                                                 deadline - time.monotonic()))
-            rows = await self.store.listen_next_async(self._read, wait, self.batch_size)
+            rows = await ShardSide(self.store).listen_next(self._read, wait,
+                                                           self.batch_size)
             if rows is None:  # no longer in the Bookie's memory: read the Journal
                 snap = await self.store.snapshot_async(long_running=True)
                 self._release = snap.release_async

@@ -527,11 +527,6 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
                         batch_size=batch_size)
 
     @bookie_call
-    def listen_next(self, after: int, timeout: float, max_rows: int):
-        """For a listener: the next changes' journal rows (see ``Bookie.listen_next``)."""
-        return self._actor.listen_next.remote(after, timeout, max_rows)
-
-    @bookie_call
     def set_history_lease(self, name: str, position, lifetime: float) -> HistoryLease:
         """Hold every change after SQN ``position`` from journal compaction for ``lifetime``
         seconds (creates lease ``name``, or moves it either way). A consumer that keeps its
@@ -660,94 +655,6 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         import ray
 
         ray.kill(self._actor, no_restart=True)
-
-    # -- for cross-shard put_many (see leveled_ray.cluster.txn) --
-
-    async def put_changes_async(self, changes: list[Change], values: list) -> list[int]:
-        """``put_many`` of changes checked already (by :meth:`_changes`): a sharded store
-        checks a batch once, then sends each shard its part."""
-        nbytes = sum(c.size for c in changes)
-        return await _await(self._actor.put_many.remote(pack(changes),
-                                                        ValueBatch.pack(values, nbytes)))
-
-    async def prepare_async(self, txn: str, root_url: str, changes: list[Change],
-                            values: list):
-        """Prepare this shard's part (checked changes and their values) of cross-shard batch
-        ``txn``: its part number once it is durable and its keys are locked, ``"busy"``, or
-        the failure of its conditions."""
-        return await _await(self._actor.prepare.remote(txn, root_url, pack(changes), values))
-
-    async def commit_part_async(self, txn: str, numbers: dict | None = None) -> list[int]:
-        """Apply this shard's prepared part of ``txn`` (``numbers``: every shard's part
-        number); returns its SQNs."""
-        return await _await(self._actor.commit_part.remote(txn, numbers))
-
-    async def get_many_checked_async(self, pairs: Iterable[Sequence]) -> tuple[list, int, dict]:
-        """:meth:`get_many` with the figures a sharded store checks batches with."""
-        values, began, notes = await _await(
-            self._actor.get_many_checked.remote(self._keys(pairs, "get")))
-        return values.to_pylist(), began, notes
-
-    async def head_many_checked_async(self, pairs: Iterable[Sequence]
-                                      ) -> tuple[list, int, dict]:
-        """:meth:`head_many` with the figures a sharded store checks batches with."""
-        entries, began, notes = await _await(
-            self._actor.head_many_checked.remote(self._keys(pairs, "head")))
-        return heads_of(entries), began, notes
-
-    async def abort_part_async(self, txn: str) -> None:
-        """Drop this shard's prepared part of ``txn``."""
-        await _await(self._actor.abort_part.remote(txn))
-
-    async def prepare_ingest_async(self, txn: str, root_url: str, journal: tuple,
-                                   ssts: tuple) -> tuple[int, int]:
-        """Prepare this shard's part of bulk write ``txn`` across shards: the files it wrote
-        here, installed when the batch commits (see :mod:`leveled_ray.bulk.sharded`)."""
-        return await _await(self._actor.prepare_ingest.remote(txn, root_url,
-                                                              pack((journal, ssts))))
-
-    # -- for cuts of a sharded store (see leveled_ray.cluster.cut) --
-
-    async def freeze_async(self, cut_id: str, hold_s: float, take: tuple | None = None):
-        """Hold this shard's writes for a cut: ``"busy"``, or ``(pending, taken)``: the
-        batches it holds prepared and, if none and ``take`` is ``("snapshot", long_running,
-        values, timeout_s)`` or ``("checkpoint", lifetime, name, checkpoint_id)``, that point
-        in time, taken in the same call."""
-        kind, args, finish = None, (), None
-        if take is not None and take[0] == "snapshot":
-            kind, finish = "snapshot", self._wrap_snapshot
-            args = (self._snapshot_timeout(take[1], take[3]), bool(take[2]))
-        elif take is not None:
-            kind, args = "checkpoint", (take[1], take[2], None, take[3])
-        answer = await _await(self._actor.freeze.remote(cut_id, hold_s, kind, *args))
-        if answer == "busy":
-            return answer
-        taken = answer["taken"]
-        return answer["pending"], (finish(taken) if finish and taken is not None else taken)
-
-    async def cut_apply_async(self, cut_id: str, txns: list[str]) -> None:
-        """Apply these committed batches' parts inside the cut."""
-        await _await(self._actor.cut_apply.remote(cut_id, txns))
-
-    def _thaw_soon(self, cut_id: str) -> None:
-        """Admit writes again after the cut (sent at once, not waited for)."""
-        self._actor.thaw.remote(cut_id)
-
-    async def thaw_async(self, cut_id: str) -> bool:
-        """Admit writes again after the cut; whether the cut held them until now."""
-        return await _await(self._actor.thaw.remote(cut_id))
-
-    # -- for bulk writes (see leveled_ray.bulk.write) --
-
-    async def reserve_bulk_async(self) -> dict:
-        """Reserve a window of SQNs for a bulk write: ``{"base", "indexed", "epoch"}``."""
-        return await _await(self._actor.reserve_bulk.remote())
-
-    async def ingest_async(self, journal: tuple, ssts: tuple,
-                           mark: tuple[str, int] | None = None) -> int:
-        """Install a bulk write's files through the Bookie; returns the manifest version
-        (``mark``: a streaming write's ``(writer, batch id)``, installed once)."""
-        return await _await(self._actor.ingest.remote(pack((journal, ssts, mark))))
 
     # -- for operators and tests --
 

@@ -40,7 +40,7 @@ BUSY = "busy"
 
 class Early(NamedTuple):
     """What a shard may take in the call that freezes it (``take``: see
-    :meth:`Store.freeze_async <leveled_ray.client.store.Store.freeze_async>`), and how to
+    :meth:`ShardSide.freeze <leveled_ray.client.shard_side.ShardSide.freeze>`), and how to
     give it back should that attempt of the cut fail (``discard(shard, taken)``)."""
 
     take: tuple
@@ -51,22 +51,23 @@ class Early(NamedTuple):
 ATTEMPTS = 3
 
 
-async def cut(store, take: Callable[[int], Awaitable], early: Early | None = None
-              ) -> tuple[list, float]:
+async def cut(store, shards: list, take: Callable[[int], Awaitable],
+              early: Early | None = None) -> tuple[list, float]:
     """``take(shard)`` of every shard at one consistent moment; returns what each gave, in
     shard order, and how long the cut held writes (seconds, as the cutter saw it).
+    ``shards`` are the shards' :class:`~leveled_ray.client.shard_side.ShardSide` in order;
+    ``store`` gives the URL and options of the root, where batches' decisions are read.
 
-    ``early`` (see :meth:`Store.freeze_async <leveled_ray.client.store.Store.freeze_async>`)
+    ``early`` (see :meth:`ShardSide.freeze <leveled_ray.client.shard_side.ShardSide.freeze>`)
     lets each shard take its part in the same call that freezes it, when it holds no
     prepared part: taking early is safe, since all that matters is that no shard thaws
     before every shard froze. Every shard then says whether the cut still held it when it
     was thawed: one that thawed by itself first (the cut outlasted :data:`HOLD_S`) may hold
     writes the others lack, so what was taken is given back (``early.discard``) and the cut
     tried again; :class:`ConflictError` after :data:`ATTEMPTS`."""
-    shards = [store.shard(s) for s in range(store.shards)]
     for _ in range(ATTEMPTS):
         cut_id, taken, frozen_at = await _hold_and_take(store, shards, take, early)
-        held = await asyncio.gather(*(s.thaw_async(cut_id) for s in shards),
+        held = await asyncio.gather(*(s.thaw(cut_id) for s in shards),
                                     return_exceptions=True)
         if all(h is True for h in held):
             return taken, time.monotonic() - frozen_at
@@ -85,7 +86,7 @@ async def _hold_and_take(store, shards: list, take, early: Early | None) -> tupl
     while True:
         cut_id = ulid()
         frozen_at = time.monotonic()
-        answers = await asyncio.gather(*(s.freeze_async(cut_id, HOLD_S, early and early.take)
+        answers = await asyncio.gather(*(s.freeze(cut_id, HOLD_S, early and early.take)
                                          for s in shards), return_exceptions=True)
         if not any(a == BUSY or isinstance(a, BaseException) for a in answers):
             break
@@ -105,9 +106,9 @@ async def _hold_and_take(store, shards: list, take, early: Early | None) -> tupl
             root = ObjectStore.from_url(store.url, store.options)
             decisions = await asyncio.gather(*(read_decision(root, txn) for txn in pending))
             committed = {txn for txn, d in zip(pending, decisions) if d == COMMIT}
-            await asyncio.gather(*(s.cut_apply_async(cut_id, [t for t in held if t in committed])
-                                   for s, (held, _) in zip(shards, answers)
-                                   if committed & set(held)))
+            await asyncio.gather(*(
+                s.cut_apply(cut_id, [t for t in held if t in committed])
+                for s, (held, _) in zip(shards, answers) if committed & set(held)))
         taken = await asyncio.gather(*(_taken(answers[s][1], take, s) for s in range(len(shards))))
     except BaseException:
         _thaw(shards, cut_id)
@@ -121,4 +122,4 @@ async def _taken(early_taken, take, shard: int):
 
 def _thaw(shards: list, cut_id: str) -> None:
     for shard in shards:
-        shard._thaw_soon(cut_id)
+        shard.thaw_soon(cut_id)

@@ -5,7 +5,8 @@ batch (:func:`stale_shards`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,11 +45,11 @@ def in_input_order(count: int, groups: dict, found: Sequence[list]) -> list:
 
 
 async def per_shard(targets: Sequence, pairs: Sequence, options: Options, shard_map: ShardMap,
-                    call: str) -> list:
-    """``targets[s].<call>(its pairs)`` for every shard ``s`` holding some of ``pairs``, all at
+                    read: Callable[[Any, list], Awaitable]) -> list:
+    """``read(targets[s], its pairs)`` for every shard ``s`` holding some of ``pairs``, all at
     once; the answers in the order of ``pairs``."""
     groups = shard_groups(checked_keys(pairs, options), shard_map)
-    found = await asyncio.gather(*(getattr(targets[s], call)([pairs[i] for i in where])
+    found = await asyncio.gather(*(read(targets[s], [pairs[i] for i in where])
                                    for s, where in groups.items()))
     return in_input_order(len(pairs), groups, found)
 
@@ -67,15 +68,16 @@ def stale_shards(began: dict[int, tuple], notes: dict[int, dict]) -> set[int]:
 
 
 async def per_shard_checked(targets: Sequence, pairs: Sequence, options: Options,
-                            shard_map: ShardMap, call: str) -> list:
-    """:func:`per_shard` with a ``*_checked`` call, read again where :func:`stale_shards`
+                            shard_map: ShardMap,
+                            read: Callable[[Any, list], Awaitable]) -> list:
+    """:func:`per_shard` with a ``*_checked`` read, read again where :func:`stale_shards`
     says, so that the answers hold every cross-shard batch whole or not at all;
     ``ConflictError`` (retry it) when a shard is still stale after :data:`MAX_ROUNDS`."""
     groups = shard_groups(checked_keys(pairs, options), shard_map)
     replies: dict[int, tuple] = {}
     todo = list(groups)
     for _ in range(MAX_ROUNDS):
-        found = await asyncio.gather(*(getattr(targets[s], call)([pairs[i] for i in groups[s]])
+        found = await asyncio.gather(*(read(targets[s], [pairs[i] for i in groups[s]])
                                        for s in todo))
         replies.update(zip(todo, found))
         todo = sorted(stale_shards({s: r[1] for s, r in replies.items()},

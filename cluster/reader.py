@@ -106,12 +106,12 @@ class ShardedReader(Queries, roles.KeyReads, roles.Queries, roles.History, roles
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         await self._using()
         return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
-                               "get_many_async")
+                               lambda part, some: part.get_many_async(some))
 
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         await self._using()
         return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
-                               "head_many_async")
+                               lambda part, some: part.head_many_async(some))
 
     async def _query_view_async(self, needs_values: bool):
         await self._using()

@@ -72,14 +72,13 @@ class ShardedSnapshot(Queries, roles.KeyReads, roles.Queries, roles.History, rol
     async def head_async(self, bucket, key) -> Head | None:
         return await self._of(bucket, key).head_async(bucket, key)
 
-    async def _many(self, pairs: Iterable[Sequence], call: str) -> list:
-        return await per_shard(self.parts, list(pairs), self.options, self.shard_map, call)
-
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
-        return await self._many(pairs, "get_many_async")
+        return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
+                               lambda part, some: part.get_many_async(some))
 
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        return await self._many(pairs, "head_many_async")
+        return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
+                               lambda part, some: part.head_many_async(some))
 
     async def _query_view_async(self, needs_values: bool):
         return MergedView([part._view_for(needs_values) for part in self.parts]), None

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 
 from .. import roles
+from ..client.shard_side import ShardSide
 from ..client.store import Store
 from ..clock import Clock
 from ..codec import Delete, Head, Put, checked_key
@@ -129,21 +130,21 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries,
 
     # -- many keys: every shard involved at once, answers in input order --
 
-    async def _many(self, pairs, what: str, call: str) -> list:
+    async def _many(self, pairs, what: str, read) -> list:
         head_only_mode.refuse(self.head_only, what)
-        return await per_shard_checked(self._stores, list(pairs), self.options,
-                                       self.shard_map, call)
+        return await per_shard_checked(self._sides(), list(pairs), self.options,
+                                       self.shard_map, read)
 
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """Values of many ``(bucket, key)`` pairs, ``None`` where absent: one call to each
         shard involved, all at once. A cross-shard ``put_many`` is in the answer whole or not
         at all: a shard read before a batch it holds part of could be visible is read again
         (see :func:`~.fanout.stale_shards`)."""
-        return await self._many(pairs, "get", "get_many_checked_async")
+        return await self._many(pairs, "get", ShardSide.get_many_checked)
 
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         """Heads of many ``(bucket, key)`` pairs, as :meth:`get_many_async` reads values."""
-        return await self._many(pairs, "head", "head_many_checked_async")
+        return await self._many(pairs, "head", ShardSide.head_many_checked)
 
     async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
         """Write many changes atomically; returns each item's SQN (its shard's).
@@ -151,13 +152,13 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries,
         The batch is checked once, here. Within one shard it is that shard's ``put_many``.
         Across shards every item becomes visible or none does, and all conditions are checked
         before any item is visible (see :mod:`.txn`)."""
-        changes, values, _ = self._stores[0]._changes(items)  # every shard's handle checks alike
+        changes, values = ShardSide(self._stores[0]).checked_changes(items)  # all check alike
         if not changes:
             return []
         groups = shard_groups([c.lkey for c in changes], self.shard_map)
         if len(groups) == 1:
             (shard,) = groups
-            return await self._stores[shard].put_changes_async(changes, values)
+            return await ShardSide(self._stores[shard]).put_changes(changes, values)
         return await put_across(self, changes, values, groups)
 
     # -- points in time --
@@ -176,7 +177,7 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries,
             raise InvalidArgumentError("give at most one of at_sqn and at_time")
         early = Early(("snapshot", long_running, values, timeout_s),
                       lambda _, snap: snap.release_async())
-        taken, _ = await cut(self, lambda s: self._stores[s].snapshot_async(
+        taken, _ = await cut(self, self._sides(), lambda s: self._stores[s].snapshot_async(
             long_running, values=values, timeout_s=timeout_s), early)
         snap = ShardedSnapshot(taken, self.shard_map, self.options)
         if at_sqn is None and at_time is None:
@@ -189,7 +190,10 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries,
         return snap
 
     async def _cut(self, take, early: Early | None = None):
-        return await cut(self, take, early)
+        return await cut(self, self._sides(), take, early)
+
+    def _sides(self) -> list[ShardSide]:
+        return [ShardSide(store) for store in self._stores]
 
     async def _checkpoint_part(self, shard: int, lifetime, name, source, checkpoint_id):
         return await self._stores[shard].checkpoint_async(lifetime, name, source,

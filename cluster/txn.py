@@ -23,6 +23,7 @@ import contextlib
 import random
 import time
 
+from ..client.shard_side import ShardSide
 from ..errors import ConflictError, ObjectStoreError, StoreClosedError
 from ..files.names import ulid
 from ..files.store import ObjectStore
@@ -43,7 +44,7 @@ async def put_across(store, changes: list, values: list, groups: dict) -> list[i
     backoff = FIRST_BACKOFF_S
     while True:
         txn = ulid()
-        answers = await asyncio.gather(*(shards[s].prepare_async(txn, store.url, *part)
+        answers = await asyncio.gather(*(ShardSide(shards[s]).prepare(txn, store.url, *part)
                                          for s, part in parts.items()), return_exceptions=True)
         prepared = [s for s, a in zip(parts, answers) if _prepared(a)]
         if len(prepared) == len(parts):
@@ -63,7 +64,7 @@ async def put_across(store, changes: list, values: list, groups: dict) -> list[i
         await _abort(shards, list(parts), txn)
         raise ConflictError("not written: a shard aborted the batch after waiting "
                             f"{store.options.txn_timeout_s:g}s for its decision")
-    applied = await asyncio.gather(*(shards[s].commit_part_async(txn, numbers) for s in parts),
+    applied = await asyncio.gather(*(ShardSide(shards[s]).commit_part(txn, numbers) for s in parts),
                                    return_exceptions=True)
     failed = [s for s, a in zip(parts, applied) if isinstance(a, BaseException)]
     if failed:
@@ -96,5 +97,5 @@ def _prepared(answer) -> bool:
 async def _abort(shards: dict, prepared: list[int], txn: str) -> None:
     """Drop the parts prepared so far (a shard that cannot be reached drops its own part once
     ``txn_timeout_s`` passes, or when it reopens)."""
-    await asyncio.gather(*(shards[s].abort_part_async(txn) for s in prepared),
+    await asyncio.gather(*(ShardSide(shards[s]).abort_part(txn) for s in prepared),
                          return_exceptions=True)

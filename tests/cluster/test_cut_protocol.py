@@ -16,19 +16,19 @@ class Shard:
     def __init__(self, number: int, lapses: int):
         self.number, self.lapses, self.frozen, self.taken = number, lapses, None, 0
 
-    async def freeze_async(self, cut_id, hold_s, take):
+    async def freeze(self, cut_id, hold_s, take):
         assert self.frozen is None
         self.frozen = cut_id
         self.taken += 1
         return [], (self.number, self.taken)  # no prepared part: taken in the same call
 
-    async def thaw_async(self, cut_id) -> bool:
+    async def thaw(self, cut_id) -> bool:
         held = self.frozen == cut_id and self.lapses == 0
         self.lapses = max(0, self.lapses - 1)
         self.frozen = None
         return held
 
-    def _thaw_soon(self, cut_id) -> None:
+    def thaw_soon(self, cut_id) -> None:
         self.frozen = None
 
 
@@ -47,7 +47,7 @@ def test_a_cut_a_shard_left_early_is_given_back_and_taken_again():
     async def discard(shard, taken):
         given_back.append(taken)
 
-    taken, _ = asyncio.run(cut(store, None, Early(("snapshot",), discard)))
+    taken, _ = asyncio.run(cut(store, store._shards, None, Early(("snapshot",), discard)))
     assert taken == [(0, 2), (1, 2)]  # the second attempt's
     assert sorted(given_back) == [(0, 1), (1, 1)]  # every part of the first
 
@@ -59,5 +59,5 @@ def test_a_cut_that_never_holds_fails_with_nothing_taken():
         given_back.append(taken)
 
     with pytest.raises(ConflictError, match="before the cut was taken"):
-        asyncio.run(cut(store, None, Early(("snapshot",), discard)))
+        asyncio.run(cut(store, store._shards, None, Early(("snapshot",), discard)))
     assert sorted(given_back) == sorted((s, n) for s in (0, 1) for n in range(1, ATTEMPTS + 1))

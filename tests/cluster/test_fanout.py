@@ -41,7 +41,7 @@ class Shard:
         self.answers = list(answers)
         self.reads = 0
 
-    async def get_many_checked_async(self, pairs):
+    async def get_many_checked(self, pairs):
         self.reads += 1
         values, began, notes = self.answers.pop(0)
         return [values] * len(pairs), began, notes
@@ -55,7 +55,7 @@ def test_a_checked_read_reads_stale_shards_again_until_the_batch_is_whole():
     shards = [Shard([("new", (1, 5), {0: batch})]),  # shard 0: the batch applied
               Shard([("old", (1, 1), {}), ("new", (1, 2), {0: batch})])]  # shard 1: too early
     found = asyncio.run(per_shard_checked(shards, pairs, lr.Options(), shard_map,
-                                          "get_many_checked_async"))
+                                          Shard.get_many_checked))
     assert shards[0].reads == 1 and shards[1].reads == 2
     assert set(found) == {"new"} and len(found) == len(pairs)
 
@@ -74,5 +74,5 @@ def test_a_checked_read_that_never_sees_a_batch_whole_raises_rather_than_answer_
               Shard([("old", (1, 1), {})] * rounds)]  # shard 1: read before, every time
     with pytest.raises(lr.ConflictError, match="again"):
         asyncio.run(per_shard_checked(shards, pairs, lr.Options(), shard_map,
-                                      "get_many_checked_async"))
+                                      Shard.get_many_checked))
     assert shards[1].reads == MAX_ROUNDS

@@ -8,9 +8,11 @@ import pytest
 from support.waits import kill_actor, run_until_ready_then_kill, wait_until
 
 import leveled_ray as lr
+from leveled_ray.client.shard_side import ShardSide
 from leveled_ray.cluster.fanout import shard_groups
 from leveled_ray.codec import checked_key
 from leveled_ray.files.store import ObjectStore
+from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest.txn_records import COMMIT, decide
 
 pytestmark = pytest.mark.ray
@@ -25,6 +27,7 @@ CLIENT = """
 import asyncio, sys, time
 import leveled_ray as lr
 from leveled_ray.cluster.fanout import shard_groups
+from leveled_ray.client.shard_side import ShardSide
 from leveled_ray.codec import checked_key
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.txn_records import COMMIT, decide
@@ -37,12 +40,12 @@ groups = shard_groups([checked_key(i.bucket, i.key, store.options) for i in item
 
 async def run():
     for shard, where in groups.items():
-        part = store.shard(shard)._changes([items[i] for i in where])[:2]
-        assert isinstance(await store.shard(shard).prepare_async(txn, store.url, *part), tuple)
+        part = ShardSide(store.shard(shard)).checked_changes([items[i] for i in where])
+        assert isinstance(await ShardSide(store.shard(shard)).prepare(txn, store.url, *part), tuple)
     if phase != "prepared":
         await decide(ObjectStore.from_url(store.url, store.options), txn, COMMIT)
     if phase == "partly":
-        await store.shard(next(iter(groups))).commit_part_async(txn)
+        await ShardSide(store.shard(next(iter(groups)))).commit_part(txn)
 
 asyncio.run(run())
 print("READY", flush=True)
@@ -85,8 +88,9 @@ def _prepare(store, txn: str, shards) -> None:
     items = [lr.Put(b, k, b"new") for b, k in KEYS]
     groups = shard_groups([checked_key(b, k, store.options) for b, k in KEYS], store.shard_map)
     for shard in shards:
-        part = store.shard(shard)._changes([items[i] for i in groups[shard]])[:2]
-        assert isinstance(store.shard(shard).prepare(txn, store.url, *part), tuple)
+        part = ShardSide(store.shard(shard)).checked_changes([items[i] for i in groups[shard]])
+        assert isinstance(run_sync(ShardSide(store.shard(shard)).prepare(txn, store.url, *part)),
+                          tuple)
 
 
 @pytest.mark.parametrize("phase,visible", [("prepared", False), ("decided", True)])
@@ -99,7 +103,7 @@ def test_a_shard_killed_at_any_phase_settles_its_part_when_it_reopens(ray_cluste
     _prepare(store, txn, (0, 1))
     if phase == "decided":
         asyncio.run(decide(ObjectStore.from_url(tmp_url), txn, COMMIT))
-        store.shard(0).commit_part(txn)
+        run_sync(ShardSide(store.shard(0)).commit_part(txn))
     kill_actor(store.shard(1).actors()[0])  # shard 1 dies holding its part
     with pytest.raises(lr.StoreClosedError):
         store.shard(1).get("b", "k00")
@@ -129,15 +133,15 @@ def test_a_batch_whose_keys_stay_held_past_txn_timeout_raises_conflict(ray_clust
         assert set(groups) == {0, 1}
         holder = f"t{uuid.uuid4().hex}"
         held = groups[0][0]
-        part = store.shard(0)._changes([items[held]])[:2]
-        assert isinstance(store.shard(0).prepare(holder, f"file://{blocked_root}/root", *part),
-                          tuple)
+        part = ShardSide(store.shard(0)).checked_changes([items[held]])
+        assert isinstance(run_sync(ShardSide(store.shard(0)).prepare(
+            holder, f"file://{blocked_root}/root", *part)), tuple)
         with pytest.raises(lr.ConflictError):
             store.put_many(items)
         others = [k for i, k in enumerate(KEYS) if i != held]  # reads of the held key wait
         assert store.get_many(others) == [None] * len(others)  # nothing of the batch landed
         assert store.stats()["shards"][0]["txn_busy"] >= 1
-        store.shard(0).abort_part(holder)
+        run_sync(ShardSide(store.shard(0)).abort_part(holder))
         store.put_many(items)
         assert store.get_many(KEYS) == [b"new"] * len(KEYS)
     finally:

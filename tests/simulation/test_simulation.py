@@ -10,7 +10,7 @@ import scenario
 from scenario import Config
 
 #: Seeds per ``make test`` run (``SIM_SEEDS`` overrides it).
-SEEDS = int(os.environ.get("SIM_SEEDS", "120"))
+SEEDS = int(os.environ.get("SIM_SEEDS", "40"))
 
 #: Runs that broke an invariant before a fix, each with the invariant it broke then.
 REGRESSIONS = {
