@@ -10,12 +10,11 @@ from .client.reader import Reader
 from .client.snapshot import Snapshot
 from .client.store import Store
 from .cluster.admin import ShardedAdmin
-from .cluster.clone import clone
-from .cluster.open import admin, connect, destroy, gc, open, reader
 from .cluster.reader import ShardedReader
 from .cluster.snapshot import ShardedSnapshot
 from .cluster.store import ShardedStore
 from .codec import Delete, Head, Put
+from .entry_points import admin, clone, connect, destroy, gc, open, reader
 from .errors import (
     CheckpointNotFoundError,
     ConditionFailedError,

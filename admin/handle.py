@@ -121,27 +121,3 @@ async def destroy_store(store: ObjectStore, options: Options, soft: bool = True,
         return 0
     plan = await garbage_collection.collect(store, options, min_age=0.0, clock=clock)
     return len(plan.deleted)  # a delete that failed is left for GC (the store stays destroyed)
-
-
-def admin(url: str, options: Options | None = None, *, clock: Clock | None = None) -> Admin:
-    """An :class:`Admin` for the store at ``url`` (no store needs to be running); ``clock``
-    is the time its checkpoints, GC and destroy read (default: wall time)."""
-    return Admin(url, options, clock)
-
-
-def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
-       options: Options | None = None, progress=None,
-       clock: Clock | None = None) -> garbage_collection.Plan:
-    """One garbage-collection pass on the store at ``url`` (running or not): deletes what no
-    manifest, checkpoint, clone or snapshot can read and is older than ``min_age`` seconds
-    (default ``Options.gc.min_age_s``). While a writer runs, ``min_age`` must be longer than
-    any upload takes to be published (the default leaves an hour); ``min_age=0`` is for a
-    store nobody writes."""
-    return Admin(url, options, clock).gc(min_age, dry_run, progress)
-
-
-def destroy(url: str, soft: bool = True, *, options: Options | None = None) -> int:
-    """Destroy the store at ``url``. ``soft`` marks it destroyed and fences its writer; GC then
-    deletes everything after a grace period (``gc.min_age_s``) once no checkpoint is left.
-    ``soft=False`` deletes everything now, and refuses while live checkpoints exist."""
-    return Admin(url, options).destroy(soft)

@@ -39,8 +39,9 @@ from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..admin.gc import check_publishable, named_at
 from ..client.shard_side import ShardSide
 from ..cluster.admin import ShardedAdmin
-from ..cluster.open import connect, shard_name
+from ..cluster.layout import shard_name
 from ..codec.routing import shards_of
+from ..entry_points import connect
 from ..errors import ConflictError, LeveledError, ObjectStoreError, StoreClosedError
 from ..files.names import ulid
 from ..files.store import NotFound, ObjectStore

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..admin.gc import check_publishable, named_at, read_prepared, referenced
 from ..client.shard_side import ShardSide
-from ..client.store import Store, connect
+from ..client.store import Store, connect_bookie
 from ..codec import head_only, holds_index_entries, now_ms, put_change
 from ..codec.index_terms import held_terms, resolve
 from ..errors import InvalidArgumentError, LeveledError, StoreClosedError
@@ -409,7 +409,7 @@ async def running_store(store_name: str, ray_address: str | None, began: bool = 
     typed errors. A Bookie that is gone raises ``StoreClosedError``, also when it is gone by
     the time a write that ``began`` with it commits (its name no longer resolves)."""
     try:
-        return await asyncio.to_thread(connect, store_name, address=ray_address)
+        return await asyncio.to_thread(connect_bookie, store_name, address=ray_address)
     except InvalidArgumentError:
         if not began:
             raise

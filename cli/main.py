@@ -17,11 +17,11 @@ import json
 import os
 import sys
 
+from .. import entry_points as face
 from ..admin.clone import create_clone
 from ..admin.progress import progress_bar
 from ..bulk.export import export
 from ..bulk.read import ReadQuery
-from ..cluster import open as face
 from ..cluster.reader import ShardsAsTheyAre
 from ..cluster.store import ShardedStore
 from ..codec import object_key

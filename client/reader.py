@@ -140,14 +140,12 @@ class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, ro
         }
 
 
-def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
-           lifetime: float = 600.0, clock: Clock | None = None, at_sqn: int | None = None,
-           at_time: float | None = None) -> Reader:
-    """A :class:`Reader` of the store at ``url``: at the given checkpoint, or at one of its
-    own that it pins for ``lifetime`` seconds and renews while in use. ``clock`` is the time
-    it reads (TTL expiry, its checkpoint's; default: wall time). ``at_sqn`` / ``at_time``
-    read the store as it was then (see :meth:`Store.snapshot
-    <leveled_ray.client.store.Store.snapshot>`), within the history its Journal keeps."""
+def open_plain_reader(url: str, checkpoint: str | None = None, *,
+                      options: Options | None = None, lifetime: float = 600.0,
+                      clock: Clock | None = None, at_sqn: int | None = None,
+                      at_time: float | None = None) -> Reader:
+    """A :class:`Reader` of the plain store at ``url``: what :func:`leveled_ray.reader` builds
+    on (its arguments are that function's)."""
     out = Reader(url, checkpoint, options, lifetime, clock=clock, at_sqn=at_sqn,
                  at_time=at_time)
     if checkpoint is None:

@@ -70,33 +70,6 @@ async def _await(ref):
         raise unwrap(exc) from None
 
 
-def open(url: str, options: Options | None = None, *, name: str | None = None,
-         detached: bool = False, store: ObjectStore | None = None,
-         head_only: str | None = None, clock: Clock | None = None) -> Store:
-    """Open (or create) the store at ``url`` for writing, with its actors on Ray.
-
-    ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes the
-    actors named (``name``, ``name.penciller``, ...) in namespace ``leveled`` so other
-    drivers can :func:`connect`; ``detached=True`` keeps them alive after this driver exits.
-    Opening fences any other writer of the same store (its later writes fail with
-    ``FencedError``). ``store`` overrides the object store client built from ``url`` (for
-    example a fault-injecting wrapper). ``head_only`` (``"with_lookup"`` or ``"no_lookup"``)
-    creates or opens a store that keeps small values in the Ledger (see
-    :mod:`leveled_ray.codec.head_only`); a store is always opened in the mode it was created with.
-    ``clock`` (default: wall time) is the time every part of the store reads: TTL expiry,
-    snapshot, checkpoint and lease expiry, object ages (see :mod:`leveled_ray.clock`).
-
-    Cost: about one Ray actor start-up per actor (a few seconds on first use) plus the replay of
-    journal entries not yet persisted in the Ledger.
-    """
-    options, clock = check_open(url, options, name, detached, head_only, clock)
-    ensure_ray()
-    refuse_running(name)
-    (opened,) = start_bookies([BookieSpec(url, name, store)], options, detached=detached,
-                              head_only=head_only, clock=clock)
-    return opened
-
-
 def check_open(url, options, name, detached, head_only, clock) -> tuple[Options, Clock]:
     """The checked arguments of an open: ``(options, clock)``, or InvalidArgumentError."""
     options = options if options is not None else Options()
@@ -170,13 +143,9 @@ def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bo
             for actor, spec, info in zip(actors, specs, infos)]
 
 
-def connect(name: str, *, address: str | None = None) -> Store:
-    """A handle on a running store that was opened with ``name`` (from any driver).
-
-    ``address`` joins that Ray cluster first (else ``RAY_ADDRESS``, else this process's, else
-    the one running on this machine; none is ever started):
-    ``"ray://host:10001"`` reaches a cluster's Ray Client server from a remote app, with token
-    authentication set up from this machine's token (see :func:`ensure_ray`)."""
+def connect_bookie(name: str, *, address: str | None = None) -> Store:
+    """A handle on the running Bookie named ``name`` (a plain store's, or one shard's): what
+    :func:`leveled_ray.connect` builds on. ``address`` as there."""
     ensure_ray(address, join=True)  # a store that runs is on a cluster that runs: never start one
     import ray
 

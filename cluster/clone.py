@@ -25,36 +25,10 @@ from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.names import MANIFEST_PREFIX
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
-from ..files.sync import run_blocking
 from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
 from ..options import Options
 from . import checkpoints
 from .admin import ShardedAdmin
-from .open import open as open_store
-
-
-def clone(parent_url: str, url: str, checkpoint: str | None = None, *,
-          options: Options | None = None, parent_options: Options | None = None,
-          name: str | None = None, at_sqn=None, at_time: float | None = None):
-    """Create the clone at ``url`` of the store at ``parent_url`` (as of the checkpoint
-    ``checkpoint``, or of now) and open it for writing; returns its store handle, sharded
-    like its parent. Safe to retry: an interrupted clone is finished, a finished one is just
-    opened. A sharded parent that is being written is cloned from a checkpoint taken through
-    it: ``lr.clone(parent_url, url, store.checkpoint().id)``.
-
-    ``at_sqn`` (a position on a sharded store) or ``at_time`` make the clone hold the store
-    as it was then, within the history its Journal keeps: the clone is made, then every
-    object changed since is written back as it was (see :func:`revert`)."""
-    options = options or Options()
-    run_blocking(create_any_clone(parent_url, url, checkpoint, options, parent_options))
-    store = open_store(url, options, name=name)
-    if at_sqn is not None or at_time is not None:
-        try:
-            revert(store, at_sqn, at_time)
-        except BaseException:
-            store.close()
-            raise
-    return store
 
 
 def revert(store, at_sqn=None, at_time: float | None = None) -> int:

@@ -42,3 +42,8 @@ async def resolve_layout(root: ObjectStore, shards: int | None, route_by: str | 
         raise InvalidArgumentError(f"the store at {root.url} is a plain store: it cannot be "
                                    "opened with shards=")
     return await create_shard_map(root, ShardMap.new(shards, route_by or "key"))
+
+
+def shard_name(name: str, shard: int) -> str:
+    """The actor name of shard ``shard``'s Bookie in a store named ``name``."""
+    return f"{name}.shard-{shard:03d}"

@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass, field
 
 from ..client.ray_connection import ensure_ray, join_with_token, ray_token
-from ..cluster.open import connect
-from ..cluster.open import open as open_store
+from ..entry_points import connect
+from ..entry_points import open as open_store
 from ..errors import InvalidArgumentError
 from ..options import Options
 

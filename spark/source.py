@@ -58,7 +58,7 @@ from ..bulk import sharded as bulk
 from ..bulk import write as bulk_write
 from ..bulk.stream import SPARK_SCHEMA
 from ..client.ray_connection import ensure_ray
-from ..cluster.open import connect
+from ..entry_points import connect
 from ..errors import InvalidArgumentError
 from ..options import Options, value_from_text
 from ..read.key_ranges import term_from_text

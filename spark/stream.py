@@ -43,7 +43,7 @@ from ..bulk import sharded as bulk
 from ..bulk import stream
 from ..bulk import write as bulk_write
 from ..client.ray_connection import ensure_ray
-from ..cluster.open import connect
+from ..entry_points import connect
 from ..errors import InvalidArgumentError
 from ..files.sync import run_sync
 from ..options import value_from_text

@@ -23,7 +23,7 @@ from leveled_ray.actors.bookie import Bookie
 from leveled_ray.bulk import write as bulk_write
 from leveled_ray.client.store import Store
 from leveled_ray.cluster import txn
-from leveled_ray.cluster.open import shard_name
+from leveled_ray.cluster.layout import shard_name
 from leveled_ray.cluster.store import ShardedStore
 from leveled_ray.errors import LeveledError, StoreClosedError
 from leveled_ray.files.store import ObjectStore

@@ -1,6 +1,7 @@
 """A sharded store on the session's multi-node Ray cluster: placement, routing, the plain
 store's API and answers, reopening and connecting, and a dead shard."""
 
+import time
 import urllib.request
 import uuid
 
@@ -351,11 +352,12 @@ def test_listen_to_a_sharded_store_follows_every_shard(four):
 def test_a_plain_bookie_refuses_the_root_of_a_sharded_store(ray_cluster, tmp_url, tmp_path):
     """Code that opens a URL as a plain store (as Ray-on-Spark's did) must not create a
     stray plain store at a sharded store's root."""
-    from leveled_ray.client.store import open as open_plain
+    from leveled_ray.client.store import BookieSpec, start_bookies
 
     lr.open(tmp_url, shards=2).close()
     with pytest.raises(lr.InvalidArgumentError, match="sharded"):
-        open_plain(tmp_url)
+        start_bookies([BookieSpec(tmp_url)], lr.Options(), detached=False, head_only=None,
+                      clock=time.time)
     assert not (tmp_path / "db" / "manifest").exists()
     store = lr.open(tmp_url)
     try:

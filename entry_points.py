@@ -1,0 +1,200 @@
+"""The package's entry points, for both layouts, a plain store or a sharded one: ``lr.open``,
+``lr.connect``, ``lr.reader``, ``lr.admin``, ``lr.clone``, ``lr.gc`` and ``lr.destroy``. Each
+finds which layout is at the URL (its shard map, or none) and returns the matching handle;
+no other module opens a store by its URL. Bad input (a URL that is not a store URL, a NUL
+byte in it included) raises ``InvalidArgumentError`` and creates nothing."""
+
+from __future__ import annotations
+
+from .admin import gc as garbage_collection
+from .admin.handle import Admin
+from .client import reader as plain_reader
+from .client import store as plain
+from .client.ray_connection import ensure_ray
+from .clock import Clock
+from .cluster import placement
+from .cluster.admin import ShardedAdmin
+from .cluster.backup import find_shard_map
+from .cluster.clone import create_any_clone, revert
+from .cluster.layout import resolve_layout, shard_name
+from .cluster.reader import ShardedReader, open_reader
+from .cluster.store import ShardedStore
+from .errors import InvalidArgumentError
+from .files.store import ObjectStore
+from .files.sync import run_blocking
+from .manifest.shard_map import ShardMap, read_shard_map
+from .options import Options
+
+_STORE_OVERRIDE = InvalidArgumentError(
+    "store= overrides the client of a plain store; a sharded store builds one client per "
+    "shard from its URL")
+
+
+def open(url: str, options: Options | None = None, *, shards: int | None = None,
+         route_by: str | None = None, name: str | None = None, detached: bool = False,
+         store: ObjectStore | None = None, head_only: str | None = None,
+         clock: Clock | None = None) -> plain.Store | ShardedStore:
+    """Open (or create) the store at ``url`` for writing, with its actors on Ray.
+
+    ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes
+    the actors named (``name``, ``name.penciller``, ...) in namespace ``leveled`` so other
+    drivers can :func:`connect`; ``detached=True`` keeps them alive after this driver exits.
+    Opening fences any other writer of the same store (its later writes fail with
+    ``FencedError``). ``store`` overrides the object store client built from ``url`` (for
+    example a fault-injecting wrapper). ``head_only`` (``"with_lookup"`` or ``"no_lookup"``)
+    creates or opens a store that keeps small values in the Ledger (see
+    :mod:`leveled_ray.codec.head_only`); a store is always opened in the mode it was created
+    with. ``clock`` (default: wall time) is the time every part of the store reads: TTL
+    expiry, snapshot, checkpoint and lease expiry, object ages (see :mod:`leveled_ray.clock`).
+
+    ``shards=N`` (a power of two from 1 to 256) creates a sharded store of N shards, or
+    reopens one; a sharded store is reopened as such without it (the count is stored).
+    ``route_by="bucket"`` keeps each bucket in one shard (default ``"key"``). The shards'
+    Bookies are spread over the Ray cluster's nodes, one placement-group bundle each, and a
+    shard's other actors run on its node. ``store`` (a client override) applies to a plain
+    store only. Bad input raises ``InvalidArgumentError`` and creates nothing.
+
+    Cost: three Ray actors per store (per shard): a few seconds on a cold cluster, as each
+    starts a Python process; plus the replay of journal entries not yet in the Ledger."""
+    options, clock = plain.check_open(url, options, name, detached, head_only, clock)
+    ensure_ray()
+    plain.refuse_running(name, None if name is None else shard_name(name, 0))
+    if store is not None and shards is not None:
+        raise _STORE_OVERRIDE
+    root = ObjectStore.from_url(url, options) if store is None else store
+    shard_map = run_blocking(resolve_layout(root, shards, route_by, options))
+    if shard_map is None:
+        (opened,) = plain.start_bookies([plain.BookieSpec(url, name, store)], options,
+                                        detached=detached, head_only=head_only, clock=clock)
+        return opened
+    if store is not None:
+        raise _STORE_OVERRIDE
+    return _open_shards(url, shard_map, options, name, detached, head_only, clock)
+
+
+def _open_shards(url: str, shard_map: ShardMap, options: Options, name: str | None,
+                 detached: bool, head_only: str | None, clock: Clock) -> ShardedStore:
+    group = placement.spread(shard_map.count, name, detached)
+    try:
+        specs = [plain.BookieSpec(shard_map.shard_url(url, s),
+                                  None if name is None else shard_name(name, s),
+                                  scheduling=placement.bundle(group, s), shard=(name or url, s))
+                 for s in range(shard_map.count)]
+        stores = plain.start_bookies(specs, options, detached=detached, head_only=head_only,
+                                     clock=clock)
+    except BaseException:
+        placement.remove(group)
+        raise
+    return ShardedStore(stores, shard_map, url, name, options, clock, group)
+
+
+def connect(name: str, *, address: str | None = None) -> plain.Store | ShardedStore:
+    """A handle on a running store opened with ``name``, plain or sharded, from any driver.
+
+    ``address`` joins that Ray cluster first (else ``RAY_ADDRESS``, else this process's, else
+    the one running on this machine; none is ever started): ``"ray://host:10001"`` reaches a
+    cluster's Ray Client server from a remote app, with token authentication set up from
+    this machine's token (see :func:`~leveled_ray.client.ray_connection.ensure_ray`). Cost: a
+    few round trips."""
+    ensure_ray(address, join=True)  # a store that runs is on a cluster that runs
+    import ray
+
+    try:
+        ray.get_actor(name, namespace=plain.NAMESPACE)
+    except ValueError:
+        try:
+            ray.get_actor(shard_name(name, 0), namespace=plain.NAMESPACE)
+        except ValueError:
+            raise InvalidArgumentError(f"no running store named {name!r}") from None
+        return _connect_shards(name)
+    return plain.connect_bookie(name)
+
+
+def _connect_shards(name: str) -> ShardedStore:
+    first = plain.connect_bookie(shard_name(name, 0))
+    url = first.url.rsplit("/", 1)[0]
+    shard_map = run_blocking(read_shard_map(ObjectStore.from_url(url, first.options)))
+    if shard_map is None:
+        raise InvalidArgumentError(f"the store named {name!r} has no shard map at {url}")
+    stores = [first] + [plain.connect_bookie(shard_name(name, s))
+                       for s in range(1, shard_map.count)]
+    return ShardedStore(stores, shard_map, url, name, first.options, first.clock)
+
+
+def clone(parent_url: str, url: str, checkpoint: str | None = None, *,
+          options: Options | None = None, parent_options: Options | None = None,
+          name: str | None = None, at_sqn=None, at_time: float | None = None):
+    """Create the clone at ``url`` of the store at ``parent_url`` (as of the checkpoint
+    ``checkpoint``, or of now) and open it for writing; returns its store handle, sharded
+    like its parent. Safe to retry: an interrupted clone is finished, a finished one is just
+    opened. A sharded parent that is being written is cloned from a checkpoint taken through
+    it: ``lr.clone(parent_url, url, store.checkpoint().id)``.
+
+    ``at_sqn`` (a position on a sharded store) or ``at_time`` make the clone hold the store
+    as it was then, within the history its Journal keeps: the clone is made, then every
+    object changed since is written back as it was (see
+    :func:`~leveled_ray.cluster.clone.revert`). Cost: the copy of one manifest per shard
+    (the clone reads its parent's files where they are), and an open."""
+    options = options or Options()
+    run_blocking(create_any_clone(parent_url, url, checkpoint, options, parent_options))
+    store = open(url, options, name=name)
+    if at_sqn is not None or at_time is not None:
+        try:
+            revert(store, at_sqn, at_time)
+        except BaseException:
+            store.close()
+            raise
+    return store
+
+
+def admin(url: str, options: Options | None = None, *,
+          clock: Clock | None = None) -> Admin | ShardedAdmin:
+    """Administration of the store at ``url``, running or not, without Ray: an
+    :class:`~leveled_ray.admin.handle.Admin`, or for a sharded store a
+    :class:`~leveled_ray.cluster.admin.ShardedAdmin` over its shards. ``clock`` is the time
+    its checkpoints, GC and destroy read (default: wall time). Cost: a list and a read of the
+    newest manifest (or the shard map)."""
+    options = options or Options()
+    shard_map = run_blocking(find_shard_map(ObjectStore.from_url(url, options), options))
+    if shard_map is None:
+        return Admin(url, options, clock)
+    return ShardedAdmin(url, shard_map, options, clock)
+
+
+def reader(url: str, checkpoint: str | None = None, *, options: Options | None = None,
+           lifetime: float = 600.0, clock: Clock | None = None, at_sqn=None,
+           at_time: float | None = None) -> plain_reader.Reader | ShardedReader:
+    """A read-only handle on the store at ``url`` from any process, without Ray: at the given
+    checkpoint, or at one of its own that it pins for ``lifetime`` seconds and renews while in
+    use. ``clock`` is the time it reads (TTL expiry, its checkpoint's; default: wall time).
+    ``at_sqn`` / ``at_time`` read the store as it was then (see :meth:`Store.snapshot
+    <leveled_ray.client.store.Store.snapshot>`), within the history its Journal keeps. On a
+    sharded store it reads every shard's part of the checkpoint (see
+    :mod:`leveled_ray.cluster.reader`), and ``at_sqn`` is a position ``{"0": sqn, ...}``.
+    Cost: the reads of one manifest version per shard; key reads then go straight to the
+    object store."""
+    found = admin(url, options, clock=clock)
+    if isinstance(found, ShardedAdmin):
+        return run_blocking(open_reader(found, checkpoint, lifetime, at_sqn, at_time))
+    return plain_reader.open_plain_reader(url, checkpoint, options=options, lifetime=lifetime,
+                                          clock=clock, at_sqn=at_sqn, at_time=at_time)
+
+
+def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
+       options: Options | None = None, progress=None,
+       clock: Clock | None = None) -> garbage_collection.Plan:
+    """One garbage-collection pass on the store at ``url`` (running or not): deletes what no
+    manifest, checkpoint, clone or snapshot can read and is older than ``min_age`` seconds
+    (default ``Options.gc.min_age_s``). While a writer runs, ``min_age`` must be longer than
+    any upload takes to be published (the default leaves an hour); ``min_age=0`` is for a
+    store nobody writes. On a sharded store, every shard's pass and the root's. Cost: a
+    listing of the store's objects and a read of every live manifest."""
+    return admin(url, options, clock=clock).gc(min_age, dry_run, progress)
+
+
+def destroy(url: str, soft: bool = True, *, options: Options | None = None) -> int:
+    """Destroy the store at ``url``. ``soft`` marks it destroyed and fences its writer; GC then
+    deletes everything after a grace period (``gc.min_age_s``) once no checkpoint is left.
+    ``soft=False`` deletes everything now, and refuses while live checkpoints exist. On a
+    sharded store, every shard, then (``soft=False``) its root."""
+    return admin(url, options).destroy(soft)
