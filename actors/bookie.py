@@ -23,19 +23,19 @@ import time
 
 import pyarrow as pa
 
-from ..admin import checkpoints, history_leases
 from ..clock import Clock, system_clock
 from ..codec import LedgerRows, head_only, holds_index_entries
 from ..errors import FencedError, InvalidArgumentError, StoreClosedError
-from ..files.names import ulid
 from ..files.routed import store_for
 from ..files.store import ObjectStore
-from ..manifest.model import Checkpoint, HistoryLease, Manifest
+from ..manifest.model import Manifest
 from ..manifest.shard_map import read_shard_map
 from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
 from ..read.views import LedgerFiles
+from .bookie_points import PointsInTime
+from .bookie_shard_calls import ShardCalls
 from .bookie_stats import bookie_stats
 from .group_commit import Group
 from .iclerk import InkerClerk
@@ -55,8 +55,11 @@ from .write_path import WritePath
 #: How long ``compact_journal(wait=True)`` waits for reads to see the compaction.
 WAIT_ADOPTED_S = 30.0
 
-class Bookie:
-    """Plain-object logic of the Bookie; :func:`make_actor` gives its Ray actor."""
+class Bookie(ShardCalls, PointsInTime):
+    """Plain-object logic of the Bookie; :func:`make_actor` gives its Ray actor. Its
+    shard-side calls (:class:`.bookie_shard_calls.ShardCalls`) and its snapshots,
+    checkpoints, feed and history leases (:class:`.bookie_points.PointsInTime`) are written
+    beside it."""
 
     def __init__(self, url: str, options: Options, name: str | None = None, *,
                  store: ObjectStore | None = None, local: bool = False,
@@ -199,103 +202,8 @@ class Bookie:
         changes, counts = unpack(packed)
         return await self.writes.put_parts(changes, counts, ValueBatch(inline=values))
 
-    # -- cross-shard put_many (see .participant) --
-
-    async def prepare(self, txn: str, root_url: str, packed_changes: bytes,
-                      values: list) -> Exception | str | tuple[int, int]:
-        """Prepare this shard's part of cross-shard batch ``txn``: its part number once
-        durable and locked, ``"busy"``, or its conditions' failure."""
-        return await self.participant.prepare(txn, root_url, unpack(packed_changes), values)
-
-    @timed("leveled_put_latency_seconds")
-    async def commit_part(self, txn: str, numbers: dict | None = None) -> list[int]:
-        """Apply this shard's prepared part of ``txn``; returns its SQNs. ``numbers``: each
-        shard's part number, noted with the keys (see :meth:`get_many_checked`)."""
-        return await self.participant.commit(txn, numbers)
-
-    async def abort_part(self, txn: str) -> None:
-        """Drop this shard's prepared part of ``txn``."""
-        await self.participant.abort(txn)
-
-    # -- cuts of a sharded store (see leveled_ray.cluster.cut) --
-
-    async def freeze(self, cut_id: str, hold_s: float, take: str | None = None,
-                     *args) -> dict | str:
-        """Hold writes for cut ``cut_id`` (every admitted one durable first), at most
-        ``hold_s`` seconds; ``"busy"`` while another cut (or a bulk install) holds them.
-        Returns ``{"pending", "taken"}``: the cross-shard batches whose parts this shard holds
-        prepared, and, when there are none and ``take`` names one (``"snapshot"`` or
-        ``"checkpoint"``), what ``self.<take>(*args)`` gives at once: one call for both."""
-        self._check_usable()
-        if not await self.writes.freeze(cut_id, lambda: self.tasks.start(
-                self._thaw_after(cut_id, hold_s), f"cut {cut_id}")):
-            return "busy"
-        await self.participant.prepares_done()  # no part is prepared until the thaw
-        pending = self.participant.pending()
-        taken = None
-        if take in ("snapshot", "checkpoint") and not pending:
-            taken = await getattr(self, take)(*args)
-        return {"pending": pending, "taken": taken}
-
-    async def _thaw_after(self, cut_id: str, hold_s: float) -> None:
-        await asyncio.sleep(hold_s)
-        self.writes.thaw(cut_id)  # its cutter is gone: never hold writes longer
-
-    async def cut_apply(self, cut_id: str, txns: list[str]) -> None:
-        """Apply the parts of these committed batches while cut ``cut_id`` holds writes, so
-        that the cut holds them."""
-        self.writes.let_in(cut_id, txns)
-        await asyncio.gather(*(self.participant.commit(txn) for txn in txns))
-
-    def thaw(self, cut_id: str) -> bool:
-        """Admit writes again after cut ``cut_id``; whether the cut still held them (a shard
-        thaws by itself after the cut's ``hold_s``)."""
-        return self.writes.thaw(cut_id)
-
     def _write_journal(self, groups: list[Group]):
         return self.inker.append([g.records for g in groups], [g.values for g in groups])
-
-    def reserve_bulk(self) -> dict:
-        """Reserve a window of SQNs for a bulk write (see :mod:`leveled_ray.bulk.write`)."""
-        return {"base": self.writes.reserve_bulk(), "indexed": self.writes.indexed,
-                "epoch": self.epoch}
-
-    async def ingest(self, packed: bytes) -> int:
-        """Install a bulk write's files: writes pause, every acknowledged change is persisted
-        to the Ledger, then the Penciller installs the files in one manifest change. Returns
-        the manifest version. A streaming write's ``mark`` (``(writer, batch id)``) installs
-        a batch once however often it is sent."""
-        journal, ssts, mark = unpack(packed)
-        self._check_usable()
-        if journal:  # parts of bulk writes from below this one's window go in (or out) first
-            await self.participant.settle_lower(min(j.min_sqn for j in journal))
-        return (await self._install_files(journal, ssts, mark=mark)).version
-
-    async def _install_files(self, journal: tuple, ssts: tuple, txn: str | None = None,
-                             mark: tuple[str, int] | None = None) -> LedgerFiles:
-        """:meth:`ingest`, also as the part of cross-shard bulk write ``txn``; files this
-        store holds already (a part applied again after a restart) change nothing."""
-        present = {j.name for j in self.inker.files}
-        if journal and all(j.name in present for j in journal):
-            return self.view.files
-
-        async def install() -> tuple[LedgerFiles, bool]:
-            await self._push()
-            files, installed = await call(self.penciller.ingest, journal, ssts,
-                                          self.writes.durable_sqn, mark)
-            if installed:
-                self.inker.adopt(journal)
-            if files.version > self.view.files.version:
-                self._adopt(files)
-            return files, installed
-
-        return await self.writes.install(journal, ssts, install, txn)
-
-    async def prepare_ingest(self, txn: str, root_url: str, packed: bytes) -> tuple[int, int]:
-        """Prepare this shard's part of a bulk write across shards (its files)."""
-        self._check_usable()
-        journal, ssts = unpack(packed)
-        return await self.participant.prepare_ingest(txn, root_url, journal, ssts)
 
     # -- keeping up with the Penciller and the Inker --------------------------------------------
 
@@ -406,95 +314,6 @@ class Bookie:
         """A bounded index query (``max_results`` set), answered here in one round trip."""
         self._check_readable()
         return await self.view.index_query(query, self.writes.durable_sqn)
-
-    # -- snapshots and checkpoints -------------------------------------------------------------
-
-    async def snapshot(self, timeout_s: float, values: bool = True) -> dict:
-        """Take a snapshot: this process's view of the store (Ledger files, journal files, and
-        the batches of changes not yet in those files), registered with the Penciller (and the
-        Inker, when ``values``) so that no file it reads is deleted before it is released or
-        expires. Costs references to immutable batches, not a copy of anything."""
-        self._check_readable()
-        await self.lease.ensure_fresh()  # GC keeps what the snapshot reads only under it
-        values = values and not self.head_only  # head_only values live in the Ledger
-        view, snapshot_id = self.view.point_in_time(self.writes.durable_sqn), f"snap-{ulid()}"
-        journal_version = self._journal_view_version()  # of the view just frozen
-        slots_below = self.view.journal.next_slot()
-        # Pin both versions here until the owners know the snapshot: the reaper must not delete
-        # a file of this view in between.
-        with self.view.pinned() as (ledger_version, _):
-            await call(self.penciller.register_snapshot, snapshot_id, timeout_s, ledger_version)
-            try:
-                if values:
-                    self.inker.register_snapshot(snapshot_id, timeout_s, journal_version)
-            except BaseException:
-                await call(self.penciller.release_snapshot, snapshot_id)
-                raise
-            self.lease.register(snapshot_id, (ledger_version, journal_version, slots_below),
-                                timeout_s)
-        return {"id": snapshot_id, "view": view, "expires_at": self.clock() + timeout_s,
-                "values": values}
-
-    async def release_snapshot(self, snapshot_id: str) -> None:
-        """Release a snapshot: the files only it needed may now be deleted."""
-        if self.closed:
-            return
-        await call(self.penciller.release_snapshot, snapshot_id)
-        self.inker.release_snapshot(snapshot_id)
-        self.lease.release(snapshot_id)
-        self.reaper.wake.set()
-
-    async def checkpoint(self, lifetime: float | None, name: str | None,
-                         source: str | None, checkpoint_id: str | None = None) -> Checkpoint:
-        """A durable checkpoint holding every write acknowledged before the call: the Inker
-        first records every journal file written so far in the manifest. ``checkpoint_id``
-        (a sharded store's) gives it that id instead of a new one."""
-        self._check_usable()
-        if source is None:
-            await self.inker.catalog()
-        return await checkpoints.create_checkpoint(self.manifests, lifetime, name, source,
-                                                   clock=self.clock, checkpoint_id=checkpoint_id)
-
-    async def list_checkpoints(self) -> list[Checkpoint]:
-        return await checkpoints.list_checkpoints(self.manifests, self.clock)
-
-    async def refresh_checkpoint(self, checkpoint_id: str, lifetime: float | None) -> Checkpoint:
-        return await checkpoints.refresh_checkpoint(self.manifests, checkpoint_id, lifetime,
-                                                    self.clock)
-
-    async def delete_checkpoint(self, checkpoint_id: str) -> None:
-        """Delete a checkpoint. The lease is brought up to date first, so a GC pass right
-        after this frees what only the checkpoint needed."""
-        await checkpoints.delete_checkpoint(self.manifests, checkpoint_id, self.clock)
-        await self.lease.flush()
-        self.reaper.wake.set()
-
-    # -- the change feed (see client.listen) --
-
-    async def listen_next(self, after: int, timeout: float, max_rows: int) -> pa.Table | None:
-        """For a listener at ``after``: the journal rows of the next acknowledged changes
-        (at most ``max_rows``), once there are any (an empty table after ``timeout``), or
-        ``None`` when they are no longer in memory (the listener reads the Journal)."""
-        self._check_readable()
-        tail = self.writes.tail
-        if not tail.covers(after):
-            return None
-        await tail.wait_after(after, timeout)
-        if not tail.covers(after):
-            return None
-        return tail.rows_after(after, max_rows)
-
-    # -- history leases (see manifest.history) --
-
-    async def set_history_lease(self, name: str, sqn: int, lifetime: float) -> HistoryLease:
-        """Hold every change after ``sqn`` from journal compaction for ``lifetime`` seconds."""
-        return await history_leases.set_lease(self.manifests, name, sqn, lifetime, self.clock)
-
-    async def drop_history_lease(self, name: str) -> None:
-        await history_leases.drop_lease(self.manifests, name, self.clock)
-
-    async def list_history_leases(self) -> list[HistoryLease]:
-        return await history_leases.list_leases(self.manifests, self.clock)
 
     async def compact_journal(self, wait: bool = False) -> str | dict:
         """Start a journal compaction now: ``"started"``, or ``"busy"`` if one is running.
