@@ -25,7 +25,6 @@ from ..files.journal import JournalInfo
 from ..files.routed import store_for
 from ..files.sst import sort_and_dedupe
 from ..files.store import ObjectStore
-from ..files.sync import run_sync
 from ..options import Options
 from .scan import scan
 from .views import JournalIndex, LedgerFiles, journal_values, ledger_entries, values_by_sqn
@@ -158,28 +157,15 @@ class PointInTime:
 
 class KeyReads:
     """``get``/``head``/``get_many``/``head_many`` by ``(bucket, key)``, checked like the
-    store's, with ``*_async`` twins, over the :class:`PointInTime` that ``_view_for`` gives."""
+    store's, over the :class:`PointInTime` that ``_view_for`` gives: the ``*_async`` forms,
+    whose synchronous twins :func:`~leveled_ray.files.sync.with_sync_twins` makes on the
+    handle."""
 
     def _view_for(self, needs_values: bool) -> PointInTime:
         raise NotImplementedError
 
     async def _view_async(self, needs_values: bool) -> PointInTime:
         return self._view_for(needs_values)
-
-    def get(self, bucket, key) -> bytes | None:
-        """The value of ``(bucket, key)`` at this point in time, or ``None``."""
-        return run_sync(self.get_async(bucket, key))
-
-    def head(self, bucket, key) -> Head | None:
-        """The object's :class:`Head` at this point in time, or ``None``."""
-        return run_sync(self.head_async(bucket, key))
-
-    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
-        """Values of many ``(bucket, key)`` pairs at this point in time."""
-        return run_sync(self.get_many_async(pairs))
-
-    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        return run_sync(self.head_many_async(pairs))
 
     async def _explain(self, damage: CorruptObjectError) -> LeveledError:
         """The error to raise for a missing or corrupt object this view needed (a reader whose
@@ -194,13 +180,23 @@ class KeyReads:
             raise await self._explain(exc) from None
 
     async def get_async(self, bucket, key) -> bytes | None:
+        """The value of ``(bucket, key)`` at this point in time, or ``None``. Cost: at most
+        one ranged read per Ledger file that may hold the key, and one for the value (file
+        footers and recent blocks are cached)."""
         return await self._read(True, lambda v: v.get(checked_key(bucket, key, v.options)))
 
     async def head_async(self, bucket, key) -> Head | None:
+        """The object's :class:`Head` at this point in time, or ``None``: ``get_async``'s
+        cost without the value's read."""
         return await self._read(False, lambda v: v.head(checked_key(bucket, key, v.options)))
 
-    async def get_many_async(self, pairs) -> list[bytes | None]:
+    async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """Values of many ``(bucket, key)`` pairs at this point in time, ``None`` where
+        absent. Cost: the keys are looked up together, file by file (one batched read per
+        Ledger file involved), and the values read by journal file."""
         return await self._read(True, lambda v: v.get_many(checked_keys(pairs, v.options)))
 
-    async def head_many_async(self, pairs) -> list[Head | None]:
+    async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        """Heads of many ``(bucket, key)`` pairs at this point in time, ``None`` where absent;
+        the lookups of ``get_many_async`` without the values."""
         return await self._read(False, lambda v: v.head_many(checked_keys(pairs, v.options)))
