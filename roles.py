@@ -198,8 +198,17 @@ class HistoryLeases(Role):
         """The live history leases."""
 
 
+class Backups(Role):
+    """Incremental hot backups. Plain and sharded stores and their admins."""
+
+    @abc.abstractmethod
+    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
+                           progress: bool | Callable[[int, int], None] = True) -> dict:
+        """Incremental hot backup to ``target_url``."""
+
+
 class Maintenance(Role):
-    """A running store's counters, compaction, backup and close. Plain and sharded stores."""
+    """A running store's counters, compaction and close. Plain and sharded stores."""
 
     @abc.abstractmethod
     def actors(self) -> list:
@@ -216,11 +225,6 @@ class Maintenance(Role):
     @abc.abstractmethod
     async def trim_journal_async(self):
         """head_only stores: delete the journal files the Ledger holds now."""
-
-    @abc.abstractmethod
-    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
-                           progress: bool | Callable[[int, int], None] = True) -> dict:
-        """Incremental hot backup to ``target_url``."""
 
     @abc.abstractmethod
     async def close_async(self) -> None:
@@ -279,11 +283,6 @@ class Administration(Role):
                                       name: str | None = None, source: str | None = None, *,
                                       checkpoint_id: str | None = None) -> Checkpoint:
         """A durable checkpoint of the store's newest version."""
-
-    @abc.abstractmethod
-    async def backup_async(self, target_url: str, *, target_options: Options | None = None,
-                           progress: bool | Callable[[int, int], None] = True) -> dict:
-        """Incremental hot backup to ``target_url``."""
 
     @abc.abstractmethod
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,

@@ -30,7 +30,8 @@ from .progress import progress_of
 
 
 @with_sync_twins
-class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administration):
+class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administration,
+            roles.Backups):
     """Administration of the store at a URL. Each operation is defined once, as ``*_async``;
     its synchronous form (``gc`` for ``gc_async``) runs it."""
 

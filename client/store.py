@@ -240,8 +240,9 @@ class _SnapshotReleaser:
 
 @with_sync_twins
 @with_call_twins
-class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
-            roles.Checkpoints, roles.HistoryLeases, roles.Maintenance):
+class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
+            roles.PointsInTime, roles.Checkpoints, roles.HistoryLeases, roles.Maintenance,
+            roles.Backups):
     """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
 
     Example::

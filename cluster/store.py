@@ -37,9 +37,9 @@ from .txn import put_across
 
 
 @with_sync_twins
-class ShardedStore(checkpoints.CheckpointsOfShards, Queries,
-                   roles.KeyReads, roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
-            roles.Checkpoints, roles.HistoryLeases, roles.Maintenance):
+class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, roles.Queries,
+                   roles.History, roles.Writes, roles.PointsInTime, roles.Checkpoints,
+                   roles.HistoryLeases, roles.Maintenance, roles.Backups):
     """A handle on an open sharded store. Picklable: pass it to Ray tasks.
 
     Example::

@@ -20,10 +20,10 @@ ROLES = [r for r in vars(roles).values()
 #: code.
 PLAYS = {
     lr.Store: {roles.KeyReads, roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
-               roles.Checkpoints, roles.HistoryLeases, roles.Maintenance},
+               roles.Checkpoints, roles.HistoryLeases, roles.Maintenance, roles.Backups},
     lr.Snapshot: {roles.KeyReads, roles.Queries, roles.History, roles.View},
     Reader: {roles.KeyReads, roles.Queries, roles.History, roles.Following},
-    Admin: {roles.History, roles.Checkpoints, roles.Administration},
+    Admin: {roles.History, roles.Checkpoints, roles.Administration, roles.Backups},
 }
 PLAYS |= {lr.ShardedStore: PLAYS[lr.Store], lr.ShardedSnapshot: PLAYS[lr.Snapshot],
           lr.ShardedReader: PLAYS[Reader], lr.ShardedAdmin: PLAYS[Admin]}

@@ -301,6 +301,32 @@ def test_a_sharded_store_answers_as_a_plain_store_and_a_dict(four, tmp_path):
         plain.close()
 
 
+def test_bad_points_in_time_are_refused_and_leave_nothing_behind(four):
+    """A sharded snapshot or reader given both ``at_sqn`` and ``at_time``, and a reader of a
+    given checkpoint asked to move: InvalidArgumentError, with no snapshot or checkpoint left
+    behind."""
+    store = four
+    store.put("pit", "k", b"v")
+    before = {c.id for c in store.list_checkpoints()}
+    snap = store.snapshot()
+    position = snap.sqn
+    snap.release()
+    with pytest.raises(lr.InvalidArgumentError, match="at most one"):
+        store.snapshot(at_sqn=position, at_time=time.time())
+    with pytest.raises(lr.InvalidArgumentError, match="at most one"):
+        lr.reader(store.url, at_sqn=position, at_time=time.time())
+    pin = store.checkpoint(lifetime=60)
+    reader = lr.reader(store.url, pin.id)
+    try:
+        with pytest.raises(lr.InvalidArgumentError, match="cannot move"):
+            reader.refresh()
+        assert reader.get("pit", "k") == b"v"  # still reading its checkpoint
+    finally:
+        reader.close()
+    store.delete_checkpoint(pin.id)
+    assert {c.id for c in store.list_checkpoints()} == before
+
+
 def test_changes_of_a_sharded_store_equal_each_shards_log(four):
     """For random puts and deletes, the changes after random positions equal the model's log
     of each shard after its SQN; a position is JSON as it is."""
