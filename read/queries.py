@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,9 @@ from .point_in_time import PointInTime
 from .query_results import heads_batch, keys_batch, objects_batch, python_heads, python_names
 from .rebatch import rebatched
 from .views import journal_values
+
+if TYPE_CHECKING:
+    from ..manifest.shard_map import ShardMap
 
 ORDERS = ("key", "sqn")
 #: Bytes of journal entries an SQN-order fold reads at a time (one ranged GET).
@@ -196,6 +200,10 @@ class Queries:
     gives. Subclasses provide ``_query_view`` (and may release something when a query ends).
     """
 
+    #: A sharded handle's shard map, whose positions (``{"0": sqn, ...}``) its change feed
+    #: takes; ``None`` on a plain one, whose positions are SQNs.
+    shard_map: ShardMap | None = None
+
     def _query_view(self, needs_values: bool) -> tuple[PointInTime, Callable | None]:
         """``(view, on_close)``: the point in time to read, and what to call when done.
         By default the ``_view_async`` of :class:`~leveled_ray.read.point_in_time.KeyReads`."""
@@ -282,7 +290,9 @@ class Queries:
     def fold_keys(self, bucket=None, start=None, end=None, *,
                   batch_size: int = 1000) -> Iterator[tuple]:
         """``(bucket, key)`` of every live object, in key order: all buckets, or one bucket
-        with keys from ``start`` to ``end`` (both included; either may be ``None``)."""
+        with keys from ``start`` to ``end`` (both included; either may be ``None``). Cost: one
+        pass over the Ledger files that overlap the range, block by block, merged with the
+        view's changes not yet in a file; no value is read."""
         return self._run(self._keys_query(bucket, start, end, batch_size, False, False))
 
     def fold_keys_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
@@ -293,7 +303,8 @@ class Queries:
 
     def fold_heads(self, bucket=None, start=None, end=None, *,
                    batch_size: int = 1000) -> Iterator[tuple]:
-        """``(bucket, key, Head)`` of every live object in the range, in key order."""
+        """``(bucket, key, Head)`` of every live object in the range, in key order. Cost: as
+        :meth:`fold_keys`."""
         return self._run(self._heads_query(bucket, start, end, batch_size, False, False))
 
     def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
@@ -309,7 +320,9 @@ class Queries:
         ``order="key"`` reads the Ledger in key order and fetches each batch's values (one
         request per journal file involved). ``order="sqn"`` reads the Journal in file order,
         whole files at a time, and keeps the entries still current: objects come in the
-        order they were written.
+        order they were written. Cost: :meth:`fold_keys`'s pass, plus for ``order="key"``
+        one ranged read per journal file a batch's values are in, for ``order="sqn"`` a read
+        of each journal file in the range.
         """
         return self._run(self._objects_query(bucket, start, end, batch_size, False, False,
                                              order))
@@ -365,8 +378,7 @@ class Queries:
     def _shard_count(self) -> int | None:
         """How many shards a position names (``None``: a plain store, whose position is an
         SQN)."""
-        shard_map = getattr(self, "shard_map", None)
-        return None if shard_map is None else shard_map.count
+        return None if self.shard_map is None else self.shard_map.count
 
     def _changes_query(self, after, until, batch_size, arrow, binary_names, values):
         shards = self._shard_count()
@@ -396,7 +408,8 @@ class Queries:
         On a sharded store ``after`` and ``until`` are positions ``{"0": sqn, ...}`` (or
         ``0`` for the start): each shard's changes come in its SQN order, shard after shard.
 
-        Streams in bounded memory. Raises
+        Streams in bounded memory. Cost: a read of each journal file that holds the range,
+        in order. Raises
         :class:`~leveled_ray.errors.HistoryUnavailableError` when journal compaction has
         dropped changes after ``after``."""
         return self._run(self._changes_query(after, until, batch_size, False, False, values))
@@ -444,7 +457,9 @@ class Queries:
         ``_bin`` fields take ``str`` terms, ``_int`` fields ``int`` terms. ``term_regex``
         keeps terms that match it (Python ``re.search``; ``_bin`` fields). Paging:
         ``max_results`` stops after that many; to continue after a result ``(term, key)``,
-        ask again with ``start=term, start_key=key``.
+        ask again with ``start=term, start_key=key``. Cost: one pass over the index entries
+        in the term range (the Ledger keeps them in term order); ``max_results`` stops it
+        early.
         """
         return self._run(self._index_query(bucket, field, start, end, return_terms,
                                            term_regex, start_key, max_results))
@@ -458,11 +473,12 @@ class Queries:
     # -- buckets --
 
     def list_buckets(self) -> list:
-        """Every bucket holding a live object, in key order."""
+        """Every bucket holding a live object, in key order. Cost: one short scan per
+        bucket."""
         return next(self._run((False, False, lambda view: _once(list_buckets(view)))))
 
     def is_empty(self) -> bool:
-        """Whether the store holds no live object."""
+        """Whether the store holds no live object. Cost: one short scan."""
         lo, hi = object_range()
         return next(self._run((False, False, lambda view: _once(first_live_key(view, lo, hi)))
                               )) is None
