@@ -196,5 +196,6 @@ def destroy(url: str, soft: bool = True, *, options: Options | None = None) -> i
     """Destroy the store at ``url``. ``soft`` marks it destroyed and fences its writer; GC then
     deletes everything after a grace period (``gc.min_age_s``) once no checkpoint is left.
     ``soft=False`` deletes everything now, and refuses while live checkpoints exist. On a
-    sharded store, every shard, then (``soft=False``) its root."""
+    sharded store, every shard, then (``soft=False``) its root. Cost: one manifest write per
+    shard; with ``soft=False``, a GC pass that deletes every object."""
     return admin(url, options).destroy(soft)

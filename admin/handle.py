@@ -53,22 +53,25 @@ class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administr
                                       checkpoint_id: str | None = None) -> Checkpoint:
         """Pin the newest manifest version (or ``source``'s) for ``lifetime`` seconds
         (``None``: until deleted). ``checkpoint_id`` gives it that id (a sharded store's
-        checkpoint has the same in every shard)."""
+        checkpoint has the same in every shard). Cost: a read of the newest manifest and one
+        manifest write."""
         return await create_checkpoint(await self._existing(), lifetime, name, source,
                                        clock=self.clock, checkpoint_id=checkpoint_id)
 
     async def list_checkpoints_async(self) -> list[Checkpoint]:
-        """The live (unexpired) checkpoints."""
+        """The live (unexpired) checkpoints. Cost: a read of the newest manifest."""
         return await list_checkpoints(await self._existing(), self.clock)
 
     async def refresh_checkpoint_async(self, checkpoint_id: str,
                                        lifetime: float | None = None) -> Checkpoint:
-        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never). Cost: one
+        manifest write."""
         return await refresh_checkpoint(await self._existing(), checkpoint_id, lifetime,
                                         self.clock)
 
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
-        """Delete a checkpoint; the files only it pinned may then be deleted."""
+        """Delete a checkpoint; the files only it pinned may then be deleted. Cost: one
+        manifest write."""
         await delete_checkpoint(await self._existing(), checkpoint_id, self.clock)
 
     def _pinned_reads(self) -> PinnedReads:
@@ -77,7 +80,8 @@ class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administr
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:
         """One garbage-collection pass (see :mod:`leveled_ray.admin.gc`); returns
-        the :class:`~leveled_ray.admin.gc.Plan` it carried out."""
+        the :class:`~leveled_ray.admin.gc.Plan` it carried out. Cost: a listing of the store's
+        objects, a read of every live manifest version, and one delete per object it frees."""
         await self._existing()
         return await garbage_collection.collect(self.store, self.options, min_age=min_age,
                                                 dry_run=dry_run, progress=progress,
@@ -89,7 +93,9 @@ class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administr
         running or not, without Ray: a checkpoint made here pins what is copied, and holds
         every write acknowledged before the call. A progress line on stderr follows the
         copies (or calls to ``progress(done, total)``; ``False``: none). Returns
-        ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``."""
+        ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``. Cost: a checkpoint,
+        then a copy of each journal file the backup lacks (one read and one write each) and
+        of the manifest."""
         target = ObjectStore.from_url(target_url, target_options or self.options)
         pin = await create_checkpoint(await self._existing(),
                                       self.options.gc.long_snapshot_timeout_s,
@@ -101,7 +107,8 @@ class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administr
             await release_checkpoint(self.manifests, pin.id, self.clock)
 
     async def destroy_async(self, soft: bool = True) -> int:
-        """Destroy the store (see :func:`destroy_store`)."""
+        """Destroy the store (see :func:`destroy_store`). Cost: one manifest write; with
+        ``soft=False``, a GC pass that deletes every object."""
         return await destroy_store(self.store, self.options, soft, self.clock)
 
 

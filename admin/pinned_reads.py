@@ -61,13 +61,15 @@ class ChangesWithoutRay:
     def changes(self, after=0, until=None, *, values: bool = True, batch_size: int = 1000):
         """The store's changes after position ``after`` (see
         :meth:`Queries.changes <leveled_ray.read.queries.Queries.changes>`), read without Ray
-        on checkpoints made for the read and deleted when it ends."""
+        on checkpoints made for the read and deleted when it ends. Cost: the feed's reads (see
+        there), plus a checkpoint per shard made and deleted (manifest writes)."""
         return self._pinned_reads().changes(after, until, values=values,
                                             batch_size=batch_size)
 
     def changes_batches(self, after=0, until=None, *, values: bool = True,
                         batch_size: int = 1000, binary_names: bool = False):
-        """:meth:`changes` as Arrow batches."""
+        """:meth:`changes` as Arrow batches. Cost: :meth:`changes`'s, without a Python object
+        per row."""
         return self._pinned_reads().changes_batches(after, until, values=values,
                                                     batch_size=batch_size,
                                                     binary_names=binary_names)

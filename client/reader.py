@@ -98,7 +98,9 @@ class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, ro
         return 0 if self._lease is None else self._lease.failures
 
     async def refresh_async(self) -> None:
-        """Move to the newest manifest (readers that own their checkpoint only)."""
+        """Move to the newest manifest (readers that own their checkpoint only). Cost: a new
+        checkpoint and the old one's delete (two manifest writes), then the new version's
+        manifest read on the next call."""
         if not self.owns:
             raise InvalidArgumentError("this reader follows a given checkpoint: it cannot "
                                        "move (open a new reader for a newer one)")
@@ -111,7 +113,8 @@ class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, ro
             await self._admin.delete_checkpoint_async(old)
 
     async def close_async(self) -> None:
-        """Stop reading; an owned checkpoint is deleted (``close`` is its synchronous form)."""
+        """Stop reading; an owned checkpoint is deleted (``close`` is its synchronous form).
+        Cost: one manifest write for an owned checkpoint, else none."""
         if not self.closed:
             self.closed = True
             if self.owns and self.checkpoint_id is not None:
@@ -126,7 +129,8 @@ class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, ro
 
     def stats(self) -> dict:
         """This reader's figures, in the form of ``store.stats()`` for what a reader does: the
-        version it reads, its object-store requests and its file cache."""
+        version it reads, its object-store requests and its file cache. Cost: none (no
+        I/O)."""
         cache = None if self._view is None else self._view.host.cache
         return {
             "url": self.url,

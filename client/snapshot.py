@@ -75,7 +75,9 @@ class Snapshot(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, 
         ``at_time`` (the newest position whose changes were all written by then: nothing
         written later is in the view), within the history the Journal
         keeps (see :mod:`leveled_ray.read.history_view`); returns it. Raises
-        :class:`~leveled_ray.errors.HistoryUnavailableError` before where history begins."""
+        :class:`~leveled_ray.errors.HistoryUnavailableError` before where history begins.
+        Cost: a read of the journal files that hold the changes since then (and, for
+        ``at_time``, of the files that tell when each was written)."""
         if not self.values:
             raise InvalidArgumentError("a view of an earlier moment needs a snapshot with "
                                        "values (it reads the Journal)")
@@ -84,7 +86,8 @@ class Snapshot(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, 
 
     async def release_async(self) -> None:
         """End the snapshot (idempotent; ``release`` is its synchronous form). Its files may
-        be deleted from now on. On a pickled copy, this ends only the copy."""
+        be deleted from now on. On a pickled copy, this ends only the copy. Cost: one round
+        trip to the Bookie that registered it."""
         if not self.released:
             self.released = True
             if self._release is not None:

@@ -353,7 +353,8 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
                                     if_absent, asyncio.get_running_loop())
 
     def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
-        """Delete ``(bucket, key)`` (writes a tombstone); returns the change's SQN."""
+        """Delete ``(bucket, key)`` (writes a tombstone); returns the change's SQN. Cost: as
+        :meth:`put`'s, shared with concurrent writers the same way."""
         return self._delete_part(bucket, key, indexes, if_sqn).result()
 
     async def delete_async(self, bucket, key, *, indexes=(), if_sqn=None) -> int:
@@ -377,19 +378,23 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
 
     @bookie_call
     def head(self, bucket, key) -> Head | None:
-        """The object's :class:`Head` (SQN, size, last modified, hash, ...) without its value."""
+        """The object's :class:`Head` (SQN, size, last modified, hash, ...) without its value.
+        Cost: :meth:`get`'s, without the value's read."""
         return Call(self._actor.head.remote(self._key(bucket, key, "head")),
                     lambda entry: heads_of([entry])[0])
 
     @bookie_call
     def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
-        """Values of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
+        """Values of many ``(bucket, key)`` pairs, ``None`` where absent. Cost: one round trip;
+        inside the Bookie the keys are looked up together, file by file, and the values read
+        by journal file."""
         return Call(self._actor.get_values.remote(self._keys(pairs, "get")),
                     lambda values: values.to_pylist())
 
     @bookie_call
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        """Heads of many ``(bucket, key)`` pairs in one round trip, ``None`` where absent."""
+        """Heads of many ``(bucket, key)`` pairs, ``None`` where absent. Cost: one round trip;
+        :meth:`get_many`'s lookups without the values."""
         return Call(self._actor.head_many.remote(self._keys(pairs, "head")), heads_of)
 
     def snapshot(self, long_running: bool = False, *, values: bool = True,
@@ -462,25 +467,29 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         until deleted). It holds every write acknowledged before the call (no flush needed).
         ``source`` copies an existing checkpoint's pin instead. ``checkpoint_id`` gives it that
         id (a sharded store gives every shard's part the same). Returns
-        ``Checkpoint(id, manifest_id, expires_at, created_at, name)``."""
+        ``Checkpoint(id, manifest_id, expires_at, created_at, name)``. Cost: one round trip and
+        two manifest writes (the journal's catalog, then the checkpoint)."""
         return self._actor.checkpoint.remote(lifetime, name, source, checkpoint_id)
 
     @bookie_call
     def list_checkpoints(self) -> list[Checkpoint]:
-        """The live (unexpired) checkpoints."""
+        """The live (unexpired) checkpoints. Cost: one round trip and a read of the newest
+        manifest."""
         return self._actor.list_checkpoints.remote()
 
     @bookie_call
     def refresh_checkpoint(self, checkpoint_id: str,
                            lifetime: float | None = None) -> Checkpoint:
-        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never). Cost: one
+        round trip and one manifest write."""
         return self._actor.refresh_checkpoint.remote(checkpoint_id, lifetime)
 
     @bookie_call
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         """Delete a checkpoint (``CheckpointNotFoundError`` if there is no such live one). The
         store's snapshot lease is brought up to date first, so a GC pass right after frees what
-        only the checkpoint needed."""
+        only the checkpoint needed. Cost: one round trip, a manifest write and a lease
+        write."""
         return self._actor.delete_checkpoint.remote(checkpoint_id)
 
     # -- the change feed and history leases --
@@ -492,7 +501,9 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         ``for`` or ``async for``; its position is ``.sqn``. It holds a history lease named
         ``name`` (a new name when ``None``) for ``lifetime`` seconds past each renewal.
         Raises :class:`~leveled_ray.errors.HistoryUnavailableError` (when first read) if
-        compaction already dropped changes after ``after``."""
+        compaction already dropped changes after ``after``. Cost: one long-poll round trip per
+        batch of changes while it keeps up (the Bookie keeps recent ones in memory), a read of
+        the Journal when it has fallen behind, and a lease write per renewal."""
         return Listener(self, after, name=name, lifetime=lifetime, values=values,
                         batch_size=batch_size)
 
@@ -501,17 +512,19 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         """Hold every change after SQN ``position`` from journal compaction for ``lifetime``
         seconds (creates lease ``name``, or moves it either way). A consumer that keeps its
         position elsewhere (Spark's checkpoint) names itself and moves its lease as it
-        commits."""
+        commits. Cost: one round trip and one manifest write."""
         return self._actor.set_history_lease.remote(name, position, lifetime)
 
     @bookie_call
     def drop_history_lease(self, name: str) -> None:
-        """Let go of lease ``name`` (nothing happens if it is absent or expired)."""
+        """Let go of lease ``name`` (nothing happens if it is absent or expired). Cost: one
+        round trip and one manifest write."""
         return self._actor.drop_history_lease.remote(name)
 
     @bookie_call
     def list_history_leases(self) -> list[HistoryLease]:
-        """The live history leases: ``HistoryLease(name, sqn, expires_at)``."""
+        """The live history leases: ``HistoryLease(name, sqn, expires_at)``. Cost: one round
+        trip and a read of the newest manifest."""
         return self._actor.list_history_leases.remote()
 
     async def backup_async(self, target_url: str, *, target_options: Options | None = None,
@@ -522,7 +535,8 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         ``target_url`` restores the store. The copy runs in this process, with a progress line
         on stderr (or calls to ``progress(done, total)``; ``False``: none). Returns
         ``{"files", "copied", "bytes", "removed", "max_sqn", "version"}``. ``backup`` is its
-        synchronous form."""
+        synchronous form. Cost: a checkpoint, then a copy of each journal file the backup
+        lacks (one read and one write each) and of the manifest."""
         parse_url(target_url)
         target = ObjectStore.from_url(target_url, target_options or self.options)
         pin = await self.checkpoint_async(lifetime=self.options.gc.long_snapshot_timeout_s,
@@ -556,7 +570,9 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
                     term_regex=None, start_key=None, max_results: int | None = None):
         """See :meth:`Queries.index_query <leveled_ray.read.queries.Queries.index_query>`. With
         ``max_results`` up to :data:`BOOKIE_QUERY_MAX` the Bookie answers in one round trip,
-        on its own view pinned for the query; otherwise results stream from a snapshot."""
+        on its own view pinned for the query; otherwise results stream from a snapshot. Cost:
+        one round trip; past the limit, a snapshot's, then the query's reads in this
+        process."""
         query = self._bookie_query(bucket, field, start, end, return_terms, term_regex,
                                    start_key, max_results)
         if query is None:
@@ -590,7 +606,8 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
     @bookie_call
     def trim_journal(self) -> str:
         """head_only stores: delete the journal files whose entries the Ledger holds now
-        (it also happens on its own as the Ledger persists). ``"started"`` or ``"busy"``."""
+        (it also happens on its own as the Ledger persists). ``"started"`` or ``"busy"``.
+        Cost: one round trip; the deletes run in the Bookie after it answers."""
         if not self.head_only:
             raise InvalidArgumentError("trim_journal is for head_only stores: the Journal of "
                                        "this store holds its values")
@@ -598,7 +615,8 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
 
     @bookie_call
     def stats(self) -> dict:
-        """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests)."""
+        """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests). Cost:
+        one round trip, and one from the Bookie to each of its other actors."""
         return self._actor.stats.remote()
 
     @bookie_call
@@ -610,6 +628,8 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         once no snapshot needs them. It keeps every change a history lease holds. It also runs
         every ``journal.compaction_interval_s``. With ``wait=True`` it returns once done and
         visible to reads: ``{"removed": files, "added": files, "history_sqn": SQN}``.
+        Cost: one round trip; the rewrite (a read and a write of each file in the run) runs in
+        the Inker's clerk.
         """
         return self._actor.compact_journal.remote(bool(wait))
 
@@ -617,7 +637,8 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
     def close(self) -> None:
         """Finish writes, persist the Ledger's memory and stop the store's actors.
 
-        A clean close means the next open replays nothing. Closing twice is harmless.
+        A clean close means the next open replays nothing. Closing twice is harmless. Cost:
+        one round trip, the writes of the Ledger's memory as SSTs, and the actors' exits.
         """
         return Call(self._actor.close.remote(), self._killed, closing=True)
 
@@ -630,6 +651,6 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
 
     def actors(self) -> list:
         """Ray handles of the Bookie and the Penciller (to inspect them, or kill them); the Inker
-        lives in the Bookie's process."""
+        lives in the Bookie's process. Cost: one round trip."""
         return [self._actor, *_get(self._actor.actor_handles.remote())]
 

@@ -81,7 +81,7 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
         return self.shard_map.count
 
     def shard(self, index: int) -> Admin:
-        """Shard ``index``'s own :class:`Admin`."""
+        """Shard ``index``'s own :class:`Admin`. Cost: none."""
         return self._admins[index]
 
     def _pinned_reads(self) -> PinnedReads:
@@ -100,7 +100,8 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
                                       name: str | None = None, source: str | None = None, *,
                                       checkpoint_id: str | None = None) -> Checkpoint:
         """A checkpoint of every shard, with one id (``checkpoint_id`` or a new one); refused
-        while the store is being written (see the module's note)."""
+        while the store is being written (see the module's note). Cost: the plain call's on
+        each shard, at once."""
         return (await checkpoints.create(self, lifetime, name, source, checkpoint_id))[0]
 
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
@@ -108,8 +109,8 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
         """One GC pass on every shard, then on the root's commit records: a record goes once
         no shard holds its batch's part (every part was applied or dropped) and it is older
         than ``min_age`` (a streaming write's, once a newer batch of its writer has records).
-        Returns the shards' plans together (paths under each shard's
-        prefix)."""
+        Returns the shards' plans together (paths under each shard's prefix). Cost: the plain
+        pass on each shard in turn, then a listing of the root's records."""
         plans = [await a.gc_async(min_age, dry_run, progress) for a in self._admins]
         out = garbage_collection.Plan()
         for prefix, p in zip(self.shard_map.prefixes, plans):
@@ -148,13 +149,14 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
                            progress: bool | Callable[[int, int], None] = True) -> dict:
         """Back up every shard to the same layout at ``target_url``, at a checkpoint made
         here (refused while the store is being written); ``progress`` as for
-        :meth:`Admin.backup_async`."""
+        :meth:`Admin.backup_async`. Cost: a sharded checkpoint, then the plain backup's
+        copies of every shard."""
         return await backup(self, target_url, target_options, progress)
 
     async def destroy_async(self, soft: bool = True) -> int:
         """Destroy every shard (see :meth:`Admin.destroy_async`); ``soft=False`` also deletes
         the root's records (commit records, backup records) and, last, its shard map. Returns
-        the objects deleted."""
+        the objects deleted. Cost: the plain call's on each shard in turn."""
         deleted = sum([await a.destroy_async(soft) for a in self._admins])
         if soft:
             return deleted

@@ -85,14 +85,17 @@ class CheckpointsOfShards:
     handle gives ``shards``, ``shard(s)``, ``_cut`` and ``_checkpoint_part``."""
 
     async def list_checkpoints_async(self) -> list[Checkpoint]:
-        """The live checkpoints (those every shard holds a part of)."""
+        """The live checkpoints (those every shard holds a part of). Cost: the plain call's on
+        each shard, at once."""
         return await live(self)
 
     async def refresh_checkpoint_async(self, checkpoint_id: str,
                                        lifetime: float | None = None) -> Checkpoint:
-        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never). Cost: the
+        plain call's on each shard, at once."""
         return whole(await refresh(self, checkpoint_id, lifetime))
 
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
-        """Delete a checkpoint: every shard's part of it."""
+        """Delete a checkpoint: every shard's part of it. Cost: the plain call's on each
+        shard."""
         await delete(self, checkpoint_id)

@@ -5,12 +5,12 @@ batch (:func:`stale_shards`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..codec import checked_keys
+from ..codec import Head, checked_key, checked_keys
 from ..codec.routing import shards_of
 from ..errors import ConflictError
 from ..manifest.shard_map import ShardMap
@@ -89,3 +89,41 @@ async def per_shard_checked(targets: Sequence, pairs: Sequence, options: Options
             f"a batched read met cross-shard batches committing as it read, {MAX_ROUNDS} "
             f"times, so it could not see each whole: nothing returned, read again")
     return in_input_order(len(pairs), groups, [replies[s][0] for s in groups])
+
+
+class RoutedKeyReads:
+    """Reads by key for a handle made of one part per shard (a snapshot or a reader each):
+    one key goes to its shard's part; many keys to every shard involved, at once, with the
+    answers in input order. The handle gives ``parts``, ``shard_map`` and ``options``, and
+    may make :meth:`_ready` wait for something first (a reader renews its checkpoints)."""
+
+    async def _ready(self) -> None:
+        return None
+
+    def _part_of(self, bucket, key):
+        return self.parts[self.shard_map.shard_of(checked_key(bucket, key, self.options))]
+
+    async def get_async(self, bucket, key) -> bytes | None:
+        """The value of ``(bucket, key)``, or ``None``. Cost: the plain part's, on the key's
+        shard."""
+        await self._ready()
+        return await self._part_of(bucket, key).get_async(bucket, key)
+
+    async def head_async(self, bucket, key) -> Head | None:
+        """The object's head, or ``None``. Cost: the plain part's, on the key's shard."""
+        await self._ready()
+        return await self._part_of(bucket, key).head_async(bucket, key)
+
+    async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """Values of many ``(bucket, key)`` pairs, ``None`` where absent. Cost: the plain
+        parts' calls, one per shard involved, at once."""
+        await self._ready()
+        return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
+                               lambda part, some: part.get_many_async(some))
+
+    async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        """Heads of many ``(bucket, key)`` pairs, ``None`` where absent. Cost: as
+        :meth:`get_many_async`, without the values."""
+        await self._ready()
+        return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
+                               lambda part, some: part.head_many_async(some))

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from .. import roles
 from ..client.snapshot import Snapshot
-from ..codec import Head, checked_key
 from ..errors import InvalidArgumentError
 from ..files.sync import with_sync_twins
 from ..manifest.shard_map import ShardMap
@@ -15,12 +14,13 @@ from ..options import Options
 from ..read.changes import shard_positions
 from ..read.merged import MergedView
 from ..read.queries import Queries
-from .fanout import per_shard
+from .fanout import RoutedKeyReads
 from .past import positions_at_time
 
 
 @with_sync_twins
-class ShardedSnapshot(Queries, roles.KeyReads, roles.Queries, roles.History, roles.View):
+class ShardedSnapshot(RoutedKeyReads, Queries, roles.KeyReads, roles.Queries, roles.History,
+                      roles.View):
     """Every shard's :class:`~leveled_ray.client.snapshot.Snapshot`, read as one store.
     Picklable; a context manager. ``parts[s]`` is shard ``s``'s snapshot, and ``sqns`` the
     SQN each shard's snapshot holds up to."""
@@ -55,7 +55,9 @@ class ShardedSnapshot(Queries, roles.KeyReads, roles.Queries, roles.History, rol
         """Make this snapshot show the store as it was at position ``at_sqn`` (``{"0": sqn,
         ...}``), or at Unix time ``at_time`` (each shard as it was then, less the cross-shard
         batches not applied by then on every shard they span: see :mod:`.past`), within the
-        history the Journal keeps; returns it. Exactly one of them."""
+        history the Journal keeps; returns it. Exactly one of them. Cost: the plain call's on
+        each shard, at once (for ``at_time``, after reading where each shard's batches
+        were applied)."""
         if (at_sqn is None) == (at_time is None):
             raise InvalidArgumentError("give one of at_sqn and at_time")
         sqns = (shard_positions(at_sqn, len(self.parts), "at_sqn") if at_sqn is not None
@@ -63,26 +65,10 @@ class ShardedSnapshot(Queries, roles.KeyReads, roles.Queries, roles.History, rol
         await asyncio.gather(*(part.go_back_async(sqn) for part, sqn in zip(self.parts, sqns)))
         return self
 
-    def _of(self, bucket, key) -> Snapshot:
-        return self.parts[self.shard_map.shard_of(checked_key(bucket, key, self.options))]
-
-    async def get_async(self, bucket, key) -> bytes | None:
-        return await self._of(bucket, key).get_async(bucket, key)
-
-    async def head_async(self, bucket, key) -> Head | None:
-        return await self._of(bucket, key).head_async(bucket, key)
-
-    async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
-        return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
-                               lambda part, some: part.get_many_async(some))
-
-    async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
-                               lambda part, some: part.head_many_async(some))
-
     async def _query_view_async(self, needs_values: bool):
         return MergedView([part._view_for(needs_values) for part in self.parts]), None
 
     async def release_async(self) -> None:
-        """End every shard's snapshot (idempotent)."""
+        """End every shard's snapshot (idempotent). Cost: one round trip per shard, at
+        once."""
         await asyncio.gather(*(part.release_async() for part in self.parts))

@@ -82,11 +82,11 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
 
     def shard_of(self, bucket, key) -> int:
         """The shard that holds ``(bucket, key)``: a pure function of the key (see
-        :mod:`leveled_ray.codec.routing`)."""
+        :mod:`leveled_ray.codec.routing`). Cost: a hash of the key, no I/O."""
         return self.shard_map.shard_of(checked_key(bucket, key, self.options))
 
     def shard(self, index: int) -> Store:
-        """The plain handle of shard ``index`` (operators and tests)."""
+        """The plain handle of shard ``index`` (operators and tests). Cost: none."""
         return self._stores[index]
 
     def _of(self, bucket, key) -> Store:
@@ -98,7 +98,8 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
             metadata: dict | None = None, if_sqn: int | None = None,
             if_absent: bool = False) -> int:
         """:meth:`Store.put <leveled_ray.client.store.Store.put>` on the key's shard; the SQN
-        is that shard's."""
+        is that shard's. Cost: the plain call's, on that shard (as for every call by one key:
+        ``delete``, ``get``, ``head``)."""
         return self._of(bucket, key).put(bucket, key, value, indexes=indexes, ttl=ttl,
                                          metadata=metadata, if_sqn=if_sqn, if_absent=if_absent)
 
@@ -110,6 +111,8 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
             if_absent=if_absent)
 
     def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
+        """:meth:`Store.delete <leveled_ray.client.store.Store.delete>` on the key's shard.
+        Cost: the plain call's, on that shard."""
         return self._of(bucket, key).delete(bucket, key, indexes=indexes, if_sqn=if_sqn)
 
     async def delete_async(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
@@ -117,12 +120,16 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
                                                         if_sqn=if_sqn)
 
     def get(self, bucket, key) -> bytes | None:
+        """:meth:`Store.get <leveled_ray.client.store.Store.get>` on the key's shard. Cost:
+        the plain call's, on that shard."""
         return self._of(bucket, key).get(bucket, key)
 
     async def get_async(self, bucket, key) -> bytes | None:
         return await self._of(bucket, key).get_async(bucket, key)
 
     def head(self, bucket, key) -> Head | None:
+        """:meth:`Store.head <leveled_ray.client.store.Store.head>` on the key's shard. Cost:
+        the plain call's, on that shard."""
         return self._of(bucket, key).head(bucket, key)
 
     async def head_async(self, bucket, key) -> Head | None:
@@ -139,11 +146,13 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         """Values of many ``(bucket, key)`` pairs, ``None`` where absent: one call to each
         shard involved, all at once. A cross-shard ``put_many`` is in the answer whole or not
         at all: a shard read before a batch it holds part of could be visible is read again
-        (see :func:`~.fanout.stale_shards`)."""
+        (see :func:`~.fanout.stale_shards`). Cost: the plain call's on each shard involved, at
+        once, and rarely a second round on a shard read too early."""
         return await self._many(pairs, "get", ShardSide.get_many_checked)
 
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        """Heads of many ``(bucket, key)`` pairs, as :meth:`get_many_async` reads values."""
+        """Heads of many ``(bucket, key)`` pairs, as :meth:`get_many_async` reads values. Cost:
+        :meth:`get_many_async`'s, without the values."""
         return await self._many(pairs, "head", ShardSide.head_many_checked)
 
     async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
@@ -151,7 +160,9 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
 
         The batch is checked once, here. Within one shard it is that shard's ``put_many``.
         Across shards every item becomes visible or none does, and all conditions are checked
-        before any item is visible (see :mod:`.txn`)."""
+        before any item is visible (see :mod:`.txn`). Cost: within one shard, the plain
+        call's; across shards, a prepare on each (a journal write each), one commit record
+        on the root, and each shard's apply."""
         changes, values = ShardSide(self._stores[0]).checked_changes(items)  # all check alike
         if not changes:
             return []
@@ -172,7 +183,9 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         cross-shard ``put_many``, all or nothing. ``at_sqn`` (a position ``{"0": sqn, ...}``)
         gives every shard as it was then (see :meth:`Store.snapshot`); ``at_time`` gives each
         shard as it was then, less the cross-shard batches not applied by then on every
-        shard they span (see :mod:`.past`): such a batch is still all or nothing."""
+        shard they span (see :mod:`.past`): such a batch is still all or nothing. Cost: a cut
+        (a freeze, a snapshot and a thaw on every shard, at once; writes wait meanwhile), and
+        for ``at_sqn``/``at_time`` the plain call's reads of history on each shard."""
         if at_sqn is not None and at_time is not None:
             raise InvalidArgumentError("give at most one of at_sqn and at_time")
         early = Early(("snapshot", long_running, values, timeout_s),
@@ -204,14 +217,16 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
                                checkpoint_id: str | None = None) -> Checkpoint:
         """A durable checkpoint of every shard at one consistent cut, with one id (see
         :mod:`.checkpoints`; ``checkpoint_id`` or a new one); its ``manifest_id`` is -1, as
-        each shard pins its own version."""
+        each shard pins its own version. Cost: a cut (a freeze, a take and a thaw on every
+        shard, at once; writes wait meanwhile) and the plain call's on each shard."""
         return (await checkpoints.create(self, lifetime, name, source, checkpoint_id))[0]
 
     async def backup_async(self, target_url: str, *, target_options: Options | None = None,
                            progress: bool | Callable[[int, int], None] = True) -> dict:
         """Incremental hot backup of every shard, at one consistent cut, to ``target_url``
         (the same layout: a shard map and one prefix per shard); opening ``target_url``
-        restores the store. Returns the totals, and ``shards``: each shard's result."""
+        restores the store. Returns the totals, and ``shards``: each shard's result. Cost: a
+        checkpoint, then the plain backup's copies of every shard."""
         return await backup(self, target_url, target_options, progress)
 
     def _query_view(self, needs_values: bool):
@@ -232,20 +247,22 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
     # -- the whole store --
 
     async def stats_async(self) -> dict:
-        """Totals of every shard's counters, and ``shards``: each shard's own stats."""
+        """Totals of every shard's counters, and ``shards``: each shard's own stats. Cost: the plain
+        call's on each shard, all at once."""
         parts = await asyncio.gather(*(store.stats_async() for store in self._stores))
         return {**totals(parts), "url": self.url, "name": self.name,
                 "route_by": self.shard_map.route_by, "shards": list(parts)}
 
     async def compact_journal_async(self, wait: bool = False) -> list:
         """Start a journal compaction on every shard: each shard's ``"started"`` or
-        ``"busy"`` (with ``wait``, each shard's result: see :meth:`Store.compact_journal`)."""
+        ``"busy"`` (with ``wait``, each shard's result: see :meth:`Store.compact_journal`).
+        Cost: the plain call's on each shard, all at once."""
         return list(await asyncio.gather(*(s.compact_journal_async(wait)
                                            for s in self._stores)))
 
     async def trim_journal_async(self) -> list:
         """head_only stores: :meth:`Store.trim_journal` on every shard (each shard's
-        ``"started"`` or ``"busy"``)."""
+        ``"started"`` or ``"busy"``). Cost: the plain call's on each shard, all at once."""
         return list(await asyncio.gather(*(s.trim_journal_async() for s in self._stores)))
 
     # -- the change feed and history leases --
@@ -254,23 +271,28 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
                values: bool = True, batch_size: int = 1000) -> ShardedListener:
         """Every shard's changes after position ``after`` (``{"0": sqn, ...}``, or ``0``), as
         each is acknowledged (see :mod:`leveled_ray.cluster.listen`); ``.sqn`` is the
-        position. Each shard's listener holds a lease ``<name>.<shard>``."""
+        position. Each shard's listener holds a lease ``<name>.<shard>``. Cost: a plain
+        listener's on each shard."""
         return ShardedListener(self._stores, after, name=name, lifetime=lifetime,
                                values=values, batch_size=batch_size)
 
     async def set_history_lease_async(self, name: str, position, lifetime: float) -> list:
         """Hold every change after ``position`` (``{"0": sqn, ...}``) on every shard, as lease
-        ``name`` of each (see :meth:`Store.set_history_lease`)."""
+        ``name`` of each (see :meth:`Store.set_history_lease`). Cost: the plain call's on each
+        shard, all at once."""
         sqns = shard_positions(position, self.shards, "position")
         return list(await asyncio.gather(*(store.set_history_lease_async(name, sqn, lifetime)
                                            for store, sqn in zip(self._stores, sqns))))
 
     async def drop_history_lease_async(self, name: str) -> None:
+        """Let go of lease ``name`` on every shard. Cost: the plain call's on each shard, all at
+        once."""
         await asyncio.gather(*(store.drop_history_lease_async(name) for store in self._stores))
 
     async def list_history_leases_async(self) -> dict[str, dict[str, int]]:
         """Each live lease's position: ``{name: {"0": sqn, ...}}`` (shards where a lease
-        is missing or expired are left out of its position)."""
+        is missing or expired are left out of its position). Cost: the plain call's on each shard,
+        all at once."""
         found: dict[str, dict[str, int]] = {}
         for shard, leases in enumerate(await asyncio.gather(
                 *(store.list_history_leases_async() for store in self._stores))):
@@ -279,7 +301,8 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         return found
 
     async def close_async(self) -> None:
-        """Close every shard (each as :meth:`Store.close`), then free their placement."""
+        """Close every shard (each as :meth:`Store.close`), then free their placement.
+        Cost: the plain call's on each shard, all at once."""
         try:
             await asyncio.gather(*(store.close_async() for store in self._stores))
         finally:
@@ -287,5 +310,6 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
             placement.remove(group if group is not None else placement.named(self.name))
 
     def actors(self) -> list:
-        """Every shard's Ray actors (Bookie and Penciller), shard by shard."""
+        """Every shard's Ray actors (Bookie and Penciller), shard by shard. Cost: one round
+        trip per shard."""
         return [actor for store in self._stores for actor in store.actors()]

@@ -186,8 +186,8 @@ class KeyReads:
         return await self._read(True, lambda v: v.get(checked_key(bucket, key, v.options)))
 
     async def head_async(self, bucket, key) -> Head | None:
-        """The object's :class:`Head` at this point in time, or ``None``: ``get_async``'s
-        cost without the value's read."""
+        """The object's :class:`Head` at this point in time, or ``None``. Cost:
+        ``get_async``'s, without the value's read."""
         return await self._read(False, lambda v: v.head(checked_key(bucket, key, v.options)))
 
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
@@ -197,6 +197,6 @@ class KeyReads:
         return await self._read(True, lambda v: v.get_many(checked_keys(pairs, v.options)))
 
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        """Heads of many ``(bucket, key)`` pairs at this point in time, ``None`` where absent;
-        the lookups of ``get_many_async`` without the values."""
+        """Heads of many ``(bucket, key)`` pairs at this point in time, ``None`` where absent.
+        Cost: the lookups of ``get_many_async``, without the values."""
         return await self._read(False, lambda v: v.head_many(checked_keys(pairs, v.options)))

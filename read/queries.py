@@ -298,7 +298,8 @@ class Queries:
     def fold_keys_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
                           binary_names: bool = False) -> Iterator[pa.RecordBatch]:
         """:meth:`fold_keys` as Arrow batches with columns ``bucket`` and ``key`` (``string``;
-        ``binary`` with ``binary_names=True``)."""
+        ``binary`` with ``binary_names=True``). Cost: :meth:`fold_keys`'s, without a Python
+        object per row."""
         return self._run(self._keys_query(bucket, start, end, batch_size, True, binary_names))
 
     def fold_heads(self, bucket=None, start=None, end=None, *,
@@ -310,7 +311,8 @@ class Queries:
     def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
                            binary_names: bool = False) -> Iterator[pa.RecordBatch]:
         """:meth:`fold_heads` as Arrow batches (columns: see
-        :data:`~leveled_ray.read.query_results.HEADS_SCHEMA`)."""
+        :data:`~leveled_ray.read.query_results.HEADS_SCHEMA`). Cost: :meth:`fold_keys`'s,
+        without a Python object per row."""
         return self._run(self._heads_query(bucket, start, end, batch_size, True, binary_names))
 
     def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",
@@ -331,7 +333,8 @@ class Queries:
                              batch_size: int = 1000, binary_names: bool = False,
                              with_indexes: bool = False) -> Iterator[pa.RecordBatch]:
         """:meth:`fold_objects` as Arrow batches with columns ``bucket``, ``key``, ``value``,
-        ``sqn`` and ``last_modified`` (and ``indexes`` with ``with_indexes=True``)."""
+        ``sqn`` and ``last_modified`` (and ``indexes`` with ``with_indexes=True``). Cost:
+        :meth:`fold_objects`'s, without a Python object per row."""
         return self._run(self._objects_query(bucket, start, end, batch_size, True,
                                              binary_names, order, with_indexes))
 
@@ -418,7 +421,8 @@ class Queries:
                         batch_size: int = 1000,
                         binary_names: bool = False) -> Iterator[pa.RecordBatch]:
         """:meth:`changes` as Arrow batches (columns: see
-        :data:`~leveled_ray.read.changes.CHANGES_SCHEMA`)."""
+        :data:`~leveled_ray.read.changes.CHANGES_SCHEMA`). Cost: :meth:`changes`'s, without a
+        Python object per row."""
         return self._run(self._changes_query(after, until, batch_size, True, binary_names,
                                              values))
 

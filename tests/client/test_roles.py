@@ -89,3 +89,31 @@ def test_a_handle_that_lacks_a_call_cannot_be_made():
 
     with pytest.raises(TypeError, match="abstract"):
         Partial()
+
+
+def documented(handle, name: str) -> str:
+    """The docstring that documents call ``name`` of ``handle``: its own form's, or its
+    twin's where one form only points at the other."""
+    pointers = ("Synchronous :meth", "Awaitable :meth", "Async iterator form")
+    for form in (name, f"{name}_async"):
+        doc = inspect.getdoc(getattr(handle, form, None)) or ""
+        if doc and not doc.startswith(pointers):
+            return doc
+    return ""
+
+
+def test_every_public_call_states_its_cost():
+    """Each public call of every handle says what it costs (round trips, requests, writes),
+    as the docs promise."""
+    silent = []
+    for handle in HANDLES:
+        for name in dir(handle):
+            attr = inspect.getattr_static(handle, name)
+            if name.startswith("_") or isinstance(attr, property) or not callable(attr):
+                continue
+            if "Cost" not in documented(handle, name.removesuffix("_async")):
+                silent.append(f"{handle.__name__}.{name}")
+    for entry in (lr.open, lr.connect, lr.reader, lr.admin, lr.clone, lr.gc, lr.destroy):
+        if "Cost" not in (entry.__doc__ or ""):
+            silent.append(f"lr.{entry.__name__}")
+    assert not silent, silent
