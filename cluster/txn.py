@@ -1,7 +1,7 @@
 """A ``put_many`` across shards: prepare everywhere, decide once, apply everywhere.
 
-1. Every shard involved prepares its part at once (:meth:`Store.prepare_async
-   <leveled_ray.client.store.Store.prepare_async>`): its keys locked, its conditions checked,
+1. Every shard involved prepares its part at once (:meth:`ShardSide.prepare
+   <leveled_ray.client.shard_side.ShardSide.prepare>`): its keys locked, its conditions checked,
    the part durable in the shard's store. Nothing is visible yet.
 2. If one shard's conditions fail, every prepared part is dropped and the failure raised. If
    another batch holds a key (``busy``), the parts are dropped and the batch tried again after
@@ -64,8 +64,8 @@ async def put_across(store, changes: list, values: list, groups: dict) -> list[i
         await _abort(shards, list(parts), txn)
         raise ConflictError("not written: a shard aborted the batch after waiting "
                             f"{store.options.txn_timeout_s:g}s for its decision")
-    applied = await asyncio.gather(*(ShardSide(shards[s]).commit_part(txn, numbers) for s in parts),
-                                   return_exceptions=True)
+    applied = await asyncio.gather(*(ShardSide(shards[s]).commit_part(txn, numbers)
+                                     for s in parts), return_exceptions=True)
     failed = [s for s, a in zip(parts, applied) if isinstance(a, BaseException)]
     if failed:
         raise StoreClosedError(f"the batch is committed, but shard(s) {failed} could not apply "
