@@ -37,7 +37,7 @@ def open(url: str, options: Options | None = None, *, shards: int | None = None,
     """Open (or create) the store at ``url`` for writing, with its actors on Ray.
 
     ``url`` is ``memory://name``, ``file:///path`` or ``s3://bucket/prefix``. ``name`` makes
-    the actors named (``name``, ``name.penciller``, ...) in namespace ``leveled`` so other
+    the actors named (``name``, ``name.pclerk``, ...) in namespace ``leveled`` so other
     drivers can :func:`connect`; ``detached=True`` keeps them alive after this driver exits.
     Opening fences any other writer of the same store (its later writes fail with
     ``FencedError``). ``store`` overrides the object store client built from ``url`` (for
@@ -54,8 +54,9 @@ def open(url: str, options: Options | None = None, *, shards: int | None = None,
     shard's other actors run on its node. ``store`` (a client override) applies to a plain
     store only. Bad input raises ``InvalidArgumentError`` and creates nothing.
 
-    Cost: three Ray actors per store (per shard): a few seconds on a cold cluster, as each
-    starts a Python process; plus the replay of journal entries not yet in the Ledger."""
+    Cost: one Ray actor per store (per shard), about a second or two, as it starts a Python
+    process; its clerks start later, with their first work; plus the replay of journal
+    entries not yet in the Ledger."""
     options, clock = plain.check_open(url, options, name, detached, head_only, clock)
     ensure_ray()
     plain.refuse_running(name, None if name is None else shard_name(name, 0))

@@ -1,8 +1,8 @@
 """Typed errors of leveled-ray.
 
 Every error a caller can act on is a subclass of :class:`LeveledError`. Errors raised inside the
-Bookie, Inker or Penciller actors reach the caller as these types (the client handle unwraps Ray's
-wrapper exceptions). A call rejected with an error changes nothing in the store, except where an
+store's actors reach the caller as these types (the client handle unwraps Ray's wrapper
+exceptions). A call rejected with an error changes nothing in the store, except where an
 :class:`ObjectStoreError` says ``definite=False``: then the change may or may not have happened.
 """
 

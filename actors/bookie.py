@@ -6,9 +6,10 @@ joins the next journal file. All changes of a file are acknowledged once it is d
 Ledger entries then enter the Ledger cache (:mod:`.ledger_cache`) and are pushed to the
 Penciller in batches.
 
-The Inker is hosted in this process, a plain object beside the Bookie: a put's acknowledgement
-waits for one actor hop (client to Bookie) and one journal write, not for a second hop to
-another process. The Penciller and the clerks are actors of their own.
+The Inker and the Penciller are hosted in this process, plain objects beside the Bookie: a
+put's acknowledgement waits for one actor hop (client to Bookie) and one journal write, not for
+a second hop to another process, and a store costs one process to start. The clerks, which do
+the heavy work (merges, journal compaction), are actors of their own (:mod:`.bookie_clerks`).
 
 GET/HEAD: the cache, then the Ledger's SSTs, then the value by SQN from the Journal, on the
 read path that snapshots and readers share (:mod:`leveled_ray.read.views`). The Bookie reads
@@ -34,20 +35,20 @@ from ..manifest.store import ManifestStore
 from ..manifest.transitions import bump_epoch
 from ..options import Options
 from ..read.views import LedgerFiles
+from .bookie_clerks import Clerks
 from .bookie_points import PointsInTime
 from .bookie_shard_calls import ShardCalls
 from .bookie_stats import bookie_stats
 from .group_commit import Group
-from .iclerk import InkerClerk
 from .inker import Inker
 from .ledger_cache import LedgerCache
 from .live_view import LiveView
 from .metrics import Observations, export_every, timed
 from .participant import Participant
-from .pclerk import PencillerClerk
+from .pclerk import NO_MERGES
 from .penciller import Penciller
 from .reaper import Reaper, gc_loop
-from .remote import ValueBatch, as_actor, call, own_client, self_handle, spawn, unpack
+from .remote import LocalHandle, ValueBatch, as_actor, call, own_client, unpack
 from .snapshot_lease import LeasePublisher
 from .tasks import Tasks, watch
 from .write_path import WritePath
@@ -55,7 +56,7 @@ from .write_path import WritePath
 #: How long ``compact_journal(wait=True)`` waits for reads to see the compaction.
 WAIT_ADOPTED_S = 30.0
 
-class Bookie(ShardCalls, PointsInTime):
+class Bookie(ShardCalls, PointsInTime, Clerks):
     """Plain-object logic of the Bookie; :func:`make_actor` gives its Ray actor. Its
     shard-side calls (:class:`.bookie_shard_calls.ShardCalls`) and its snapshots,
     checkpoints, feed and history leases (:class:`.bookie_points.PointsInTime`) are written
@@ -82,7 +83,8 @@ class Bookie(ShardCalls, PointsInTime):
             closing=lambda: self.closing, observations=self.observed)
         self.reaper = Reaper(self.view.host, self._may_delete)
         self.epoch = 0
-        self.inker = self.penciller = self.pclerk = self.iclerk = self._clerk_run = None
+        self.inker = self.penciller = self.pclerk = self.iclerk = None
+        self._merges = None  # the merge clerk's run, once it is started
         self.lease: LeasePublisher | None = None
         self.participant: Participant | None = None  # cross-shard parts (from start)
         self.broken: BaseException | None = None
@@ -114,15 +116,16 @@ class Bookie(ShardCalls, PointsInTime):
             self.store = store_for(self.store, m.stores, self.options)
             self.view.use_store(self.store)
             self.reaper.host = self.view.host
-        # The actors this one owns (they live and die together), or plain objects here.
-        owned = (self.local, self.name, self.store, self.options, self.clock)
+        # The Inker and the Penciller live in this process (each actor costs a process); the
+        # clerks, which this actor owns, start when they have work (:mod:`.bookie_clerks`).
         self.inker = Inker(own_client(self.store, self.local), self.options, self.clock,
                            self.epoch, latest)
-        self.penciller = spawn(Penciller, "penciller", *owned, self.epoch, latest)
-        self.pclerk = spawn(PencillerClerk, "pclerk", *owned, self.penciller)
-        self._clerk_run = self.pclerk.run.remote()  # polls the Penciller until stopped
+        self.penciller = LocalHandle(Penciller(own_client(self.store, self.local), self.options,
+                                               self.clock, self.epoch, latest))
+        self.penciller.local.attach_journal(LocalHandle(self))
+        if any(m.levels):
+            self._merge_clerk()
         opened = await self.inker.open()
-        await call(self.penciller.attach_journal, self_handle(self, self.local))
         self.inker.attach_clerk(self._compaction_clerk)
         self.view.reset(mid, m, opened["files"])
         self.lease = LeasePublisher(self.store, self.options, self.epoch, self._lease_floors,
@@ -222,6 +225,8 @@ class Bookie(ShardCalls, PointsInTime):
     def _adopt(self, files: LedgerFiles) -> None:
         advanced = files.persisted_sqn > self.view.files.persisted_sqn
         self.view.adopt(files)
+        if any(files.levels):
+            self._merge_clerk()
         if self.head_only and advanced:  # the Inker deletes the journal files now in SSTs
             self.tasks.start(self._start_compaction(), "journal trim")
 
@@ -232,14 +237,6 @@ class Bookie(ShardCalls, PointsInTime):
         """Record every journal file written so far in the manifest (the Penciller asks before
         it moves the persisted SQN)."""
         await self.inker.catalog()
-
-    def _compaction_clerk(self):
-        """The Inker's clerk, started when the first journal compaction needs it: most
-        stores compact rarely (hourly by default), and each actor costs a process."""
-        if self.iclerk is None:
-            self.iclerk = spawn(InkerClerk, "iclerk", self.local, self.name, self.store,
-                                self.options, self_handle(self, self.local))
-        return self.iclerk
 
     def _lease_floors(self) -> tuple[int, int]:
         """Per kind (SSTs, journal files), the oldest version this writer's view, and the
@@ -348,8 +345,10 @@ class Bookie(ShardCalls, PointsInTime):
         return ManifestStore(self.store)
 
     async def stats(self) -> dict:
-        return bookie_stats(self, self.inker.stats() if self.inker else {}, *[
-            await call(a.stats) if a else {} for a in (self.penciller, self.pclerk, self.iclerk)])
+        merges = await call(self.pclerk.stats) if self.pclerk else dict(NO_MERGES)
+        return bookie_stats(self, self.inker.stats() if self.inker else {},
+                            self.penciller.local.stats() if self.penciller else {}, merges,
+                            await call(self.iclerk.stats) if self.iclerk else {})
 
     async def close(self) -> None:
         """Finish queued writes, persist L0 memory and the journal catalog, stop the actors."""
@@ -378,12 +377,11 @@ class Bookie(ShardCalls, PointsInTime):
             if not self.local:
                 import ray
 
-                for handle in (self.penciller, self.pclerk, self.iclerk):
-                    if handle is not None:
-                        ray.kill(handle, no_restart=True)
+                for clerk in self.clerks():
+                    ray.kill(clerk, no_restart=True)
 
     def actor_handles(self) -> list:
-        return [] if self.local else [self.penciller]
+        return [] if self.local else self.clerks()
 
 
 def make_actor():

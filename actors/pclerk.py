@@ -1,9 +1,11 @@
-"""The Penciller's clerk: does the Ledger's merges, off the Penciller's process.
+"""The Penciller's clerk: does the Ledger's merges, in an actor of its own, off the Bookie's
+process (which hosts the Penciller).
 
-It polls the Penciller for work. For each merge it reads the input SSTs through its own file
-clerks, merges them with Arrow (concatenate, sort by key then SQN descending, keep the newest
-entry of each key; at the basement also drop tombstones and expired entries), writes the result
-as new SSTs of at most ``sst_max_keys`` entries, and hands the outputs back. The Penciller
+It polls for work, which the Bookie hands on from the Penciller. For each merge it reads the
+input SSTs through its own file clerks, merges them with Arrow (concatenate, sort by key then
+SQN descending, keep the newest entry of each key; at the basement also drop tombstones and
+expired entries), writes the result as new SSTs of at most ``sst_max_keys`` entries, and hands
+the outputs back. The Penciller
 commits the manifest change; the files it removed then go to ``delete_pending``.
 
 Memory per merge is bounded by its inputs: all of L0 (a few L0 files) plus the L1 files they
@@ -32,6 +34,10 @@ from .remote import call, process_stats
 #: Pause after a failed merge before the next one is chosen.
 FAILURE_PAUSE_S = 1.0
 
+#: The clerk's counters before its first merge (also a store's, before its clerk starts).
+NO_MERGES = {"merges": 0, "moves": 0, "files_written": 0, "bytes_written": 0, "bytes_read": 0,
+             "rows_in": 0, "rows_out": 0, "failures": 0, "seconds": 0.0}
+
 
 def merge_tables(tables: list[pa.Table], basement: bool, now_s: float) -> pa.Table:
     """The merged content of some SSTs: the newest entry per key; at the basement, only live
@@ -53,16 +59,15 @@ def split_rows(table: pa.Table, max_rows: int) -> list[pa.Table]:
 class PencillerClerk:
     """Plain-object logic of the merge worker; the Bookie starts it as a Ray actor."""
 
-    def __init__(self, store: ObjectStore, options: Options, clock: Clock, penciller):
+    def __init__(self, store: ObjectStore, options: Options, clock: Clock, ledger):
         self.store = store
         self.options = options
         self.clock = clock  # expired entries are dropped at the basement by it
-        self.penciller = penciller
+        #: The Bookie, which hands on the merge calls to the Penciller in its process.
+        self.ledger = ledger
         self.host = ClerkHost(store, 8 << 20)  # merges read whole files: keep little cached
         self.stopped = False
-        self.counters = {"merges": 0, "moves": 0, "files_written": 0, "bytes_written": 0,
-                         "bytes_read": 0, "rows_in": 0, "rows_out": 0, "failures": 0,
-                         "seconds": 0.0}
+        self.counters = dict(NO_MERGES)
         self.last_error: str | None = None
 
     async def run(self, poll_s: float = 0.05) -> None:
@@ -71,8 +76,8 @@ class PencillerClerk:
         chosen again later; only a Penciller that is gone or fenced stops the clerk."""
         while not self.stopped:
             try:
-                job = await call(self.penciller.merge_work)
-            except Exception as exc:  # the Penciller is gone or fenced: stop
+                job = await call(self.ledger.merge_work)
+            except Exception as exc:  # the store is gone or fenced: stop
                 self.last_error = repr(exc)
                 return
             if job is None:
@@ -81,11 +86,11 @@ class PencillerClerk:
             try:
                 outputs = await self.merge(job)
             except Exception as exc:
-                await call(self.penciller.merge_failed, job, repr(exc))
+                await call(self.ledger.merge_failed, job, repr(exc))
                 await self._failed(exc)
                 continue
             try:
-                await call(self.penciller.merge_done, job, outputs)
+                await call(self.ledger.merge_done, job, outputs)
             except (FencedError, StoreClosedError):
                 return
             except Exception as exc:  # the Penciller counted it and freed the job

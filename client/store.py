@@ -650,7 +650,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
     # -- for operators and tests --
 
     def actors(self) -> list:
-        """Ray handles of the Bookie and the Penciller (to inspect them, or kill them); the Inker
-        lives in the Bookie's process. Cost: one round trip."""
+        """Ray handles of the Bookie and of its clerks that run (to inspect them, or kill them);
+        the Inker and the Penciller live in the Bookie's process. Cost: one round trip."""
         return [self._actor, *_get(self._actor.actor_handles.remote())]
 

@@ -271,7 +271,7 @@ def test_backpressure_slows_then_holds_writers_while_merges_are_stalled(tmp_path
     async def run():
         bookie = Bookie(f"file://{root}", options, local=True)
         await bookie.start()
-        clerk = bookie.pclerk.local
+        clerk = bookie._merge_clerk().local
         clerk.stop()  # merges stall: L0 fills up, then L0 memory, then the Bookie's backlog
         await asyncio.sleep(0.1)
         written = 0
@@ -329,7 +329,7 @@ def test_close_does_not_wait_for_merges_that_will_not_come(tmp_path):
     async def run():
         bookie = Bookie(f"file://{root}", options, local=True)
         await bookie.start()
-        bookie.pclerk.local.stop()
+        bookie._merge_clerk().local.stop()
         await asyncio.sleep(0.1)
         for n in range(6):
             await write(bookie, [lr.Put("b", f"k{n}-{i}", b"v") for i in range(20)], options)

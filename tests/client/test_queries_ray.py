@@ -226,6 +226,9 @@ def test_one_get_many_over_every_place_a_key_can_be(ray_cluster, tmp_url):
 def test_head_only_stores(ray_cluster, tmp_url, mode):
     options = SMALL.replace(max_head_only_value_bytes=64)
     with lr.open(tmp_url, options, head_only=mode) as store:
+        # A head-only store trims its Journal as soon as the Ledger holds it: a lease keeps
+        # the history that the feed reads below.
+        store.set_history_lease("feed", 0, 300)
         for start in range(0, 1000, 100):
             store.put_many([lr.Put("seg", f"k{i:04d}", b"h%d" % i, metadata={"n": i})
                             for i in range(start, start + 100)])
@@ -248,6 +251,7 @@ def test_head_only_stores(ray_cluster, tmp_url, mode):
                 refused()
         assert list(store.fold_keys("seg", "k0998")) == [("seg", "k0998"), ("seg", "k0999")]
         written = store.stats()["inker"]["groups"]
+        store.drop_history_lease("feed")
         wait_until(lambda: persisted(store, 800))  # L0 flushes every 200 keys
         store.trim_journal()  # also runs on its own as the Ledger persists
         # Only the files the Ledger does not hold yet (and the newest) stay.

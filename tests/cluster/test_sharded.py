@@ -33,14 +33,15 @@ def four(ray_cluster, tmp_path_factory):
 
 
 def nodes_of(store) -> list[tuple[str, str]]:
-    """Each shard's (Bookie node, Penciller node)."""
-    return [(s["process"]["node"], s["penciller"]["process"]["node"])
+    """Each shard's (Bookie node, journal compaction clerk node)."""
+    return [(s["process"]["node"], s["compaction"]["process"]["node"])
             for s in store.stats()["shards"]]
 
 
 def test_shards_spread_over_the_nodes_and_keep_their_actors_together(four):
+    four.compact_journal(wait=True)  # starts each shard's compaction clerk
     placed = nodes_of(four)
-    assert all(bookie == penciller for bookie, penciller in placed)  # a shard's node
+    assert all(bookie == clerk for bookie, clerk in placed)  # a shard's node
     assert len({bookie for bookie, _ in placed}) == 3  # four shards over all three nodes
 
 
@@ -152,7 +153,7 @@ def test_routing_survives_a_reopen_and_connect_and_metrics_name_each_shard(ray_c
                if n["NodeID"] == shard0["process"]["node"]]
     wait_until(lambda: _metric(port, "leveled_puts", {"store": name, "shard": "0"})
                == shard0["changes"] > 0, timeout=60, interval=1.0)
-    nodes = {bookie for bookie, _ in nodes_of(store)}
+    nodes = {shard["process"]["node"] for shard in store.stats()["shards"]}
     assert len(nodes) == 2  # two shards, two nodes
     store.close()
     with pytest.raises(lr.InvalidArgumentError, match="has 2 shards"):

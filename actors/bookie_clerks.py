@@ -1,0 +1,48 @@
+"""The Bookie's clerks: the Penciller's merges and the Inker's journal compactions each run in an
+actor of their own, off the Bookie's process, started by the first work that needs it (each actor
+costs a process to start and to stop). The Penciller lives in the Bookie's process, so the merge
+clerk asks the Bookie for its work, and the Bookie hands the calls on."""
+
+from __future__ import annotations
+
+from ..manifest.levels import MergeJob
+from .iclerk import InkerClerk
+from .pclerk import PencillerClerk
+from .remote import self_handle, spawn
+
+
+class Clerks:
+    """Part of :class:`.bookie.Bookie`: starting its clerks, and the merge clerk's calls."""
+
+    def _merge_clerk(self):
+        """The Penciller's merge clerk, started when the Ledger first holds a file: until then
+        there is nothing to merge (a store's first file comes after ``push_keys`` changes, or
+        with a bulk write)."""
+        if self.pclerk is None and not self.closing:
+            self.pclerk = spawn(PencillerClerk, "pclerk", self.local, self.name, self.store,
+                                self.options, self.clock, self_handle(self, self.local))
+            self._merges = self.pclerk.run.remote()  # polls for merges until stopped
+        return self.pclerk
+
+    def _compaction_clerk(self):
+        """The Inker's clerk, started when the first journal compaction needs it: most
+        stores compact rarely (hourly by default)."""
+        if self.iclerk is None:
+            self.iclerk = spawn(InkerClerk, "iclerk", self.local, self.name, self.store,
+                                self.options, self_handle(self, self.local))
+        return self.iclerk
+
+    def clerks(self) -> list:
+        """The clerks running now (Ray handles, or local ones without Ray)."""
+        return [clerk for clerk in (self.pclerk, self.iclerk) if clerk is not None]
+
+    # -- the merge clerk's calls on the Penciller ------------------------------------------------
+
+    def merge_work(self) -> MergeJob | None:
+        return self.penciller.local.merge_work()
+
+    async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
+        return await self.penciller.local.merge_done(job, outputs)
+
+    def merge_failed(self, job: MergeJob, error: str) -> None:
+        self.penciller.local.merge_failed(job, error)
