@@ -21,7 +21,7 @@ from .cluster.reader import ShardedReader, open_reader
 from .cluster.store import ShardedStore
 from .errors import InvalidArgumentError
 from .files.store import ObjectStore
-from .files.sync import run_blocking
+from .files.sync import run_sync
 from .manifest.shard_map import ShardMap, read_shard_map
 from .options import Options
 
@@ -63,7 +63,7 @@ def open(url: str, options: Options | None = None, *, shards: int | None = None,
     if store is not None and shards is not None:
         raise _STORE_OVERRIDE
     root = ObjectStore.from_url(url, options) if store is None else store
-    shard_map = run_blocking(resolve_layout(root, shards, route_by, options))
+    shard_map = run_sync(resolve_layout(root, shards, route_by, options))
     if shard_map is None:
         (opened,) = plain.start_bookies([plain.BookieSpec(url, name, store)], options,
                                         detached=detached, head_only=head_only, clock=clock)
@@ -114,7 +114,7 @@ def connect(name: str, *, address: str | None = None) -> plain.Store | ShardedSt
 def _connect_shards(name: str) -> ShardedStore:
     first = plain.connect_bookie(shard_name(name, 0))
     url = first.url.rsplit("/", 1)[0]
-    shard_map = run_blocking(read_shard_map(ObjectStore.from_url(url, first.options)))
+    shard_map = run_sync(read_shard_map(ObjectStore.from_url(url, first.options)))
     if shard_map is None:
         raise InvalidArgumentError(f"the store named {name!r} has no shard map at {url}")
     stores = [first] + [plain.connect_bookie(shard_name(name, s))
@@ -137,7 +137,7 @@ def clone(parent_url: str, url: str, checkpoint: str | None = None, *,
     :func:`~leveled_ray.cluster.clone.revert`). Cost: the copy of one manifest per shard
     (the clone reads its parent's files where they are), and an open."""
     options = options or Options()
-    run_blocking(create_any_clone(parent_url, url, checkpoint, options, parent_options))
+    run_sync(create_any_clone(parent_url, url, checkpoint, options, parent_options))
     store = open(url, options, name=name)
     if at_sqn is not None or at_time is not None:
         try:
@@ -156,7 +156,7 @@ def admin(url: str, options: Options | None = None, *,
     its checkpoints, GC and destroy read (default: wall time). Cost: a list and a read of the
     newest manifest (or the shard map)."""
     options = options or Options()
-    shard_map = run_blocking(find_shard_map(ObjectStore.from_url(url, options), options))
+    shard_map = run_sync(find_shard_map(ObjectStore.from_url(url, options), options))
     if shard_map is None:
         return Admin(url, options, clock)
     return ShardedAdmin(url, shard_map, options, clock)
@@ -176,7 +176,7 @@ def reader(url: str, checkpoint: str | None = None, *, options: Options | None =
     object store."""
     found = admin(url, options, clock=clock)
     if isinstance(found, ShardedAdmin):
-        return run_blocking(open_reader(found, checkpoint, lifetime, at_sqn, at_time))
+        return run_sync(open_reader(found, checkpoint, lifetime, at_sqn, at_time))
     return plain_reader.open_plain_reader(url, checkpoint, options=options, lifetime=lifetime,
                                           clock=clock, at_sqn=at_sqn, at_time=at_time)
 

@@ -7,7 +7,7 @@ shard, and each shard's changes come in that shard's order."""
 
 from __future__ import annotations
 
-from ..files.sync import run_sync
+from ..files.sync import run_sync, two_forms, with_sync_twins
 from ..read.merged import MergedView
 from ..read.queries import Queries
 from ..read.store_reader import StoreReader
@@ -50,6 +50,7 @@ class PinnedReads(Queries):
         return view, lambda: run_sync(release())
 
 
+@with_sync_twins
 class ChangesWithoutRay:
     """The change feed of a handle that reads a store without Ray: ``changes`` and
     ``changes_batches`` and their async forms, each on checkpoints of its own (see
@@ -58,31 +59,20 @@ class ChangesWithoutRay:
     def _pinned_reads(self) -> PinnedReads:
         raise NotImplementedError
 
+    @two_forms(iterates=True)
     def changes(self, after=0, until=None, *, values: bool = True, batch_size: int = 1000):
         """The store's changes after position ``after`` (see
         :meth:`Queries.changes <leveled_ray.read.queries.Queries.changes>`), read without Ray
         on checkpoints made for the read and deleted when it ends. Cost: the feed's reads (see
         there), plus a checkpoint per shard made and deleted (manifest writes)."""
-        return self._pinned_reads().changes(after, until, values=values,
-                                            batch_size=batch_size)
+        reads = self._pinned_reads()
+        return reads._plan(reads._changes_query(after, until, batch_size, False, False, values))
 
+    @two_forms(iterates=True)
     def changes_batches(self, after=0, until=None, *, values: bool = True,
                         batch_size: int = 1000, binary_names: bool = False):
         """:meth:`changes` as Arrow batches. Cost: :meth:`changes`'s, without a Python object
         per row."""
-        return self._pinned_reads().changes_batches(after, until, values=values,
-                                                    batch_size=batch_size,
-                                                    binary_names=binary_names)
-
-    def changes_async(self, after=0, until=None, *, values: bool = True,
-                      batch_size: int = 1000):
-        """Async iterator form of :meth:`changes`."""
-        return self._pinned_reads().changes_async(after, until, values=values,
-                                                  batch_size=batch_size)
-
-    def changes_batches_async(self, after=0, until=None, *, values: bool = True,
-                              batch_size: int = 1000, binary_names: bool = False):
-        """Async iterator form of :meth:`changes_batches`."""
-        return self._pinned_reads().changes_batches_async(after, until, values=values,
-                                                          batch_size=batch_size,
-                                                          binary_names=binary_names)
+        reads = self._pinned_reads()
+        return reads._plan(reads._changes_query(after, until, batch_size, True, binary_names,
+                                                values))

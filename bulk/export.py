@@ -16,7 +16,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import InvalidArgumentError
-from ..files.sync import run_sync
+from ..files.sync import sync_twin
 from ..options import Options, check_positive_int
 from .read import ReadQuery, begin_read_async, release_async, split_batches
 
@@ -78,6 +78,4 @@ async def export_async(url: str, to: str, *, options: Options | None = None,
     return {**done, "checkpoint": plan.checkpoint_id, "manifest_id": plan.manifest_id}
 
 
-def export(url: str, to: str, **kwargs) -> dict:
-    """Synchronous :func:`export_async`."""
-    return run_sync(export_async(url, to, **kwargs))
+export = sync_twin(export_async)

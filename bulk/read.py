@@ -28,7 +28,7 @@ from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..codec import TAG_INDEX, LedgerRows, decode_key, object_key
 from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.store import ObjectStore
-from ..files.sync import run_sync
+from ..files.sync import sync_twin
 from ..manifest import checkpoints as cp
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
@@ -192,12 +192,7 @@ async def begin_read_async(url: str, query: ReadQuery, options: Options | None =
                     batch_size)
 
 
-def begin_read(url: str, query: ReadQuery, options: Options | None = None, *,
-               checkpoint: str | None = None, lifetime: float = 600.0,
-               splits: int = 8, batch_size: int = BATCH_SIZE) -> ReadPlan:
-    """Synchronous :func:`begin_read_async`."""
-    return run_sync(begin_read_async(url, query, options, checkpoint=checkpoint,
-                                     lifetime=lifetime, splits=splits, batch_size=batch_size))
+begin_read = sync_twin(begin_read_async)
 
 
 # --- reading one split (in a task) ---------------------------------------------------------
@@ -319,6 +314,4 @@ async def release_async(plan: ReadPlan) -> None:
                                  plan.checkpoint_id)
 
 
-def release(plan: ReadPlan) -> None:
-    """Synchronous :func:`release_async`."""
-    run_sync(release_async(plan))
+release = sync_twin(release_async)

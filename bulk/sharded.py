@@ -45,7 +45,7 @@ from ..entry_points import connect
 from ..errors import ConflictError, LeveledError, ObjectStoreError, StoreClosedError
 from ..files.names import ulid
 from ..files.store import NotFound, ObjectStore
-from ..files.sync import run_sync
+from ..files.sync import sync_twin
 from ..manifest.shard_map import ShardMap, read_shard_map
 from ..manifest.store import ManifestStore
 from ..manifest.txn_records import (
@@ -133,10 +133,7 @@ async def unpin_async(url: str, options: Options, checkpoint: str,
                                               checkpoint) for u in urls))
 
 
-def begin_reads(url: str, query: bulk_read.ReadQuery, options: Options | None = None,
-                **kwargs) -> list[bulk_read.ReadPlan]:
-    """Synchronous :func:`begin_reads_async`."""
-    return run_sync(begin_reads_async(url, query, options, **kwargs))
+begin_reads = sync_twin(begin_reads_async)
 
 
 async def sharded_handle(url: str, shard_map: ShardMap, options: Options,
@@ -206,9 +203,7 @@ async def begin_write_async(url: str, options: Options | None = None, *,
     return ShardedBulkWrite(url, shard_map, tuple(plans), options)
 
 
-def begin_write(url: str, options: Options | None = None, **kwargs):
-    """Synchronous :func:`begin_write_async`."""
-    return run_sync(begin_write_async(url, options, **kwargs))
+begin_write = sync_twin(begin_write_async)
 
 
 async def write_partition_async(plan, partition: int, batches):
@@ -232,9 +227,7 @@ async def write_partition_async(plan, partition: int, batches):
     return ShardedPartitionFiles(partition, tuple(parts))
 
 
-def write_partition(plan, partition: int, batches):
-    """Synchronous :func:`write_partition_async`."""
-    return run_sync(write_partition_async(plan, partition, batches))
+write_partition = sync_twin(write_partition_async)
 
 
 def shard_files(plan: ShardedBulkWrite, messages) -> dict[int, list]:
@@ -295,9 +288,7 @@ async def _commit_across(plan: ShardedBulkWrite, txn: str, by_shard: dict[int, l
             await _root(plan).delete_async(record_name(txn))  # else lr.gc(url) does
 
 
-def commit(plan, messages, mark: tuple[str, int] | None = None) -> int:
-    """Synchronous :func:`commit_async`."""
-    return run_sync(commit_async(plan, messages, mark))
+commit = sync_twin(commit_async)
 
 
 async def release_pins(plan) -> None:
@@ -434,6 +425,4 @@ async def abort_async(plan, messages) -> None:
                            for s, p in enumerate(plan.plans)), return_exceptions=True)
 
 
-def abort(plan, messages) -> None:
-    """Synchronous :func:`abort_async`."""
-    run_sync(abort_async(plan, messages))
+abort = sync_twin(abort_async)

@@ -42,7 +42,7 @@ from ..files.journal_slots import slot_info, tail_slots, write_fence
 from ..files.names import compacted_journal_name
 from ..files.sst import SstInfo
 from ..files.store import ObjectStore
-from ..files.sync import run_sync
+from ..files.sync import sync_twin
 from ..manifest.ingest import IngestConflictError, ingest, partition_window, reserve_base, top_sqn
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore, Versioned
@@ -153,10 +153,7 @@ async def begin_async(url: str, options: Options | None = None, *,
                      ray_address)
 
 
-def begin(url: str, options: Options | None = None, *, store_name: str | None = None,
-          ray_address: str | None = None) -> BulkWrite:
-    """Synchronous :func:`begin_async`."""
-    return run_sync(begin_async(url, options, store_name=store_name, ray_address=ray_address))
+begin = sync_twin(begin_async)
 
 
 # --- writing one partition -----------------------------------------------------------------
@@ -296,9 +293,7 @@ async def write_partition_async(plan: BulkWrite, partition: int, batches) -> Par
     return await writer.finish()
 
 
-def write_partition(plan: BulkWrite, partition: int, batches) -> PartitionFiles:
-    """Synchronous :func:`write_partition_async`."""
-    return run_sync(write_partition_async(plan, partition, batches))
+write_partition = sync_twin(write_partition_async)
 
 
 # --- committing -----------------------------------------------------------------------------
@@ -350,9 +345,7 @@ async def install_offline(url: str, options: Options, journal, ssts,
         Versioned(mid, m))
 
 
-def commit(plan: BulkWrite, parts, mark: tuple[str, int] | None = None) -> int:
-    """Synchronous :func:`commit_async`."""
-    return run_sync(commit_async(plan, parts, mark))
+commit = sync_twin(commit_async)
 
 
 async def abort_async(plan: BulkWrite, parts) -> None:
@@ -391,9 +384,7 @@ async def unnamed(store: ObjectStore, names: list[str]) -> list[str]:
     return [] if any(n in held or n in listed for n in names) else names
 
 
-def abort(plan: BulkWrite, parts) -> None:
-    """Synchronous :func:`abort_async`."""
-    run_sync(abort_async(plan, parts))
+abort = sync_twin(abort_async)
 
 
 async def release_pin(plan: BulkWrite) -> None:

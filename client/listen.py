@@ -20,8 +20,8 @@ until it expires, so a consumer restarting under the same name finds its history
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..errors import InvalidArgumentError
 from ..files.names import ulid
+from ..files.sync import PrivateLoop, with_sync_twins
 from ..manifest.history import check_position
 from ..options import check_positive_int
 from ..read.changes import Change, changes_batch, journal_changes, python_changes
@@ -46,11 +47,16 @@ class Polling:
     changes, not yet handed out), ``poll_batch_async`` and ``close_async`` (shared by the
     plain and sharded listeners). A change is *handed out* when iteration yields it or a
     poll returns it, and only then does the position move past it (:meth:`_hand_out`), so a
-    position saved after each change resumes at the next one. Synchronous calls run on a
-    private event loop."""
+    position saved after each change resumes at the next one. Synchronous calls share the
+    listener's :class:`~leveled_ray.files.sync.PrivateLoop`, where its lease renewal runs
+    between them; the subclasses get their twins from
+    :func:`~leveled_ray.files.sync.with_sync_twins`."""
 
     _items: deque
-    _runner: asyncio.Runner | None = None
+
+    @functools.cached_property
+    def sync_loop(self) -> PrivateLoop:
+        return PrivateLoop()
 
     async def _fetch_async(self, timeout: float | None) -> list[Change]:
         raise NotImplementedError
@@ -81,35 +87,20 @@ class Polling:
     async def __aexit__(self, *exc) -> None:
         await self.close_async()
 
-    def _run(self, coro):
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        return self._runner.run(coro)
-
-    def poll(self, timeout: float | None = None) -> list[Change]:
-        """Synchronous :meth:`poll_async`."""
-        return self._run(self.poll_async(timeout))
-
-    def poll_batch(self, timeout: float | None = None) -> pa.RecordBatch | None:
-        """Synchronous :meth:`poll_batch_async`."""
-        return self._run(self.poll_batch_async(timeout))
-
     def __iter__(self):
         return self
 
     def __next__(self) -> Change:
         while not self._items:
-            self._items.extend(self._run(self._fetch_async(None)))
+            self._items.extend(self.sync_loop.run(self._fetch_async(None)))
         return self._hand_out(self._items.popleft())
 
     def close(self) -> None:
-        """Synchronous :meth:`close_async`."""
+        """Synchronous :meth:`close_async`; it also ends the listener's private loop."""
         try:
-            self._run(self.close_async())
+            self.sync_loop.run(self.close_async())
         finally:
-            if self._runner is not None:
-                self._runner.close()
-                self._runner = None
+            self.sync_loop.close()
 
     def __enter__(self):
         return self
@@ -118,6 +109,7 @@ class Polling:
         self.close()
 
 
+@with_sync_twins
 class Listener(Polling):
     """See the module docstring. Iterate it (``for`` or ``async for``), or call
     :meth:`poll` / :meth:`poll_batch` for what is there within a timeout. Use it as a context

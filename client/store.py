@@ -7,9 +7,8 @@ asyncio applications.
 """
 from __future__ import annotations
 
-import abc
 import asyncio
-import inspect
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import NamedTuple
@@ -37,7 +36,7 @@ from ..codec import head_only as head_only_mode
 from ..errors import InvalidArgumentError, StoreClosedError
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
-from ..files.sync import run_sync, with_sync_twins
+from ..files.sync import two_forms, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options
 from ..read.queries import Queries, check_index_query
@@ -159,70 +158,72 @@ def connect_bookie(name: str, *, address: str | None = None) -> Store:
 
 
 class Call(NamedTuple):
-    """What a :func:`bookie_call` method returns: the Bookie call's ref, what to make of its
+    """The plan of a :func:`bookie_call` method: the Bookie call's ref, what to make of its
     result, and whether a store already gone counts as done (closing it)."""
 
     ref: object
     finish: Callable = lambda result: result
     closing: bool = False
 
+    def run(self):
+        try:
+            return self.finish(_get(self.ref))
+        except StoreClosedError as exc:
+            return self._gone(exc)
+
+    async def run_async(self):
+        try:
+            return self.finish(await _await(self.ref))
+        except StoreClosedError as exc:
+            return self._gone(exc)
+
+    def _gone(self, exc: StoreClosedError):
+        if not self.closing:
+            raise exc
+        return self.finish(None)  # closing a store that is gone already: done
+
 
 def bookie_call(build):
     """Mark a method as one Bookie call: ``build(self, ...)`` checks its arguments and returns
-    the call's ref (or a :class:`Call`). :func:`with_call_twins` makes the method wait for it
-    and adds ``<name>_async``, which awaits it: one definition of each operation."""
-    build.bookie_call = True
-    return build
-
-
-def with_call_twins(cls):
-    """Replace each :func:`bookie_call` method of ``cls`` by its waiting form, and add its
-    awaiting form as ``<name>_async``, both with its signature."""
-    for name, build in list(vars(cls).items()):
-        if getattr(build, "bookie_call", False):
-            for twin_name, is_async in ((name, False), (f"{name}_async", True)):
-                twin = _call_twin(build, is_async)
-                twin.__qualname__ = f"{cls.__qualname__}.{twin_name}"
-                setattr(cls, twin_name, twin)
-    abc.update_abstractmethods(cls)
-    return cls
-
-
-def _call_twin(build, is_async: bool):
-    def parts(self, args, kwargs) -> Call:
+    the call's ref (or a :class:`Call`). :func:`~leveled_ray.files.sync.with_sync_twins`
+    makes the method wait for it, and adds ``<name>_async``, which awaits it: one definition
+    of each operation (see :func:`~leveled_ray.files.sync.two_forms`)."""
+    @functools.wraps(build)
+    def plan(self, *args, **kwargs) -> Call:
         made = build(self, *args, **kwargs)
         return made if isinstance(made, Call) else Call(made)
-
-    def gone(call: Call, exc: StoreClosedError):
-        if not call.closing:
-            raise exc
-        return call.finish(None)  # closing a store that is gone already: done
-
-    if is_async:
-        async def method(self, *args, **kwargs):
-            call = parts(self, args, kwargs)
-            try:
-                return call.finish(await _await(call.ref))
-            except StoreClosedError as exc:
-                return gone(call, exc)
-        method.__name__ = f"{build.__name__}_async"
-        method.__doc__ = f"Awaitable :meth:`{build.__name__}`."
-    else:
-        def method(self, *args, **kwargs):
-            call = parts(self, args, kwargs)
-            try:
-                return call.finish(_get(call.ref))
-            except StoreClosedError as exc:
-                return gone(call, exc)
-        method.__name__ = build.__name__
-        method.__doc__ = build.__doc__
-    method.__signature__ = inspect.signature(build)
-    return method
+    return two_forms(plan)
 
 
-async def _iterate(ref):
-    for item in await _await(ref):
-        yield item
+class Submitted(NamedTuple):
+    """The plan of a put or delete (see :func:`~leveled_ray.files.sync.two_forms`): its part,
+    handed to the handle's coalescer when a form runs; the async form's answer wakes its own
+    loop."""
+
+    submit: Callable
+
+    def run(self):
+        return self.submit(None).result()
+
+    async def run_async(self):
+        return await self.submit(asyncio.get_running_loop())
+
+
+class Answer(NamedTuple):
+    """The plan of a query the Bookie answers in one call (see
+    :func:`~leveled_ray.files.sync.two_forms`): the call's ref, whose result is a list."""
+
+    ref: object
+
+    def run(self):
+        return iter(_get(self.ref))
+
+    async def _items(self):
+        for item in await _await(self.ref):
+            yield item
+
+    def run_async(self):
+        return self._items()
 
 
 class _SnapshotReleaser:
@@ -239,7 +240,6 @@ class _SnapshotReleaser:
 
 
 @with_sync_twins
-@with_call_twins
 class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
             roles.PointsInTime, roles.Checkpoints, roles.HistoryLeases, roles.Maintenance,
             roles.Backups):
@@ -329,6 +329,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
 
     # -- the API: each operation defined once; its sync and async forms come from it --
 
+    @two_forms
     def put(self, bucket, key, value: bytes, *, indexes=(), ttl: float | None = None,
             metadata: dict | None = None, if_sqn: int | None = None,
             if_absent: bool = False) -> int:
@@ -343,23 +344,14 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         :mod:`.coalesce`), and the Bookie writes everything that arrives meanwhile as one
         journal file (group commit). A failed condition fails only its own put.
         """
-        return self._put_part(bucket, key, value, indexes, ttl, metadata, if_sqn,
-                              if_absent).result()
+        return Submitted(lambda loop: self._put_part(bucket, key, value, indexes, ttl, metadata,
+                                                     if_sqn, if_absent, loop))
 
-    async def put_async(self, bucket, key, value: bytes, *, indexes=(), ttl=None, metadata=None,
-                        if_sqn=None, if_absent=False) -> int:
-        """Awaitable :meth:`put` (the same part, woken on this loop)."""
-        return await self._put_part(bucket, key, value, indexes, ttl, metadata, if_sqn,
-                                    if_absent, asyncio.get_running_loop())
-
+    @two_forms
     def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
         """Delete ``(bucket, key)`` (writes a tombstone); returns the change's SQN. Cost: as
         :meth:`put`'s, shared with concurrent writers the same way."""
-        return self._delete_part(bucket, key, indexes, if_sqn).result()
-
-    async def delete_async(self, bucket, key, *, indexes=(), if_sqn=None) -> int:
-        """Awaitable :meth:`delete` (the same part, woken on this loop)."""
-        return await self._delete_part(bucket, key, indexes, if_sqn, asyncio.get_running_loop())
+        return Submitted(lambda loop: self._delete_part(bucket, key, indexes, if_sqn, loop))
 
     @bookie_call
     def put_many(self, items: Iterable[Put | Delete]) -> list[int]:
@@ -397,9 +389,9 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         :meth:`get_many`'s lookups without the values."""
         return Call(self._actor.head_many.remote(self._keys(pairs, "head")), heads_of)
 
-    def snapshot(self, long_running: bool = False, *, values: bool = True,
-                 timeout_s: float | None = None, at_sqn: int | None = None,
-                 at_time: float | None = None) -> Snapshot:
+    async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
+                             timeout_s: float | None = None, at_sqn: int | None = None,
+                             at_time: float | None = None) -> Snapshot:
         """A :class:`~leveled_ray.client.snapshot.Snapshot`: the store as of now, readable from any
         process until released or expired.
 
@@ -415,19 +407,6 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         :class:`~leveled_ray.errors.HistoryUnavailableError`. Cost: reading the changes since
         then, and each changed key's entry before them, from the Journal.
         """
-        snap = self._snapshot(long_running, values=values, timeout_s=timeout_s)
-        if at_sqn is None and at_time is None:
-            return snap
-        try:
-            return run_sync(snap.go_back_async(at_sqn, at_time))
-        except BaseException:
-            snap.release()
-            raise
-
-    async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
-                             timeout_s: float | None = None, at_sqn: int | None = None,
-                             at_time: float | None = None) -> Snapshot:
-        """Async form of :meth:`snapshot`."""
         snap = await self._snapshot_async(long_running, values=values, timeout_s=timeout_s)
         if at_sqn is None and at_time is None:
             return snap
@@ -566,6 +545,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
     def _check_fold(self, kind: str) -> None:
         head_only_mode.refuse_fold(self.head_only, kind)
 
+    @two_forms(iterates=True)
     def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
                     term_regex=None, start_key=None, max_results: int | None = None):
         """See :meth:`Queries.index_query <leveled_ray.read.queries.Queries.index_query>`. With
@@ -576,21 +556,9 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         query = self._bookie_query(bucket, field, start, end, return_terms, term_regex,
                                    start_key, max_results)
         if query is None:
-            return super().index_query(bucket, field, start, end, return_terms=return_terms,
-                                       term_regex=term_regex, start_key=start_key,
-                                       max_results=max_results)
-        return iter(_get(self._actor.index_query.remote(query)))
-
-    def index_query_async(self, bucket, field: str, start, end, *, return_terms=False,
-                          term_regex=None, start_key=None, max_results=None):
-        """Async iterator form of :meth:`index_query`, with the same one-round-trip path."""
-        query = self._bookie_query(bucket, field, start, end, return_terms, term_regex,
-                                   start_key, max_results)
-        if query is None:
-            return super().index_query_async(
-                bucket, field, start, end, return_terms=return_terms, term_regex=term_regex,
-                start_key=start_key, max_results=max_results)
-        return _iterate(self._actor.index_query.remote(query))
+            return self._plan(self._index_query(bucket, field, start, end, return_terms,
+                                                term_regex, start_key, max_results))
+        return Answer(self._actor.index_query.remote(query))
 
     def _bookie_query(self, bucket, field, start, end, return_terms, term_regex, start_key,
                       max_results) -> dict | None:

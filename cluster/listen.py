@@ -15,9 +15,11 @@ from collections import deque
 import pyarrow as pa
 
 from ..client.listen import Listener, Polling
+from ..files.sync import with_sync_twins
 from ..read.changes import Change, shard_positions
 
 
+@with_sync_twins
 class ShardedListener(Polling):
     """See the module docstring; the same interface as
     :class:`~leveled_ray.client.listen.Listener`, with a position for :attr:`sqn`."""

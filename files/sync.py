@@ -47,33 +47,78 @@ def inline_context() -> contextvars.Context:
 
 
 def run_sync(coro):
-    """Run a coroutine from synchronous code (refusing, clearly, inside a running loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run_interruptibly(coro)
-    coro.close()
-    raise RuntimeError("called the synchronous API inside an event loop: use the *_async "
-                       "methods there")
-
-
-def run_blocking(coro):
-    """Run a coroutine to its end and return its result, blocking the caller, even from
-    inside a running event loop (then on a thread of its own): for calls that block anyway,
-    as opening a store does."""
+    """Run a coroutine to its end and return its result, blocking the caller: the one bridge
+    from synchronous code. Inside a running event loop (a notebook's, say), it runs on a
+    thread of its own, blocking that loop as any blocking call would."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return run_interruptibly(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(run_interruptibly, coro).result()
+
+
+class PrivateLoop:
+    """The event loop one object's synchronous calls share, for an object whose state lives
+    on a loop between calls (a listener's renewal task, its long-polling calls). Made on the
+    first call; ended by :meth:`close` (or, once nothing refers to it, by the loop's own
+    finalizer)."""
+
+    def __init__(self):
+        self._runner: asyncio.Runner | None = None
+        self._steps: LoopSteps | None = None
+
+    def run(self, coro):
+        """``coro`` run to its end on this loop (see :func:`run_sync` for a running loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            if self._runner is None:
+                self._runner = asyncio.Runner()
+                self._steps = LoopSteps(self._runner.get_loop(), contextvars.copy_context())
+            return self._steps.run(coro)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(self.run, coro).result()
+
+    def close(self) -> None:
+        """Ends the loop (its tasks are cancelled); a later call makes a new one."""
+        if self._runner is not None:
+            self._steps.close()
+            self._runner.close()
+            self._runner = self._steps = None
+
+
+def two_forms(build=None, *, iterates: bool = False):
+    """Mark a method as defined by its plan, for :func:`with_sync_twins` to make its two forms
+    from: ``build(self, ...)`` checks the arguments and returns a plan, whose ``run()`` is the
+    synchronous form's answer and ``run_async()`` the async form's: an awaitable, or with
+    ``iterates`` an async iterator.
+
+    For calls whose work is elsewhere (one Ray call, a query's generator), so that the
+    synchronous form waits for it directly: a ``ray.get`` answered about 0.35 ms sooner than
+    the same call awaited on an event loop, on a 2-core machine whose bare round trip is
+    1 to 1.5 ms."""
+    def mark(build):
+        build.two_forms = "iterator" if iterates else "awaitable"
+        return build
+    return mark if build is None else mark(build)
 
 
 def with_sync_twins(cls):
-    """Give a class a synchronous twin of each of its public ``*_async`` methods (``get`` for
-    ``get_async``) that it lacks, each running the async one with its signature: one
-    implementation of every operation. An abstract call of a role (:mod:`leveled_ray.roles`)
-    that the twins now answer stops counting as missing."""
+    """Make the twins of a class: ``name`` and ``name_async`` from each :func:`two_forms`
+    method, then a synchronous twin of each public ``*_async`` method (``get`` for
+    ``get_async``) that the class lacks, running the async one. Every twin has its source's
+    signature: one implementation of every operation. The twins of an ``*_async`` method run
+    on the instance's :class:`PrivateLoop` if it has one (attribute ``sync_loop``), otherwise
+    as :func:`run_sync` does. An abstract call of a role (:mod:`leveled_ray.roles`) that the
+    twins now answer stops counting as missing."""
+    for name, build in list(vars(cls).items()):
+        kind = getattr(build, "two_forms", None)
+        if kind is not None:
+            for twin_name, twin in ((name, _plan_sync(build)),
+                                    (f"{name}_async", _plan_async(build, kind))):
+                twin.__qualname__ = f"{cls.__qualname__}.{twin_name}"
+                setattr(cls, twin_name, twin)
     for name in [n for n in dir(cls) if n.endswith("_async") and not n.startswith("_")]:
         plain = name.removesuffix("_async")
         if not hasattr(cls, plain):  # a form written (or inherited) already stays
@@ -84,14 +129,55 @@ def with_sync_twins(cls):
     return cls
 
 
+def _plan_sync(build):
+    def method(self, *args, **kwargs):
+        return build(self, *args, **kwargs).run()
+
+    method.__name__, method.__doc__ = build.__name__, build.__doc__
+    method.__signature__ = inspect.signature(build)
+    return method
+
+
+def _plan_async(build, kind: str):
+    if kind == "iterator":
+        def method(self, *args, **kwargs):
+            return build(self, *args, **kwargs).run_async()
+        method.__doc__ = f"Async iterator form of :meth:`{build.__name__}`."
+    else:
+        async def method(self, *args, **kwargs):
+            return await build(self, *args, **kwargs).run_async()
+        method.__doc__ = f"Awaitable :meth:`{build.__name__}`."
+    method.__name__ = f"{build.__name__}_async"
+    method.__signature__ = inspect.signature(build)
+    return method
+
+
+def sync_twin(async_function):
+    """The synchronous twin of a module's ``*_async`` function, with its signature: assign it
+    as ``name = sync_twin(name_async)``."""
+    def function(*args, **kwargs):
+        return run_sync(async_function(*args, **kwargs))
+
+    _describe(function, async_function, ":func:")
+    function.__qualname__ = function.__name__
+    function.__module__ = async_function.__module__
+    return function
+
+
 def _twin(name: str, async_form):
     def method(self, *args, **kwargs):
-        return run_sync(getattr(self, name)(*args, **kwargs))
+        coro = getattr(self, name)(*args, **kwargs)
+        private = getattr(self, "sync_loop", None)
+        return run_sync(coro) if private is None else private.run(coro)
 
-    method.__name__ = name.removesuffix("_async")
-    method.__doc__ = f"Synchronous :meth:`{name}`."
-    method.__signature__ = inspect.signature(async_form)
+    _describe(method, async_form, ":meth:")
     return method
+
+
+def _describe(twin, async_form, role: str) -> None:
+    twin.__name__ = async_form.__name__.removesuffix("_async")
+    twin.__doc__ = f"Synchronous {role}`{async_form.__name__}`."
+    twin.__signature__ = inspect.signature(async_form)
 
 
 def run_interruptibly(coro):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +23,7 @@ import pyarrow as pa
 from ..codec import TAG_INDEX, decode_key, split_object_key
 from ..errors import InvalidArgumentError
 from ..files.framing import size_cuts
-from ..files.sync import run_sync
+from ..files.sync import run_sync, two_forms, with_sync_twins
 from ..options import check_positive_int
 from .changes import (
     Change,
@@ -195,6 +195,7 @@ async def list_buckets(view: PointInTime) -> list:
 
 # --- running async generators from synchronous code ----------------------------------------
 
+@with_sync_twins
 class Queries:
     """Folds, index queries and bucket listing over the point in time :meth:`_query_view`
     gives. Subclasses provide ``_query_view`` (and may release something when a query ends).
@@ -269,6 +270,9 @@ class Queries:
             return gen()
         return True, not arrow, make
 
+    def _plan(self, query) -> QueryPlan:
+        return QueryPlan(self, query)
+
     def _run(self, query) -> Iterator:
         needs_values, flatten, make = query
         view, on_close = self._query_view(needs_values)
@@ -287,34 +291,39 @@ class Queries:
 
     # -- folds --
 
+    @two_forms(iterates=True)
     def fold_keys(self, bucket=None, start=None, end=None, *,
                   batch_size: int = 1000) -> Iterator[tuple]:
         """``(bucket, key)`` of every live object, in key order: all buckets, or one bucket
         with keys from ``start`` to ``end`` (both included; either may be ``None``). Cost: one
         pass over the Ledger files that overlap the range, block by block, merged with the
         view's changes not yet in a file; no value is read."""
-        return self._run(self._keys_query(bucket, start, end, batch_size, False, False))
+        return self._plan(self._keys_query(bucket, start, end, batch_size, False, False))
 
+    @two_forms(iterates=True)
     def fold_keys_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
                           binary_names: bool = False) -> Iterator[pa.RecordBatch]:
         """:meth:`fold_keys` as Arrow batches with columns ``bucket`` and ``key`` (``string``;
         ``binary`` with ``binary_names=True``). Cost: :meth:`fold_keys`'s, without a Python
         object per row."""
-        return self._run(self._keys_query(bucket, start, end, batch_size, True, binary_names))
+        return self._plan(self._keys_query(bucket, start, end, batch_size, True, binary_names))
 
+    @two_forms(iterates=True)
     def fold_heads(self, bucket=None, start=None, end=None, *,
                    batch_size: int = 1000) -> Iterator[tuple]:
         """``(bucket, key, Head)`` of every live object in the range, in key order. Cost: as
         :meth:`fold_keys`."""
-        return self._run(self._heads_query(bucket, start, end, batch_size, False, False))
+        return self._plan(self._heads_query(bucket, start, end, batch_size, False, False))
 
+    @two_forms(iterates=True)
     def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
                            binary_names: bool = False) -> Iterator[pa.RecordBatch]:
         """:meth:`fold_heads` as Arrow batches (columns: see
         :data:`~leveled_ray.read.query_results.HEADS_SCHEMA`). Cost: :meth:`fold_keys`'s,
         without a Python object per row."""
-        return self._run(self._heads_query(bucket, start, end, batch_size, True, binary_names))
+        return self._plan(self._heads_query(bucket, start, end, batch_size, True, binary_names))
 
+    @two_forms(iterates=True)
     def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",
                      batch_size: int = 1000) -> Iterator[tuple]:
         """``(bucket, key, value)`` of every live object in the range.
@@ -326,55 +335,18 @@ class Queries:
         one ranged read per journal file a batch's values are in, for ``order="sqn"`` a read
         of each journal file in the range.
         """
-        return self._run(self._objects_query(bucket, start, end, batch_size, False, False,
+        return self._plan(self._objects_query(bucket, start, end, batch_size, False, False,
                                              order))
 
+    @two_forms(iterates=True)
     def fold_objects_batches(self, bucket=None, start=None, end=None, *, order: str = "key",
                              batch_size: int = 1000, binary_names: bool = False,
                              with_indexes: bool = False) -> Iterator[pa.RecordBatch]:
         """:meth:`fold_objects` as Arrow batches with columns ``bucket``, ``key``, ``value``,
         ``sqn`` and ``last_modified`` (and ``indexes`` with ``with_indexes=True``). Cost:
         :meth:`fold_objects`'s, without a Python object per row."""
-        return self._run(self._objects_query(bucket, start, end, batch_size, True,
+        return self._plan(self._objects_query(bucket, start, end, batch_size, True,
                                              binary_names, order, with_indexes))
-
-    def fold_keys_batches_async(self, bucket=None, start=None, end=None, *,
-                                batch_size: int = 1000,
-                                binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
-        """Async iterator form of :meth:`fold_keys_batches`."""
-        return self._run_async(self._keys_query(bucket, start, end, batch_size, True,
-                                                binary_names))
-
-    def fold_heads_batches_async(self, bucket=None, start=None, end=None, *,
-                                 batch_size: int = 1000,
-                                 binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
-        """Async iterator form of :meth:`fold_heads_batches`."""
-        return self._run_async(self._heads_query(bucket, start, end, batch_size, True,
-                                                 binary_names))
-
-    def fold_objects_batches_async(self, bucket=None, start=None, end=None, *,
-                                   order: str = "key", batch_size: int = 1000,
-                                   binary_names: bool = False, with_indexes: bool = False
-                                   ) -> AsyncIterator[pa.RecordBatch]:
-        """Async iterator form of :meth:`fold_objects_batches`."""
-        return self._run_async(self._objects_query(bucket, start, end, batch_size, True,
-                                                   binary_names, order, with_indexes))
-
-    def fold_keys_async(self, bucket=None, start=None, end=None, *,
-                        batch_size: int = 1000) -> AsyncIterator[tuple]:
-        """Async iterator form of :meth:`fold_keys`."""
-        return self._run_async(self._keys_query(bucket, start, end, batch_size, False, False))
-
-    def fold_heads_async(self, bucket=None, start=None, end=None, *,
-                         batch_size: int = 1000) -> AsyncIterator[tuple]:
-        """Async iterator form of :meth:`fold_heads`."""
-        return self._run_async(self._heads_query(bucket, start, end, batch_size, False, False))
-
-    def fold_objects_async(self, bucket=None, start=None, end=None, *, order: str = "key",
-                           batch_size: int = 1000) -> AsyncIterator[tuple]:
-        """Async iterator form of :meth:`fold_objects`."""
-        return self._run_async(self._objects_query(bucket, start, end, batch_size, False,
-                                                   False, order))
 
     # -- the change feed --
 
@@ -403,6 +375,7 @@ class Queries:
             return gen()
         return True, not arrow, make
 
+    @two_forms(iterates=True)
     def changes(self, after: int = 0, until: int | None = None, *, values: bool = True,
                 batch_size: int = 1000) -> Iterator[Change]:
         """Every change with ``after < sqn <= until`` (``until=None``: up to this point in
@@ -415,29 +388,17 @@ class Queries:
         in order. Raises
         :class:`~leveled_ray.errors.HistoryUnavailableError` when journal compaction has
         dropped changes after ``after``."""
-        return self._run(self._changes_query(after, until, batch_size, False, False, values))
+        return self._plan(self._changes_query(after, until, batch_size, False, False, values))
 
+    @two_forms(iterates=True)
     def changes_batches(self, after: int = 0, until: int | None = None, *, values: bool = True,
                         batch_size: int = 1000,
                         binary_names: bool = False) -> Iterator[pa.RecordBatch]:
         """:meth:`changes` as Arrow batches (columns: see
         :data:`~leveled_ray.read.changes.CHANGES_SCHEMA`). Cost: :meth:`changes`'s, without a
         Python object per row."""
-        return self._run(self._changes_query(after, until, batch_size, True, binary_names,
+        return self._plan(self._changes_query(after, until, batch_size, True, binary_names,
                                              values))
-
-    def changes_async(self, after: int = 0, until: int | None = None, *, values: bool = True,
-                      batch_size: int = 1000) -> AsyncIterator[Change]:
-        """Async iterator form of :meth:`changes`."""
-        return self._run_async(self._changes_query(after, until, batch_size, False, False,
-                                                   values))
-
-    def changes_batches_async(self, after: int = 0, until: int | None = None, *,
-                              values: bool = True, batch_size: int = 1000,
-                              binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
-        """Async iterator form of :meth:`changes_batches`."""
-        return self._run_async(self._changes_query(after, until, batch_size, True,
-                                                   binary_names, values))
 
     # -- secondary indexes --
 
@@ -452,6 +413,7 @@ class Queries:
                                  max_results=max_results)
         return False, True, make
 
+    @two_forms(iterates=True)
     def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
                     term_regex=None, start_key=None,
                     max_results: int | None = None) -> Iterator:
@@ -465,35 +427,21 @@ class Queries:
         in the term range (the Ledger keeps them in term order); ``max_results`` stops it
         early.
         """
-        return self._run(self._index_query(bucket, field, start, end, return_terms,
+        return self._plan(self._index_query(bucket, field, start, end, return_terms,
                                            term_regex, start_key, max_results))
-
-    def index_query_async(self, bucket, field: str, start, end, *, return_terms=False,
-                          term_regex=None, start_key=None, max_results=None) -> AsyncIterator:
-        """Async iterator form of :meth:`index_query`."""
-        return self._run_async(self._index_query(bucket, field, start, end, return_terms,
-                                                 term_regex, start_key, max_results))
 
     # -- buckets --
 
-    def list_buckets(self) -> list:
+    async def list_buckets_async(self) -> list:
         """Every bucket holding a live object, in key order. Cost: one short scan per
         bucket."""
-        return next(self._run((False, False, lambda view: _once(list_buckets(view)))))
-
-    def is_empty(self) -> bool:
-        """Whether the store holds no live object. Cost: one short scan."""
-        lo, hi = object_range()
-        return next(self._run((False, False, lambda view: _once(first_live_key(view, lo, hi)))
-                              )) is None
-
-    async def list_buckets_async(self) -> list:
         async with contextlib.aclosing(self._run_async(
                 (False, False, lambda view: _once(list_buckets(view))))) as it:
             async for result in it:
                 return result
 
     async def is_empty_async(self) -> bool:
+        """Whether the store holds no live object. Cost: one short scan."""
         lo, hi = object_range()
         async with contextlib.aclosing(self._run_async(
                 (False, False, lambda view: _once(first_live_key(view, lo, hi))))) as it:
@@ -503,4 +451,19 @@ class Queries:
 
 async def _once(coro) -> AsyncIterator:
     yield await coro
+
+
+class QueryPlan(NamedTuple):
+    """The plan of a query method (see :func:`~leveled_ray.files.sync.two_forms`): its
+    synchronous form iterates on a private loop, a batch per step (:mod:`.fold`), its async
+    form on the caller's loop."""
+
+    handle: Queries
+    query: tuple
+
+    def run(self) -> Iterator:
+        return self.handle._run(self.query)
+
+    def run_async(self) -> AsyncIterator:
+        return self.handle._run_async(self.query)
 

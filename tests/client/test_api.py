@@ -145,6 +145,21 @@ def test_async_api(store):
     asyncio.run(run())
 
 
+
+def test_a_synchronous_call_inside_a_running_loop_answers(store):
+    """A notebook cell runs in an event loop: a synchronous call made there blocks the loop
+    until it answers, as any blocking call does; a synchronous fold refuses, naming its async
+    form."""
+    async def cell():
+        store.put("n", "k", b"v")  # one Bookie call
+        with store.snapshot() as snap:  # a coroutine's twin (snapshot_async)
+            assert snap.get("n", "k") == b"v"
+        assert store.list_buckets() == ["n"]
+        with pytest.raises(RuntimeError, match="fold_keys_async|_async form"):
+            list(store.fold_keys())
+    asyncio.run(cell())
+
+
 def test_every_operation_has_a_sync_and_an_async_form():
     """Each comes from one definition (``*_async`` or a Bookie call); a form never drifts
     away by being missing. (``actors()`` and a reader's ``stats()`` do no I/O; ``listen()``
