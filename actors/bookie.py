@@ -361,7 +361,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         if self._pusher_task is not None:
             await asyncio.gather(self._pusher_task, return_exceptions=True)
         if self.pclerk is not None:
-            await call(self.pclerk.stop)
+            await self._stop_merges()
         await self.tasks.cancel(*self._loops)  # they hold no changes: the writer is idle
         if self.participant is not None:
             await self.participant.close()

@@ -5,10 +5,11 @@ clerk asks the Bookie for its work, and the Bookie hands the calls on."""
 
 from __future__ import annotations
 
+from ..errors import StoreClosedError
 from ..manifest.levels import MergeJob
 from .iclerk import InkerClerk
 from .pclerk import PencillerClerk
-from .remote import self_handle, spawn
+from .remote import call, self_handle, spawn
 
 
 class Clerks:
@@ -32,6 +33,17 @@ class Clerks:
                                 self.options, self_handle(self, self.local))
         return self.iclerk
 
+    async def _stop_merges(self) -> None:
+        """Stop the merge clerk at once, at close: a clerk still starting is not waited for,
+        and a merge in flight is refused when done (:meth:`merge_done`; GC deletes its
+        files as orphans)."""
+        if self.local:
+            await call(self.pclerk.stop)
+        else:
+            import ray
+
+            ray.kill(self.pclerk, no_restart=True)
+
     def clerks(self) -> list:
         """The clerks running now (Ray handles, or local ones without Ray)."""
         return [clerk for clerk in (self.pclerk, self.iclerk) if clerk is not None]
@@ -42,6 +54,8 @@ class Clerks:
         return self.penciller.local.merge_work()
 
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
+        if self.closing:
+            raise StoreClosedError("the store is closing: the merge is not committed")
         return await self.penciller.local.merge_done(job, outputs)
 
     def merge_failed(self, job: MergeJob, error: str) -> None:
