@@ -5,8 +5,8 @@ It polls for work, which the Bookie hands on from the Penciller. For each merge 
 input SSTs through its own file clerks, merges them with Arrow (concatenate, sort by key then
 SQN descending, keep the newest entry of each key; at the basement also drop tombstones and
 expired entries), writes the result as new SSTs of at most ``sst_max_keys`` entries, and hands
-the outputs back. The Penciller
-commits the manifest change; the files it removed then go to ``delete_pending``.
+the outputs back. The Penciller commits the manifest change; the files it removed then go to
+``delete_pending``.
 
 Memory per merge is bounded by its inputs: all of L0 (a few L0 files) plus the L1 files they
 overlap, or one file plus the files it overlaps in the next level.
@@ -73,7 +73,7 @@ class PencillerClerk:
     async def run(self, poll_s: float = 0.05) -> None:
         """Poll the Penciller for merges until stopped. A merge that fails (an object-store
         error that outlasted its retries, a commit the Penciller refused) is counted and
-        chosen again later; only a Penciller that is gone or fenced stops the clerk."""
+        chosen again later; only a store that is gone, closing or fenced stops the clerk."""
         while not self.stopped:
             try:
                 job = await call(self.ledger.merge_work)
