@@ -93,7 +93,8 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self._loops: list[asyncio.Task] = []
         self._pusher_task: asyncio.Task | None = None
         self.counters = {"replayed": 0, "gc_deleted": 0, "gc_failures": 0, "gc_stopped": 0,
-                         "gc_stopped_reason": None, "gc_failed_deletes": 0}
+                         "gc_stopped_reason": None, "gc_failed_deletes": 0,
+                         "merges_refused": 0}  # finished after close began (bookie_clerks)
 
     # -- start-up ------------------------------------------------------------------------------
 

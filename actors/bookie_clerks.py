@@ -55,6 +55,7 @@ class Clerks:
 
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
         if self.closing:
+            self.counters["merges_refused"] += 1
             raise StoreClosedError("the store is closing: the merge is not committed")
         return await self.penciller.local.merge_done(job, outputs)
 

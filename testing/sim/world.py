@@ -85,10 +85,7 @@ class World:
         """``kill -9`` of process ``pid``: none of its steps runs again, and the calls in
         flight to it fail."""
         self.note(f"kill {pid}")
-        self.loop.dead.add(pid)
-        for future in self.in_flight.pop(pid, set()):
-            if not future.done():
-                future.set_exception(StoreClosedError(f"the process {pid} died"))
+        self._end(pid)
         for shard, inc in self.live.items():
             if inc is not None and inc.pid == pid:
                 self.live[shard] = None
@@ -128,12 +125,26 @@ class World:
         return ShardedStore([self.client(s) for s in range(self.shard_count)], self.shard_map,
                             self.url, NAME, self.options, self.clock)
 
+    async def close_shard(self, shard: int) -> None:
+        """A clean close of shard ``shard``'s Bookie; its process ends with it."""
+        inc = self.live[shard]
+        self.note(f"close {inc.pid}")
+        self.live[shard] = None  # new calls find it gone, as after a close
+        await run_in(inc.pid, inc.bookie.close())
+        self._end(inc.pid)  # its loops are stopped; nothing of it runs on
+
+    def _end(self, pid: str) -> None:
+        """Process ``pid`` ends: none of its steps runs again, and the calls still in flight
+        to it fail, as Ray fails calls to an actor that is gone."""
+        self.loop.dead.add(pid)
+        for future in self.in_flight.pop(pid, set()):
+            if not future.done():
+                future.set_exception(StoreClosedError(f"the process {pid} ended"))
+
     async def close_all(self) -> None:
         for shard, inc in self.live.items():
             if inc is not None:
-                await run_in(inc.pid, inc.bookie.close())
-                self.loop.dead.add(inc.pid)  # its loops are stopped; nothing of it runs on
-                self.live[shard] = None
+                await self.close_shard(shard)
 
     # -- running --
 

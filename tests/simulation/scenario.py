@@ -15,7 +15,9 @@ The clients, each a process of its own:
 * a **consumer** of the change feed that takes one change at a time and restarts from the
   position it saved, often;
 * **GC** passes;
-* **chaos**: kills a shard's Bookie (then restarts it) or a writer's driver, at any step.
+* **chaos**: kills a shard's Bookie (then restarts it) or a writer's driver, at any step;
+* a **closer**: closes a shard's Bookie cleanly at any step (a merge may be in flight), then
+  opens it again.
 
 Then the faults stop, every shard is opened again, undecided parts time out, and the final
 state, views of the store as it was at past times, the change feed, the manifests, a reopen
@@ -61,6 +63,7 @@ class Config:
     ops: int = 3
     fault_rate: float = 0.0
     kills: int = 0
+    closes: int = 0
 
 
 def config_of(seed: int) -> Config:
@@ -69,7 +72,7 @@ def config_of(seed: int) -> Config:
                   bulk_writers=rng.randint(1, 3), stream_writers=rng.randint(0, 1),
                   ops=rng.randint(1, 4),
                   fault_rate=rng.choice([0.0, 0.0, 0.02, 0.05, 0.1]),
-                  kills=rng.choice([0, 0, 1, 2]))
+                  kills=rng.choice([0, 0, 1, 2]), closes=rng.choice([0, 0, 1, 2]))
 
 
 @dataclass
@@ -133,11 +136,12 @@ class Run:
                   world.spawn("consumer", self.consumer())[1],
                   world.spawn("gc", self.gc())[1]]
         chaos = world.spawn("chaos", self.chaos())[1]
+        closer = [world.spawn("closer", self.closer())[1]] if config.closes else []
         while any(not task.done() and pid not in world.loop.dead
                   for pid, task in self.drivers):
             await asyncio.sleep(1.0)
         self.writing_done = True
-        await asyncio.gather(chaos, *others, return_exceptions=True)
+        await asyncio.gather(chaos, *closer, *others, return_exceptions=True)
         await self.heal()
         await self.check_final()
 
@@ -275,6 +279,20 @@ class Run:
                 alive = [(pid, task) for pid, task in self.drivers if not task.done()]
                 if alive:
                     world.kill(self.rng.choice(alive)[0])
+
+    async def closer(self) -> None:
+        """Clean closes of a shard's Bookie, each followed by a reopen: close refuses a merge
+        that finishes after it began (counted as ``merges refused at close``)."""
+        world = self.world
+        for _ in range(self.config.closes):
+            await self.pause(8.0)
+            shard = self.rng.randrange(world.shard_count)
+            inc = world.live.get(shard)
+            if inc is None:
+                continue
+            await world.close_shard(shard)
+            self.model.checks["merges refused at close"] += inc.bookie.counters["merges_refused"]
+            await self.restart(shard)
 
     async def restart(self, shard: int) -> None:
         """Open the shard again (a reopen, or Ray's restart of the actor), retrying while the

@@ -69,6 +69,15 @@ def test_runs_that_found_protocol_bugs_keep_every_invariant(name):
     assert {"feed", "listener", "manifest files", "shared", "past"} <= set(report.checks)
 
 
+def test_a_merge_that_finishes_after_a_close_began_is_refused():
+    """A clean close while the merge clerk works: the merge's commit is refused (its files
+    are left to GC), and every invariant holds, a reopen's reads included."""
+    report = scenario.run(33, Config(True, 2, 1, 1, 4, 0.1, 0, 1))
+    assert not report.violations, failures(report)
+    assert report.checks["merges refused at close"] >= 1
+    assert {"feed", "listener", "manifest files", "past"} <= set(report.checks)
+
+
 def test_a_seed_replays_identically():
     seed, config = REGRESSIONS["bulk writes out of order"]  # with faults and kills
     first, second = scenario.run(seed, config), scenario.run(seed, config)
