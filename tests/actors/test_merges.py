@@ -273,7 +273,7 @@ def test_backpressure_slows_then_holds_writers_while_merges_are_stalled(tmp_path
         await bookie.start()
         clerk = bookie._merge_clerk().local
         clerk.stop()  # merges stall: L0 fills up, then L0 memory, then the Bookie's backlog
-        await asyncio.sleep(0.1)
+        await bookie._merges  # the clerk's loop has ended
         written = 0
         held = None
         for n in range(40):
@@ -330,7 +330,7 @@ def test_close_does_not_wait_for_merges_that_will_not_come(tmp_path):
         bookie = Bookie(f"file://{root}", options, local=True)
         await bookie.start()
         bookie._merge_clerk().local.stop()
-        await asyncio.sleep(0.1)
+        await bookie._merges  # the clerk's loop has ended
         for n in range(6):
             await write(bookie, [lr.Put("b", f"k{n}-{i}", b"v") for i in range(20)], options)
         await asyncio.wait_for(bookie.close(), timeout=20)
