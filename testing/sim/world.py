@@ -17,6 +17,7 @@ import gc
 import itertools
 import pickle
 import random
+import warnings
 from dataclasses import dataclass
 
 from leveled_ray.actors.bookie import Bookie
@@ -183,7 +184,11 @@ class World:
         self.loop._ready.clear()
         self.loop._scheduled.clear()
         self.loop.close()
-        gc.collect()  # the run's garbage, while its finalizers can still do no harm
+        with warnings.catch_warnings():
+            # The steps an ended process never began (dropped with its queue) are coroutines
+            # that never ran: expected, as for any process killed.
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+            gc.collect()  # the run's garbage, while its finalizers can still do no harm
         gc.unfreeze()
         gc.enable()
 
