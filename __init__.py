@@ -27,6 +27,7 @@ from .errors import (
     ObjectStoreError,
     SnapshotExpiredError,
     StoreClosedError,
+    StoreUnavailableError,
 )
 from .manifest.model import Checkpoint
 from .options import GcOptions, JournalOptions, LedgerOptions, ObjectStoreOptions, Options
@@ -40,7 +41,8 @@ __all__ = [
     "FencedError", "Head", "HistoryUnavailableError", "InvalidArgumentError", "LeveledError",
     "ObjectStoreError", "Options",
     "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
-    "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "connect", "open",
+    "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "StoreUnavailableError",
+    "connect", "open",
 ]
 
 

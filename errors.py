@@ -32,6 +32,20 @@ class StoreClosedError(LeveledError):
     store that fails never closes the store: see :class:`ObjectStoreError`.)"""
 
 
+class StoreUnavailableError(StoreClosedError):
+    """The store's Bookie was lost while this call ran (its process or its node died, or it
+    could not be reached), and Ray is restarting it (failover, ``Options.max_restarts``).
+
+    The call's outcome is unknown, as an indefinite ``ObjectStoreError``'s: a write may or may
+    not have happened (``definite`` is always ``False``); read it back to know. Nothing else
+    is needed: the restarted Bookie reopens the store by itself, and later calls on the same
+    handle wait for it and go on. Reads are sent again by the client, and raise this only if
+    the Bookie is lost again and again. (A subclass of :class:`StoreClosedError`, which it was
+    before failover.)"""
+
+    definite = False
+
+
 class SnapshotExpiredError(LeveledError):
     """A snapshot (or reader) was read after its release or its timeout: the files it reads
     may be gone. Take a new one."""
@@ -151,6 +165,7 @@ __all__ = [
     "LeveledError",
     "InvalidArgumentError",
     "StoreClosedError",
+    "StoreUnavailableError",
     "FencedError",
     "SnapshotExpiredError",
     "CheckpointNotFoundError",

@@ -369,6 +369,10 @@ class Options(_Group):
     #: of any moment in them needs), so ``snapshot(at_time=...)``, ``changes()`` and clones
     #: reach back that far; 0 keeps only what history leases hold.
     history_s: float = 0.0
+    #: How many times Ray restarts a Bookie whose process or node died (failover: the
+    #: restarted Bookie reopens its store by itself, see :mod:`leveled_ray.actors.failover`);
+    #: -1 always, 0 never (calls then raise ``StoreClosedError`` until the store is reopened).
+    max_restarts: int = -1
     object_store: ObjectStoreOptions = field(default_factory=ObjectStoreOptions)
     ledger: LedgerOptions = field(default_factory=LedgerOptions)
     journal: JournalOptions = field(default_factory=JournalOptions)
@@ -391,6 +395,10 @@ class Options(_Group):
         super().__post_init__()
 
     def _check(self) -> None:
+        if (not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool)
+                or self.max_restarts < -1):
+            raise InvalidArgumentError(f"max_restarts must be an int >= -1, not "
+                                       f"{self.max_restarts!r}")
         if self.max_value_bytes >= self.journal.max_file_bytes:
             raise InvalidArgumentError(
                 "max_value_bytes must be smaller than journal.max_file_bytes")

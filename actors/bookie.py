@@ -20,6 +20,7 @@ merge or compaction replaced are deleted by the reaper (:mod:`.reaper`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 import pyarrow as pa
@@ -32,13 +33,14 @@ from ..files.store import ObjectStore
 from ..manifest.model import Manifest
 from ..manifest.shard_map import read_shard_map
 from ..manifest.store import ManifestStore
-from ..manifest.transitions import bump_epoch
+from ..manifest.transitions import bump_epoch, reclaim_epoch
 from ..options import Options
 from ..read.views import LedgerFiles
 from .bookie_clerks import Clerks
 from .bookie_points import PointsInTime
 from .bookie_shard_calls import ShardCalls
 from .bookie_stats import bookie_stats
+from .failover import restartable
 from .group_commit import Group
 from .inker import Inker
 from .ledger_cache import LedgerCache
@@ -83,6 +85,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
             closing=lambda: self.closing, observations=self.observed)
         self.reaper = Reaper(self.view.host, self._may_delete)
         self.epoch = 0
+        self.lost_epoch: int | None = None  # the epoch held before a restart (failover)
         self.inker = self.penciller = self.pclerk = self.iclerk = None
         self._merges = None  # the merge clerk's run, once it is started
         self.lease: LeasePublisher | None = None
@@ -110,7 +113,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
             latest = await manifests.create_initial(Manifest.new(**settings))
         head_only.check_store_mode(self.head_only, latest.manifest.setting(head_only.SETTING),
                                    self.url)
-        latest = await manifests.update(bump_epoch, latest)
+        latest = await self._claim(latest)
         mid, m = latest
         self.epoch = m.writer_epoch
         if m.stores:  # a clone: its ancestors' files are read from their stores
@@ -168,6 +171,14 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
                 "replayed": self.counters["replayed"],
                 "replay_s": round(time.monotonic() - started, 3),
                 "next_sqn": self.writes.next_sqn}
+
+    async def _claim(self, latest):
+        """Take the store over with the next writer epoch: older writers are fenced. After a
+        restart (failover, :mod:`.failover`), only if no one opened it meanwhile."""
+        if self.lost_epoch is None:
+            return await self.manifests.update(bump_epoch, latest)
+        return await self.manifests.update(
+            functools.partial(reclaim_epoch, lost_epoch=self.lost_epoch), latest)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -386,5 +397,5 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
 
 
 def make_actor():
-    return as_actor(Bookie, max_concurrency=1000)
+    return as_actor(restartable(Bookie), max_concurrency=1000)
 

@@ -12,7 +12,7 @@ import pickle
 import time
 from typing import Any
 
-from ..errors import LeveledError, StoreClosedError
+from ..errors import LeveledError, StoreClosedError, StoreUnavailableError
 
 NAMESPACE = "leveled"
 
@@ -56,7 +56,10 @@ def unwrap(exc: BaseException) -> BaseException:
         exc, seen = cause, seen + 1
     if isinstance(exc, LeveledError):
         return exc
-    if isinstance(exc, (rex.RayActorError, rex.ActorDiedError, rex.ActorUnavailableError)):
+    if isinstance(exc, rex.ActorUnavailableError):  # in flight as it died; it restarts
+        return StoreUnavailableError(f"the store's Bookie was lost during the call, and "
+                                     f"restarts: {exc}")
+    if isinstance(exc, rex.RayActorError):
         return StoreClosedError(f"the store's actors are gone: {exc}")
     return exc
 
@@ -89,6 +92,22 @@ async def call(method, *args, **kwargs) -> Any:
         return await method.remote(*args, **kwargs)
     except Exception as exc:
         raise unwrap(exc) from None
+
+
+#: How many times a read is sent again after its Bookie was lost during the call (failover:
+#: Ray holds the calls made while the Bookie restarts, so one is enough unless it dies again).
+READ_RESENDS = 3
+
+
+async def call_read(method, *args) -> Any:
+    """:func:`call` of a method that changes nothing: sent again (up to :data:`READ_RESENDS`
+    times) if the Bookie is lost during it."""
+    for resends in range(READ_RESENDS, -1, -1):
+        try:
+            return await call(method, *args)
+        except StoreUnavailableError:
+            if not resends:
+                raise
 
 
 def pack(records: list) -> bytes:

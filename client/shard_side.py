@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..actors.remote import ValueBatch, call, pack
+from ..actors.remote import ValueBatch, call, call_read, pack
 from ..codec import Change, Delete, Put, heads_of
 
 if TYPE_CHECKING:
@@ -54,14 +54,14 @@ class ShardSide:
 
     async def get_many_checked(self, pairs: Iterable[Sequence]) -> tuple[list, int, dict]:
         """``get_many`` with the figures a sharded store checks batches with."""
-        values, began, notes = await call(self._actor.get_many_checked,
-                                          self._store._keys(pairs, "get"))
+        values, began, notes = await call_read(self._actor.get_many_checked,
+                                               self._store._keys(pairs, "get"))
         return values.to_pylist(), began, notes
 
     async def head_many_checked(self, pairs: Iterable[Sequence]) -> tuple[list, int, dict]:
         """``head_many`` with the figures a sharded store checks batches with."""
-        entries, began, notes = await call(self._actor.head_many_checked,
-                                           self._store._keys(pairs, "head"))
+        entries, began, notes = await call_read(self._actor.head_many_checked,
+                                                self._store._keys(pairs, "head"))
         return heads_of(entries), began, notes
 
     async def abort_part(self, txn: str) -> None:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from .. import roles
 from ..actors import bookie as bookie_mod
-from ..actors.remote import NAMESPACE, ValueBatch, pack, unwrap
+from ..actors.remote import NAMESPACE, READ_RESENDS, ValueBatch, pack, unwrap
 from ..admin.backup import backup_version
 from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
@@ -33,7 +33,7 @@ from ..codec import (
     put_change,
 )
 from ..codec import head_only as head_only_mode
-from ..errors import InvalidArgumentError, StoreClosedError
+from ..errors import InvalidArgumentError, StoreClosedError, StoreUnavailableError
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
 from ..files.sync import two_forms, with_sync_twins
@@ -122,7 +122,7 @@ def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bo
 
     actors = []
     for spec in specs:
-        opts = {"namespace": NAMESPACE}
+        opts = {"namespace": NAMESPACE, "max_restarts": options.max_restarts}
         if spec.name is not None:
             opts["name"] = spec.name
         if detached:
@@ -159,23 +159,35 @@ def connect_bookie(name: str, *, address: str | None = None) -> Store:
 
 class Call(NamedTuple):
     """The plan of a :func:`bookie_call` method: the Bookie call's ref, what to make of its
-    result, and whether a store already gone counts as done (closing it)."""
+    result, whether a store already gone counts as done (closing it), and for a read, how to
+    make the call again if the Bookie is lost during it (``again``, at most ``resends``
+    times)."""
 
     ref: object
     finish: Callable = lambda result: result
     closing: bool = False
+    again: Callable[[], Call] | None = None
+    resends: int = READ_RESENDS
 
     def run(self):
         try:
             return self.finish(_get(self.ref))
         except StoreClosedError as exc:
-            return self._gone(exc)
+            resent = self._resent(exc)
+            return self._gone(exc) if resent is None else resent.run()
 
     async def run_async(self):
         try:
             return self.finish(await _await(self.ref))
         except StoreClosedError as exc:
-            return self._gone(exc)
+            resent = self._resent(exc)
+            return self._gone(exc) if resent is None else await resent.run_async()
+
+    def _resent(self, exc: StoreClosedError) -> Call | None:
+        """A read whose Bookie was lost during it, sent again to the restarted Bookie."""
+        if isinstance(exc, StoreUnavailableError) and self.again is not None and self.resends:
+            return self.again()._replace(resends=self.resends - 1)
+        return None
 
     def _gone(self, exc: StoreClosedError):
         if not self.closing:
@@ -183,15 +195,26 @@ class Call(NamedTuple):
         return self.finish(None)  # closing a store that is gone already: done
 
 
-def bookie_call(build):
+def read_call(submit: Callable, finish: Callable = lambda result: result) -> Call:
+    """The :class:`Call` of a read: ``submit()`` makes the Bookie call, now and again if the
+    Bookie is lost during it."""
+    return Call(submit(), finish, again=lambda: read_call(submit, finish))
+
+
+def bookie_call(build=None, *, read: bool = False):
     """Mark a method as one Bookie call: ``build(self, ...)`` checks its arguments and returns
     the call's ref (or a :class:`Call`). :func:`~leveled_ray.files.sync.with_sync_twins`
     makes the method wait for it, and adds ``<name>_async``, which awaits it: one definition
-    of each operation (see :func:`~leveled_ray.files.sync.two_forms`)."""
+    of each operation (see :func:`~leveled_ray.files.sync.two_forms`). ``read=True`` marks a
+    call that changes nothing: it is sent again if the Bookie is lost during it."""
+    if build is None:
+        return functools.partial(bookie_call, read=read)
+
     @functools.wraps(build)
     def plan(self, *args, **kwargs) -> Call:
         made = build(self, *args, **kwargs)
-        return made if isinstance(made, Call) else Call(made)
+        made = made if isinstance(made, Call) else Call(made)
+        return made._replace(again=lambda: plan(self, *args, **kwargs)) if read else made
     return two_forms(plan)
 
 
@@ -211,15 +234,15 @@ class Submitted(NamedTuple):
 
 class Answer(NamedTuple):
     """The plan of a query the Bookie answers in one call (see
-    :func:`~leveled_ray.files.sync.two_forms`): the call's ref, whose result is a list."""
+    :func:`~leveled_ray.files.sync.two_forms`): the :class:`Call`, whose result is a list."""
 
-    ref: object
+    call: Call
 
     def run(self):
-        return iter(_get(self.ref))
+        return iter(self.call.run())
 
     async def _items(self):
-        for item in await _await(self.ref):
+        for item in await self.call.run_async():
             yield item
 
     def run_async(self):
@@ -362,20 +385,20 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         """
         return self._put_many_ref(items)
 
-    @bookie_call
+    @bookie_call(read=True)
     def get(self, bucket, key) -> bytes | None:
         """The value of ``(bucket, key)``, or ``None``. Cost: one round trip; inside the Bookie,
         at most one ranged GET per candidate SST plus one for the value (footers cached)."""
         return self._actor.get.remote(self._key(bucket, key, "get"))
 
-    @bookie_call
+    @bookie_call(read=True)
     def head(self, bucket, key) -> Head | None:
         """The object's :class:`Head` (SQN, size, last modified, hash, ...) without its value.
         Cost: :meth:`get`'s, without the value's read."""
         return Call(self._actor.head.remote(self._key(bucket, key, "head")),
                     lambda entry: heads_of([entry])[0])
 
-    @bookie_call
+    @bookie_call(read=True)
     def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """Values of many ``(bucket, key)`` pairs, ``None`` where absent. Cost: one round trip;
         inside the Bookie the keys are looked up together, file by file, and the values read
@@ -383,7 +406,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         return Call(self._actor.get_values.remote(self._keys(pairs, "get")),
                     lambda values: values.to_pylist())
 
-    @bookie_call
+    @bookie_call(read=True)
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         """Heads of many ``(bucket, key)`` pairs, ``None`` where absent. Cost: one round trip;
         :meth:`get_many`'s lookups without the values."""
@@ -450,7 +473,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         two manifest writes (the journal's catalog, then the checkpoint)."""
         return self._actor.checkpoint.remote(lifetime, name, source, checkpoint_id)
 
-    @bookie_call
+    @bookie_call(read=True)
     def list_checkpoints(self) -> list[Checkpoint]:
         """The live (unexpired) checkpoints. Cost: one round trip and a read of the newest
         manifest."""
@@ -500,7 +523,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         round trip and one manifest write."""
         return self._actor.drop_history_lease.remote(name)
 
-    @bookie_call
+    @bookie_call(read=True)
     def list_history_leases(self) -> list[HistoryLease]:
         """The live history leases: ``HistoryLease(name, sqn, expires_at)``. Cost: one round
         trip and a read of the newest manifest."""
@@ -558,7 +581,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         if query is None:
             return self._plan(self._index_query(bucket, field, start, end, return_terms,
                                                 term_regex, start_key, max_results))
-        return Answer(self._actor.index_query.remote(query))
+        return Answer(read_call(lambda: self._actor.index_query.remote(query)))
 
     def _bookie_query(self, bucket, field, start, end, return_terms, term_regex, start_key,
                       max_results) -> dict | None:
@@ -581,7 +604,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
                                        "this store holds its values")
         return self._actor.compact_journal.remote()
 
-    @bookie_call
+    @bookie_call(read=True)
     def stats(self) -> dict:
         """Counters of the Bookie, Inker and Penciller (SQNs, caches, files, requests). Cost:
         one round trip, and one from the Bookie to each of its other actors."""

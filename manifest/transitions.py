@@ -36,6 +36,21 @@ def bump_epoch(manifest: Manifest) -> Manifest:
     return manifest.with_changes(writer_epoch=manifest.writer_epoch + 1)
 
 
+def reclaim_epoch(manifest: Manifest, lost_epoch: int) -> Manifest:
+    """Failover: a writer restarted after its process or node died claims the store again,
+    but only if no one opened it meanwhile (its lost epoch is still the newest). Otherwise
+    the newer writer is left alone and the restarted one is fenced, as the lost one was.
+    Not idempotent, unlike the others: a claim that landed with an unknown outcome looks,
+    when retried, like another writer's open, and the restarted writer stands down (fenced;
+    an open takes the store over). Two writers must never both believe they hold an epoch."""
+    require_usable(manifest)
+    if manifest.writer_epoch != lost_epoch:
+        raise FencedError(
+            f"writer epoch {lost_epoch} was fenced by epoch {manifest.writer_epoch} while it "
+            "was down", epoch=lost_epoch, current_epoch=manifest.writer_epoch)
+    return manifest.with_changes(writer_epoch=lost_epoch + 1)
+
+
 def catalog_journal(manifest: Manifest, epoch: int, files: tuple[JournalInfo, ...],
                     next_slot: int) -> Manifest:
     """Record journal files in the manifest and move the catalogued-slot boundary forward."""

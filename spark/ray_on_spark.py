@@ -3,8 +3,10 @@ it (:func:`start_ray_on_spark`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 
 from ..client.ray_connection import ensure_ray, join_with_token, ray_token
@@ -123,10 +125,11 @@ def start_ray_on_spark(spark, url: str, *, store_name: str = "leveled",
     os.environ["RAY_ON_SPARK_START_HOOK"] = f"{__name__}.NodeEnvHook"
     if ray_token() is not None:  # the nodes get the token (NodeEnvHook); setup_ray_cluster
         join_with_token()        # then joins them by address from this process
-    address, _ = setup_ray_cluster(
-        max_worker_nodes=max_worker_nodes, num_cpus_worker_node=num_cpus_worker_node,
-        head_node_options={"include_dashboard": False, **(head_node_options or {})},
-        **setup_options)
+    with _head_wait_by_port():
+        address, _ = setup_ray_cluster(
+            max_worker_nodes=max_worker_nodes, num_cpus_worker_node=num_cpus_worker_node,
+            head_node_options={"include_dashboard": False, **(head_node_options or {})},
+            **setup_options)
     handle = RayOnSpark(address, url, store_name, options or Options(), ray_token())
     try:
         ensure_ray(address)
@@ -138,3 +141,32 @@ def start_ray_on_spark(spark, url: str, *, store_name: str = "leveled",
         handle.shutdown()
         raise
     return handle
+
+
+@contextlib.contextmanager
+def _head_wait_by_port():
+    """While ``setup_ray_cluster`` runs: wait for the head node until its port answers, not a
+    fixed time. Ray-on-Spark sleeps ``_RAY_HEAD_STARTUP_TIMEOUT`` (20 s) after starting the
+    head, then checks its port once; the head is up in a few seconds, so here the check polls
+    for at most that long and the sleep is none. Left as it is if this Ray lacks either name."""
+    from ray.util.spark import cluster_init
+
+    limit = getattr(cluster_init, "_RAY_HEAD_STARTUP_TIMEOUT", None)
+    probe = getattr(cluster_init, "is_port_in_use", None)
+    if not isinstance(limit, (int, float)) or not callable(probe):
+        yield
+        return
+
+    def head_port_up(host, port) -> bool:
+        deadline = time.monotonic() + limit
+        while not probe(host, port):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
+    cluster_init._RAY_HEAD_STARTUP_TIMEOUT, cluster_init.is_port_in_use = 0, head_port_up
+    try:
+        yield
+    finally:
+        cluster_init._RAY_HEAD_STARTUP_TIMEOUT, cluster_init.is_port_in_use = limit, probe

@@ -94,18 +94,39 @@ def ray_cluster():
     os.environ["RAY_TMPDIR"] = tmp
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "resources": {NODES[0]: 1}, "include_dashboard": False,
-        "object_store_memory": 1 << 30,
-        "_system_config": {"metrics_report_interval_ms": 1000}})  # metrics tests wait less
+        "object_store_memory": 1 << 30, "_system_config": {
+            "metrics_report_interval_ms": 1000,  # metrics tests wait less
+            # A killed node is found dead in about 1.5 s, not 15 s (failover tests): a node
+            # that answers slowly is not, as only failed checks count.
+            "health_check_period_ms": 500, "health_check_failure_threshold": 3}})
     for node in NODES[1:]:
         cluster.add_node(num_cpus=1, resources={node: 1},
                          object_store_memory=300 << 20)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="leveled", log_to_driver=False,
              logging_level="WARNING")
+    _cluster.append(cluster)
     yield ray
+    _cluster.clear()
     ray.shutdown()
     cluster.shutdown()
     shutil.rmtree(tmp, ignore_errors=True)  # the session's Ray logs and sockets
+
+
+_cluster: list = []  # the session's Cluster, while it runs
+
+
+@pytest.fixture
+def spare_node(ray_cluster):
+    """A fourth node, added to the session's cluster for one test (which may kill it:
+    ``node.kill()``), with the resource ``"spare"``; removed at the test's end."""
+    (cluster,) = _cluster
+    node = cluster.add_node(num_cpus=1, resources={"spare": 1}, object_store_memory=200 << 20)
+    cluster.wait_for_nodes()
+    node.kill = lambda: cluster.remove_node(node, allow_graceful=False)
+    yield node
+    if node in cluster.worker_nodes:
+        cluster.remove_node(node)
 
 
 @pytest.fixture

@@ -82,11 +82,12 @@ class World:
         pid = self.pid(role)
         return pid, run_in(pid, coro)
 
-    def kill(self, pid: str) -> None:
+    def kill(self, pid: str, error: type[StoreClosedError] = StoreClosedError) -> None:
         """``kill -9`` of process ``pid``: none of its steps runs again, and the calls in
-        flight to it fail."""
+        flight to it fail with ``error`` (``StoreUnavailableError`` for an actor that Ray
+        restarts, as the client sees it then)."""
         self.note(f"kill {pid}")
-        self._end(pid)
+        self._end(pid, error)
         for shard, inc in self.live.items():
             if inc is not None and inc.pid == pid:
                 self.live[shard] = None
@@ -106,12 +107,15 @@ class World:
         for shard in range(self.shard_count):
             await self.start_shard(shard)
 
-    async def start_shard(self, shard: int) -> None:
-        """Open shard ``shard`` in a new Bookie process (fencing any earlier one)."""
+    async def start_shard(self, shard: int, lost_epoch: int | None = None) -> None:
+        """Open shard ``shard`` in a new Bookie process (fencing any earlier one); with
+        ``lost_epoch``, as Ray's restart of a Bookie that held that epoch (failover: it
+        claims the store only if no one opened it since)."""
         pid = self.pid(f"shard{shard}")
         bookie = Bookie(self.shard_url(shard), self.options, self.name(shard), local=True,
                         clock=self.clock, shard=(NAME, shard) if self.sharded else None)
-        self.note(f"start {pid}")
+        bookie.lost_epoch = lost_epoch
+        self.note(f"start {pid}" if lost_epoch is None else f"restart {pid} after {lost_epoch}")
         await run_in(pid, bookie.start())
         self.live[shard] = Incarnation(pid, bookie)
 
@@ -132,15 +136,15 @@ class World:
         self.note(f"close {inc.pid}")
         self.live[shard] = None  # new calls find it gone, as after a close
         await run_in(inc.pid, inc.bookie.close())
-        self._end(inc.pid)  # its loops are stopped; nothing of it runs on
+        self._end(inc.pid, StoreClosedError)  # its loops are stopped; nothing of it runs on
 
-    def _end(self, pid: str) -> None:
+    def _end(self, pid: str, error: type[StoreClosedError]) -> None:
         """Process ``pid`` ends: none of its steps runs again, and the calls still in flight
-        to it fail, as Ray fails calls to an actor that is gone."""
+        to it fail with ``error``, as Ray fails calls to an actor that is gone."""
         self.loop.dead.add(pid)
         for future in self.in_flight.pop(pid, set()):
             if not future.done():
-                future.set_exception(StoreClosedError(f"the process {pid} ended"))
+                future.set_exception(error(f"the process {pid} ended"))
 
     async def close_all(self) -> None:
         for shard, inc in self.live.items():

@@ -25,16 +25,16 @@ def test_kill_every_actor_then_reopen(ray_cluster, s3_backend):
     sqns = store.put_many([lr.Put("b", f"k{i}", b"first %d" % i) for i in range(1200)])
     expected.update({f"k{i}": b"first %d" % i for i in range(1200)})
     wait_until(lambda: persisted(store, sqns[-1]))  # some changes are in SSTs ...
-    for i in range(0, 1200, 3):  # ... and some only in the Journal
-        store.put("b", f"k{i}", b"second %d" % i)
-        expected[f"k{i}"] = b"second %d" % i
-    for i in range(0, 1200, 7):
-        store.delete("b", f"k{i}")
-        expected[f"k{i}"] = None
 
-    async def concurrent():
-        await asyncio.gather(*(store.put_async("c", f"x{i}", b"c") for i in range(100)))
-    asyncio.run(concurrent())
+    async def concurrent(calls):
+        await asyncio.gather(*calls)
+    # ... and some only in the Journal (concurrent calls, which share journal writes)
+    asyncio.run(concurrent(store.put_async("b", f"k{i}", b"second %d" % i)
+                           for i in range(0, 1200, 3)))
+    expected.update({f"k{i}": b"second %d" % i for i in range(0, 1200, 3)})
+    asyncio.run(concurrent(store.delete_async("b", f"k{i}") for i in range(0, 1200, 7)))
+    expected.update({f"k{i}": None for i in range(0, 1200, 7)})
+    asyncio.run(concurrent(store.put_async("c", f"x{i}", b"c") for i in range(100)))
     expected.update({f"x{i}": b"c" for i in range(100)})
     kill_all(store, ray_cluster)
 

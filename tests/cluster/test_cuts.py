@@ -9,7 +9,7 @@ import leveled_ray as lr
 
 pytestmark = pytest.mark.ray
 
-ROUNDS = 150
+ROUNDS = 100
 
 
 def keys_in(store, shard: int, count: int) -> list[str]:

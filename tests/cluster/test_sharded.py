@@ -296,7 +296,7 @@ def test_a_sharded_store_answers_as_a_plain_store_and_a_dict(four, tmp_path):
     # No shrinking: each step costs calls to two stores, and a failure prints its steps.
     try:
         run_state_machine_as_test(Model, settings=settings(
-            max_examples=3, stateful_step_count=15, deadline=None,
+            max_examples=3, stateful_step_count=10, deadline=None,
             phases=(Phase.explicit, Phase.reuse, Phase.generate)))
     finally:
         plain.close()

@@ -138,6 +138,21 @@ def test_transitions_fence_old_writers():
         tr.catalog_journal(m3, 1, (), 3)
 
 
+def test_a_restarted_writer_reclaims_the_store_only_if_no_one_opened_it_meanwhile():
+    """Failover (actors/failover.py): the restarted writer takes the next epoch after its
+    lost one, and stands down, fenced, if another writer has opened the store since."""
+    lost = tr.bump_epoch(tr.bump_epoch(Manifest.new()))  # the lost writer held epoch 2
+    assert tr.reclaim_epoch(lost, lost_epoch=2).writer_epoch == 3
+    opened_meanwhile = tr.bump_epoch(lost)
+    with pytest.raises(lr.FencedError) as err:
+        tr.reclaim_epoch(opened_meanwhile, lost_epoch=2)
+    assert (err.value.epoch, err.value.current_epoch) == (2, 3)
+    with pytest.raises(lr.FencedError):  # a claim of unknown outcome that landed: stand down
+        tr.reclaim_epoch(tr.reclaim_epoch(lost, lost_epoch=2), lost_epoch=2)
+    with pytest.raises(lr.InvalidArgumentError, match="destroyed"):
+        tr.reclaim_epoch(lost.with_changes(destroyed_at=1.0), lost_epoch=2)
+
+
 def test_destroyed_or_uninitialized_store_cannot_be_claimed():
     with pytest.raises(lr.InvalidArgumentError, match="destroyed"):
         tr.bump_epoch(Manifest.new().with_changes(destroyed_at=1.0))

@@ -38,7 +38,7 @@ import leveled_ray as lr
 from leveled_ray.admin.handle import Admin
 from leveled_ray.bulk import sharded as bulk
 from leveled_ray.cluster.admin import ShardedAdmin
-from leveled_ray.errors import LeveledError
+from leveled_ray.errors import FencedError, LeveledError, StoreUnavailableError
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.store import ManifestStore
 from leveled_ray.manifest.txn_records import txn_of_part
@@ -64,6 +64,9 @@ class Config:
     fault_rate: float = 0.0
     kills: int = 0
     closes: int = 0
+    #: A killed Bookie is restarted as Ray restarts it (failover: it reclaims its epoch, and
+    #: its calls in flight fail as unavailable), not reopened.
+    failover: bool = False
 
 
 def config_of(seed: int) -> Config:
@@ -72,7 +75,8 @@ def config_of(seed: int) -> Config:
                   bulk_writers=rng.randint(1, 3), stream_writers=rng.randint(0, 1),
                   ops=rng.randint(1, 4),
                   fault_rate=rng.choice([0.0, 0.0, 0.02, 0.05, 0.1]),
-                  kills=rng.choice([0, 0, 1, 2]), closes=rng.choice([0, 0, 1, 2]))
+                  kills=rng.choice([0, 0, 1, 2]), closes=rng.choice([0, 0, 1, 2]),
+                  failover=rng.random() < 0.5)
 
 
 @dataclass
@@ -272,9 +276,14 @@ class Run:
                 inc = world.live.get(shard)
                 if inc is None:
                     continue
-                world.kill(inc.pid)
+                if not self.config.failover:
+                    world.kill(inc.pid)
+                    await self.pause(3.0)
+                    await self.restart(shard)
+                    continue
+                world.kill(inc.pid, StoreUnavailableError)
                 await self.pause(3.0)
-                await self.restart(shard)
+                await self.failover(shard, inc.bookie.epoch)
             else:
                 alive = [(pid, task) for pid, task in self.drivers if not task.done()]
                 if alive:
@@ -294,16 +303,40 @@ class Run:
             self.model.checks["merges refused at close"] += inc.bookie.counters["merges_refused"]
             await self.restart(shard)
 
-    async def restart(self, shard: int) -> None:
-        """Open the shard again (a reopen, or Ray's restart of the actor), retrying while the
-        object store fails the open."""
+    async def failover(self, shard: int, lost_epoch: int) -> None:
+        """Ray restarts the killed Bookie, which reclaims the shard (actors/failover.py);
+        sometimes a user's open gets there first, and then the restarted one must stand down
+        (fenced) and leave the newer writer alone. A claim of unknown outcome also makes it
+        stand down: the user's reopen then follows."""
+        if self.rng.random() < 0.25:
+            await self.restart(shard)
+            if await self.restart(shard, lost_epoch):
+                self.model.violated("a restarted writer never fences a newer one",
+                                    f"shard {shard} was reclaimed from epoch {lost_epoch}")
+            else:
+                self.model.checks["restarts stood down"] += 1
+            return
+        if await self.restart(shard, lost_epoch):
+            self.model.checks["failovers"] += 1
+        else:
+            await self.restart(shard)
+
+    async def restart(self, shard: int, lost_epoch: int | None = None) -> bool:
+        """Open the shard again (a reopen, or with ``lost_epoch`` Ray's restart of the
+        actor), retrying while the object store fails the open; ``False`` if the restarted
+        actor stood down, fenced."""
         for _ in range(100):
             try:
-                await self.world.start_shard(shard)
-                return
+                await self.world.start_shard(shard, lost_epoch)
+                return True
+            except FencedError:
+                if lost_epoch is not None:
+                    return False
+                await asyncio.sleep(1.0)
             except LeveledError:
                 await asyncio.sleep(1.0)
         self.model.violated("a shard reopens", f"shard {shard} failed 100 opens")
+        return False
 
     # -- the end --
 

@@ -1,0 +1,145 @@
+"""Failover: a Bookie that Ray restarts opens its store again by itself.
+
+A Bookie actor is created with ``max_restarts`` (``Options.max_restarts``). When its process
+or its node dies, Ray restarts it, on a surviving node if need be (a sharded store's
+placement group moves the shard's bundle there), and a restart runs the constructor again.
+:func:`restartable` makes that constructor start the store as an open does: claim the store
+with the next writer epoch, replay the Journal's tail and settle prepared parts. Every call
+that reaches the restarted actor waits for that first, so clients keep their handles and
+their later calls simply succeed. A call in flight when the process died gets
+``StoreUnavailableError`` (its outcome is unknown); reads are sent again by the client.
+
+The restarted writer claims the store only if no one else opened it while it was down
+(:func:`~leveled_ray.manifest.transitions.reclaim_epoch`): the epoch it held is kept in Ray's
+key-value store, which outlives the process. If someone did, it stands down, fenced, and
+every call raises ``FencedError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import os
+
+from ..errors import FencedError, StoreUnavailableError
+
+#: Methods a restarted Bookie answers before it has reopened its store: they read only what
+#: the constructor set, or wait for the reopen themselves.
+UNGATED = frozenset({"get_options", "get_clock", "start", "close"})
+
+
+def _epoch_key(actor_id: str) -> bytes:
+    return f"leveled/writer_epoch/{actor_id}".encode()
+
+
+def remember_epoch(epoch: int) -> None:
+    """Keep this actor's writer epoch where its restart finds it."""
+    import ray
+    from ray.experimental import internal_kv
+
+    key = _epoch_key(ray.get_runtime_context().get_actor_id())
+    internal_kv._internal_kv_put(key, str(epoch).encode(), overwrite=True)
+
+
+def forget_epoch() -> None:
+    """A closed Bookie is not restarted: drop what a restart would read."""
+    import ray
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_del(_epoch_key(ray.get_runtime_context().get_actor_id()))
+
+
+def lost_epoch() -> int | None:
+    """The writer epoch this actor held before Ray restarted it (``None``: a first start,
+    or an epoch never recorded, as when the process died inside ``start``)."""
+    import ray
+    from ray.experimental import internal_kv
+
+    context = ray.get_runtime_context()
+    if not context.was_current_actor_reconstructed:
+        return None
+    value = internal_kv._internal_kv_get(_epoch_key(context.get_actor_id()))
+    return None if value is None else int(value)
+
+
+def _forward(name: str, fn):
+    """The actor's method ``name``: the Bookie's, once a restarted Bookie has reopened its
+    store. An async one waits for that; a sync one, which cannot wait, raises
+    ``StoreUnavailableError`` until then."""
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def forward(self, *args, **kwargs):
+            await self.reopened()
+            return await getattr(self.bookie, name)(*args, **kwargs)
+    else:
+        @functools.wraps(fn)
+        def forward(self, *args, **kwargs):
+            self.check_reopened()
+            return getattr(self.bookie, name)(*args, **kwargs)
+    return forward
+
+
+def restartable(cls):
+    """The Ray actor class of the Bookie class ``cls``: a shell holding one Bookie, whose
+    constructor, on a restart, starts reopening the store, and whose every public method but
+    :data:`UNGATED` forwards to the Bookie once the reopen is done. (A shell, not a subclass:
+    the Bookie's calls to its own methods are not gated.)
+
+    A reopen refused by fencing leaves the actor fenced (each call raises the refusal); any
+    other failure (the object store unreachable through its retries) ends the process, so
+    that Ray restarts it and the reopen begins again from nothing."""
+
+    class Restartable:
+        def __init__(self, *args, **kwargs):
+            self.bookie = cls(*args, **kwargs)
+            self.bookie.lost_epoch = lost_epoch()
+            self._reopen: asyncio.Future | None = None
+            self._stood_down: FencedError | None = None
+            if self.bookie.lost_epoch is not None:  # the constructor runs in the actor's loop
+                self._reopen = asyncio.ensure_future(self._start_again())
+
+        async def start(self) -> dict:
+            info = await self.bookie.start()
+            remember_epoch(self.bookie.epoch)
+            return info
+
+        async def _start_again(self) -> None:
+            try:
+                await self.start()
+            except FencedError as exc:
+                self._stood_down = self.bookie.broken = exc  # close then flushes nothing
+            except Exception:
+                logging.getLogger(__name__).exception("reopening after a restart failed")
+                os._exit(1)  # not exit_actor: that would be final, and this must restart
+
+        async def reopened(self) -> None:
+            if self._reopen is not None:
+                await asyncio.shield(self._reopen)
+            self.check_reopened()
+
+        def check_reopened(self) -> None:
+            if self._reopen is not None and not self._reopen.done():
+                raise StoreUnavailableError("the store's Bookie is reopening after a restart")
+            self._reopen = None
+            if self._stood_down is not None:
+                raise self._stood_down.again()
+
+        async def close(self) -> None:
+            if self._reopen is not None:  # whatever its outcome: a stood-down actor closes too
+                await asyncio.gather(asyncio.shield(self._reopen), return_exceptions=True)
+            await self.bookie.close()
+            forget_epoch()
+
+        def get_options(self):
+            return self.bookie.get_options()
+
+        def get_clock(self):
+            return self.bookie.get_clock()
+
+    for name, fn in inspect.getmembers(cls, inspect.isfunction):
+        if not name.startswith("_") and name not in UNGATED:
+            setattr(Restartable, name, _forward(name, fn))
+    Restartable.__name__ = Restartable.__qualname__ = cls.__name__
+    return Restartable

@@ -1,0 +1,185 @@
+"""Elastic shards: failover, in one run, on a local multi-node Ray cluster and file://.
+
+Measures (a 4-shard store, ``--keys`` objects of 1 KiB per shard):
+
+- **node death**: from the death of a worker node (``remove_node`` without grace) to the
+  first acknowledged write on a shard that ran there, against a plain open of that shard's
+  URL (median of 3, same run). It includes the time Ray takes to find the node dead: its
+  health checks, set here to a 0.5 s period and 3 failures (``HEALTH``; Ray's defaults are
+  3 s and 5, which adds about 13 s);
+- **process death**: from a SIGKILL of a shard's Bookie to the first answered read on the
+  same handle, against the same plain open;
+- **the other shards' puts** during the node failover (from the death to the victim shard
+  serving again), against the same writers just before the death.
+
+Prints each figure with its ratio and writes ``docs/img/elastic.png``.
+Run: ``python bench/elastic.py`` (``--quick`` for a smaller run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import tempfile
+import threading
+import time
+
+import ray
+from ray.cluster_utils import Cluster
+
+import leveled_ray as lr
+
+import plots
+
+VALUE = b"v" * 1024
+HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
+
+
+def keys_of(store, shard: int, count: int) -> list[str]:
+    out, i = [], 0
+    while len(out) < count:
+        if store.shard_of("b", f"k{i}") == shard:
+            out.append(f"k{i}")
+        i += 1
+    return out
+
+
+def plain_open_s(url: str) -> float:
+    """Median time of three plain opens of ``url`` (each closed at once)."""
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        store = lr.open(url)
+        times.append(time.perf_counter() - t)
+        store.close()
+    return statistics.median(times)
+
+
+class Writers:
+    """One thread per shard, each putting to its own shard's keys in turn; every ack is
+    timed."""
+
+    def __init__(self, store, keys: dict[int, list[str]]):
+        self.acks: dict[int, list[float]] = {s: [] for s in keys}
+        self.errors: dict[int, list[str]] = {s: [] for s in keys}
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._write, args=(store, s, k))
+                         for s, k in keys.items()]
+        for t in self._threads:
+            t.start()
+
+    def _write(self, store, shard: int, keys: list[str]) -> None:
+        n = 0
+        while not self._stop.is_set():
+            try:
+                store.put("b", keys[n % len(keys)], VALUE)
+                self.acks[shard].append(time.perf_counter())
+            except lr.LeveledError as exc:
+                self.errors[shard].append(type(exc).__name__)
+            n += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+    def rate(self, shards, start: float, end: float) -> float:
+        """Acks per second of ``shards`` between ``start`` and ``end``."""
+        n = sum(1 for s in shards for t in self.acks[s] if start <= t < end)
+        return n / (end - start)
+
+
+def serve_again(call, since: float, limit_s: float = 120.0) -> float:
+    """Seconds from ``since`` until ``call()`` succeeds."""
+    while time.perf_counter() - since < limit_s:
+        try:
+            call()
+            return time.perf_counter() - since
+        except lr.StoreClosedError:
+            pass
+    raise TimeoutError(f"not serving after {limit_s} s")
+
+
+def moved_and_writes(store, shard: int, dead_node: str, key: str) -> None:
+    """A write to ``shard``, acknowledged by its Bookie on another node than ``dead_node``
+    (a local cluster's removed node may run on a moment before it is found dead)."""
+    node = store.shard(shard).stats()["process"]["node"]
+    if node == dead_node:
+        time.sleep(0.05)
+        raise lr.StoreUnavailableError(f"shard {shard} still answers from the dead node")
+    store.put("b", key, VALUE)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=20_000, help="objects per shard")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.keys = 2000
+    tmp = tempfile.mkdtemp(prefix="lr-elastic-")
+    os.environ["RAY_TMPDIR"] = tmp
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, "_system_config": dict(HEALTH)})
+    workers = [cluster.add_node(num_cpus=1) for _ in range(3)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    url = f"file://{tmp}/db"
+    store = lr.open(url, shards=4)
+    keys = {s: keys_of(store, s, args.keys) for s in range(4)}
+    for s, ks in keys.items():
+        for i in range(0, len(ks), 1000):
+            store.put_many([lr.Put("b", k, VALUE) for k in ks[i:i + 1000]])
+    store.close()
+    plain = plain_open_s(store.shard_map.shard_url(url, 0))
+    rows: list[tuple[str, float, float, str]] = []  # measure, value, peer value, unit
+
+    store = lr.open(url, shards=4)
+    try:
+        nodes = [s["process"]["node"] for s in store.stats()["shards"]]
+        victim_node = next(w for w in workers if w.node_id in nodes)
+        victims = [s for s, n in enumerate(nodes) if n == victim_node.node_id]
+        others = [s for s in range(4) if s not in victims]
+        writers = Writers(store, {s: keys[s][:200] for s in others})
+        time.sleep(3.0)
+        died = time.perf_counter()
+        cluster.remove_node(victim_node, allow_graceful=False)
+        node_s = serve_again(lambda: moved_and_writes(store, victims[0], victim_node.node_id,
+                                                      keys[victims[0]][0]), died)
+        served = time.perf_counter()
+        writers.stop()
+        before = writers.rate(others, died - 2.5, died)
+        during = writers.rate(others, died, served)
+        assert not any(writers.errors.values()), writers.errors
+        rows.append(("failover, node death / plain open", node_s, plain, "s"))
+        rows.append(("other shards' puts, during / before", during, before, "puts/s"))
+
+        shard = others[0]
+        pid = store.stats()["shards"][shard]["process"]["pid"]
+        killed = time.perf_counter()
+        os.kill(pid, signal.SIGKILL)
+        proc_s = serve_again(lambda: store.get("b", keys[shard][1]), killed)
+        rows.append(("failover, process death / plain open", proc_s, plain, "s"))
+        assert store.get_many([("b", k) for k in keys[shard][:1000]]) == [VALUE] * 1000
+    finally:
+        store.close()
+
+    print(f"4 shards x {args.keys} x 1 KiB; Ray health checks {HEALTH}; "
+          f"shards on the dead node: {victims}")
+    print(f"{'measure':<42} {'value':>10} {'peer':>10} {'ratio':>7}  unit")
+    for measure, value, peer, unit in rows:
+        print(f"{measure:<42} {value:>10.2f} {peer:>10.2f} {value / peer:>7.2f}  {unit}")
+    path = plots.save_ratios("elastic", f"failover against a plain open, same run "
+                             f"({os.cpu_count()} cores)",
+                             [(m, v / p) for m, v, p, _ in rows],
+                             xlabel="ratio (time rows: lower is better)")
+    if path:
+        print(f"plot: {path}")
+    ray.shutdown()
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
