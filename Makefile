@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast simulate bench lint docs clean
+.PHONY: setup run test test-fast simulate soak bench lint docs clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,12 @@ JOBS ?= 1
 simulate: setup
 	PYTHONHASHSEED=0 $(BIN)/python tests/simulation/run.py --seeds $(SEEDS) --first $(FIRST) --jobs $(JOBS)
 
+# The fault campaigns at a size beyond make test's: GC passes under 5% S3 faults.
+GC_PASSES ?= 200
+
+soak: setup
+	LR_GC_PASSES=$(GC_PASSES) PYTHONHASHSEED=0 $(BIN)/python -m pytest tests/admin/test_gc_campaign.py
+
 # Everything but the moto S3 and slow groups.
 test-fast: setup
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m "not s3 and not slow"
@@ -42,6 +48,7 @@ bench: setup
 	$(BIN)/python bench/shards.py
 	$(BIN)/python bench/reads.py
 	$(BIN)/python bench/history.py
+	$(BIN)/python bench/elastic.py
 
 lint: setup
 	$(BIN)/pip install --quiet ruff import-linter
