@@ -14,7 +14,7 @@ from .cluster.reader import ShardedReader
 from .cluster.snapshot import ShardedSnapshot
 from .cluster.store import ShardedStore
 from .codec import Delete, Head, Put
-from .entry_points import admin, clone, connect, destroy, gc, open, reader
+from .entry_points import admin, clone, compare, connect, destroy, gc, open, reader
 from .errors import (
     CheckpointNotFoundError,
     ConditionFailedError,
@@ -35,7 +35,7 @@ from .options import GcOptions, JournalOptions, LedgerOptions, ObjectStoreOption
 __version__ = "0.1.0"
 
 __all__ = [
-    "Admin", "Checkpoint", "Reader", "admin", "clone", "destroy", "gc", "reader",
+    "Admin", "Checkpoint", "Reader", "admin", "clone", "compare", "destroy", "gc", "reader",
     "CheckpointNotFoundError", "ConditionFailedError", "ConflictError", "CorruptObjectError",
     "Delete", "ShardedAdmin", "ShardedReader", "ShardedSnapshot", "ShardedStore",
     "FencedError", "Head", "HistoryUnavailableError", "InvalidArgumentError", "LeveledError",

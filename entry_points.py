@@ -1,12 +1,13 @@
 """The package's entry points, for both layouts, a plain store or a sharded one: ``lr.open``,
-``lr.connect``, ``lr.reader``, ``lr.admin``, ``lr.clone``, ``lr.gc`` and ``lr.destroy``. Each
-finds which layout is at the URL (its shard map, or none) and returns the matching handle;
-no other module opens a store by its URL. Bad input (a URL that is not a store URL, a NUL
-byte in it included) raises ``InvalidArgumentError`` and creates nothing."""
+``lr.connect``, ``lr.reader``, ``lr.admin``, ``lr.clone``, ``lr.compare``, ``lr.gc`` and
+``lr.destroy``. Each finds which layout is at the URL (its shard map, or none) and returns the
+matching handle; no other module opens a store by its URL. Bad input (a URL that is not a
+store URL, a NUL byte in it included) raises ``InvalidArgumentError`` and creates nothing."""
 
 from __future__ import annotations
 
 from .admin import gc as garbage_collection
+from .admin.compare import Comparison, compare_views
 from .admin.handle import Admin
 from .client import reader as plain_reader
 from .client import store as plain
@@ -179,6 +180,40 @@ def reader(url: str, checkpoint: str | None = None, *, options: Options | None =
         return run_sync(open_reader(found, checkpoint, lifetime, at_sqn, at_time))
     return plain_reader.open_plain_reader(url, checkpoint, options=options, lifetime=lifetime,
                                           clock=clock, at_sqn=at_sqn, at_time=at_time)
+
+
+def compare(a, b, *, size: str = "small", max_segments: int = 256,
+            options: Options | None = None) -> Comparison:
+    """The keys that differ between two stores, found by exchanging tictac trees (leveled's
+    anti-entropy; see :mod:`leveled_ray.admin.compare`): a
+    :class:`~leveled_ray.admin.compare.Comparison` with each differing key marked
+    ``missing_in_a``, ``missing_in_b`` or ``different`` (another value), the rounds of the
+    exchange and the bytes it moved.
+
+    ``a`` and ``b`` are store URLs, read at rest without Ray through a :func:`reader` each
+    (plain or sharded, a backup's or a clone's URL too), or handles of any kind with folds: a
+    running store, a snapshot, a reader (at a checkpoint, or at a past time). Objects are
+    compared by key and value (their hash); deleted and expired objects are absent. ``size``
+    picks the trees' shape (``"xxsmall"`` to ``"large"``); ``max_segments`` bounds the
+    segments compared per round. Bad input raises ``InvalidArgumentError``. Cost: a fold of
+    each side's heads (no values); the exchange itself moves a root, the dirty branches and
+    the dirty segments' keys."""
+    opened = []
+
+    def view(side):
+        if isinstance(side, str):
+            opened.append(reader(side, options=options))
+            return opened[-1]
+        if not hasattr(side, "fold_heads_batches_async"):
+            raise InvalidArgumentError(f"compare takes store URLs or store handles, not "
+                                       f"{side!r}")
+        return side
+
+    try:
+        return run_sync(compare_views(view(a), view(b), size=size, max_segments=max_segments))
+    finally:
+        for opened_reader in opened:
+            opened_reader.close()
 
 
 def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,

@@ -356,6 +356,21 @@ def cmd_backup(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    found = face.compare(args.url, args.other, size=args.size,
+                         max_segments=args.max_segments, options=parse_options(args.option))
+    if args.json:
+        print(json.dumps({"differences": [vars(d) for d in found.differences],
+                          "rounds": found.rounds, "bytes_exchanged": found.bytes_exchanged,
+                          "dirty_segments": found.dirty_segments}))
+    else:
+        for d in found.differences[:args.limit]:
+            print(f"{d.kind:<13} {d.bucket}\t{d.key}")
+        print(f"{len(found)} difference(s) in {found.dirty_segments} dirty segment(s); "
+              f"{found.rounds} round(s), {_human(found.bytes_exchanged)} exchanged")
+    return 1 if found.differences else 0
+
+
 def cmd_stats(args) -> int:
     if (args.watch is not None and args.watch <= 0) or (args.count is not None
                                                          and args.count < 1):
@@ -483,6 +498,15 @@ def build_parser() -> argparse.ArgumentParser:
             "target lacks, drop what compaction dropped (opening the target restores the store)")
     p.add_argument("target", help="the backup's store URL")
     p.add_argument("--name", help="back up the running store of this name")
+    p = add("compare", cmd_compare, "list the keys that differ between the store at --url "
+            "and OTHER, by an exchange of tictac trees (read-only, without Ray); exit status 1 "
+            "if any differ")
+    p.add_argument("other", help="the other store's URL")
+    p.add_argument("--size", default="small", help="tree size: xxsmall, xsmall, small, "
+                                                     "medium or large")
+    p.add_argument("--max-segments", type=int, default=256, help="segments per round")
+    p.add_argument("--limit", type=int, help="print at most this many differences")
+    p.add_argument("--json", action="store_true")
     p = add("stats", cmd_stats, "a store's figures (rates, latency, backlog, levels, caches, "
             "object-store requests, snapshots, checkpoints), refreshed with --watch")
     p.add_argument("--name", help="the running store of this name (else: what the manifest "

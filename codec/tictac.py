@@ -1,0 +1,154 @@
+"""Tictac trees (leveled's ``leveled_tictac``): Merkle trees of XOR-combined segment hashes that
+tell which keys differ between two stores by exchanging kilobytes. Pure; numpy for bulk work.
+
+Shape. A tree of ``size`` has ``segments`` leaves (a power of two, from 4 096 for ``xxsmall``
+to 1 048 576 for ``large``), grouped into branches of :data:`BRANCH_WIDTH` segments. Each
+segment and each branch holds a 32-bit hash; the *root* is the branches' hashes
+(``branches * 4`` bytes: 16 KiB for ``large``, whose whole tree is 4 MiB).
+
+Entries. An object's *key hash* is ``xxh3_64(Ledger key, seed=SEED)``: its top bits pick the
+segment, its low 32 bits are the key's part of the entry hash. The *entry hash* is the key's
+part XOR the value's hash (the object's ``Head.hash``, xxh3-64 of the value, folded to 32
+bits), and it is XORed into the segment and its branch. So the tree depends only on the set
+of ``(key, value)`` pairs: not on the order they were added, their SQNs, or how the store is
+laid out. Removing an entry XORs it in again, and trees of disjoint key sets (a sharded
+store's shards) merge by XOR into the tree of their union.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import xxhash
+
+from ..errors import InvalidArgumentError
+
+#: Segments per size (leveled's names; each is 4x the one before).
+SIZES = {"xxsmall": 1 << 12, "xsmall": 1 << 14, "small": 1 << 16, "medium": 1 << 18,
+         "large": 1 << 20}
+#: Segments per branch: a branch is 1 KiB of segment hashes.
+BRANCH_WIDTH = 256
+#: The seed of the key hash: segments must not follow the shard routing's partitions (which
+#: hash the same key unseeded), so that each shard's keys spread over every segment.
+SEED = 0x7469637461632D31  # "tictac-1"
+FORMAT = 1
+
+
+def check_size(size) -> str:
+    if size not in SIZES:
+        raise InvalidArgumentError(f"tree size must be one of {sorted(SIZES, key=SIZES.get)}, "
+                                   f"not {size!r}")
+    return size
+
+
+def key_hash(lkey: bytes) -> int:
+    """The 64-bit key hash of an object's Ledger key."""
+    return xxhash.xxh3_64_intdigest(lkey, seed=SEED)
+
+
+def segment_of(khash: int, segments: int) -> int:
+    """The segment of a key hash, in a tree of ``segments`` segments: its top bits."""
+    return khash >> (64 - segments.bit_length() + 1)
+
+
+def entry_hash(khash: int, value_hash: int) -> int:
+    """The 32-bit hash an entry XORs into its segment."""
+    return (khash ^ value_hash ^ (value_hash >> 32)) & 0xFFFFFFFF
+
+
+class TicTacTree:
+    """A tictac tree; see the module docstring. ``add`` and ``remove`` are the same XOR."""
+
+    __slots__ = ("size", "segments", "leaves")
+
+    def __init__(self, size: str = "small", leaves: np.ndarray | None = None):
+        self.size = check_size(size)
+        self.segments = SIZES[size]
+        self.leaves = (np.zeros(self.segments, dtype=np.uint32) if leaves is None
+                       else leaves.astype(np.uint32, copy=False))
+        if self.leaves.shape != (self.segments,):
+            raise InvalidArgumentError(f"a {size} tree has {self.segments} segments")
+
+    @property
+    def branches(self) -> int:
+        return self.segments // BRANCH_WIDTH
+
+    # -- building --
+
+    def add_hashes(self, khashes: np.ndarray, value_hashes: np.ndarray) -> None:
+        """XOR the entries of these key and value hashes (uint64 arrays) in (or out again)."""
+        khashes = np.asarray(khashes, dtype=np.uint64)
+        value_hashes = np.asarray(value_hashes, dtype=np.uint64)
+        shift = np.uint64(64 - self.segments.bit_length() + 1)
+        segments = (khashes >> shift).astype(np.int64)
+        entries = ((khashes ^ value_hashes ^ (value_hashes >> np.uint64(32)))
+                   & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        np.bitwise_xor.at(self.leaves, segments, entries)
+
+    def add(self, pairs: Iterable[tuple[bytes, int]]) -> None:
+        """XOR ``(Ledger key, value hash)`` pairs in (or out again: see :meth:`remove`)."""
+        keys, values = [], []
+        for lkey, value_hash in pairs:
+            keys.append(key_hash(lkey))
+            values.append(value_hash)
+        self.add_hashes(np.array(keys, dtype=np.uint64), np.array(values, dtype=np.uint64))
+
+    remove = add
+
+    def merge(self, other: TicTacTree) -> TicTacTree:
+        """The tree of the union of two disjoint key sets."""
+        self._same_size(other)
+        return TicTacTree(self.size, self.leaves ^ other.leaves)
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, TicTacTree) and self.size == other.size
+                and bool(np.array_equal(self.leaves, other.leaves)))
+
+    def __repr__(self) -> str:
+        return f"TicTacTree({self.size!r}, dirty segments={int(np.count_nonzero(self.leaves))})"
+
+    # -- exchanging --
+
+    def root(self) -> bytes:
+        """The branch hashes: each the XOR of its segments."""
+        return np.bitwise_xor.reduce(self.leaves.reshape(self.branches, BRANCH_WIDTH),
+                                     axis=1).astype("<u4").tobytes()
+
+    def branch(self, index: int) -> bytes:
+        """The segment hashes of branch ``index``."""
+        return self.leaves[index * BRANCH_WIDTH:(index + 1) * BRANCH_WIDTH].astype(
+            "<u4").tobytes()
+
+    def encode(self) -> bytes:
+        return bytes([FORMAT]) + self.size.encode().ljust(8, b"\0") + self.leaves.astype(
+            "<u4").tobytes()
+
+    @classmethod
+    def decode(cls, data: bytes) -> TicTacTree:
+        if not data or data[0] != FORMAT:
+            raise InvalidArgumentError("not a tictac tree of a known format")
+        size = data[1:9].rstrip(b"\0").decode()
+        return cls(check_size(size), np.frombuffer(data, dtype="<u4", offset=9).copy())
+
+    def _same_size(self, other: TicTacTree) -> None:
+        if other.size != self.size:
+            raise InvalidArgumentError(f"trees of sizes {self.size} and {other.size} differ in "
+                                       "shape: compare trees of one size")
+
+
+def dirty_branches(root_a: bytes, root_b: bytes) -> list[int]:
+    """The branches whose hashes differ between two roots."""
+    return _differing(root_a, root_b)
+
+
+def dirty_segments(branch: int, leaves_a: bytes, leaves_b: bytes) -> list[int]:
+    """The segments of ``branch`` whose hashes differ."""
+    return [branch * BRANCH_WIDTH + i for i in _differing(leaves_a, leaves_b)]
+
+
+def _differing(a: bytes, b: bytes) -> list[int]:
+    if len(a) != len(b):
+        raise InvalidArgumentError("trees of different sizes cannot be compared")
+    x, y = np.frombuffer(a, dtype="<u4"), np.frombuffer(b, dtype="<u4")
+    return np.flatnonzero(x != y).tolist()

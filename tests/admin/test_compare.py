@@ -1,0 +1,133 @@
+"""lr.compare (admin/compare.py): an exchange of tictac trees finds exactly the keys that differ
+between two stores, at rest without Ray, or running, against a backup and a clone."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import leveled_ray as lr
+from leveled_ray.actors.bookie import Bookie
+from leveled_ray.actors.remote import LocalHandle
+from leveled_ray.admin.compare import (
+    DIFFERENT,
+    MISSING_IN_A,
+    MISSING_IN_B,
+    Difference,
+    compare_views,
+)
+from leveled_ray.cli.main import main as cli
+from leveled_ray.client.store import Store
+from leveled_ray.clock import ManualClock, system_clock
+
+OPTIONS = lr.Options(metrics_interval_s=0)
+KEYS = [f"k{i:02d}" for i in range(30)]
+#: What side b does to a key of the common base: how compare must report it.
+MUTATIONS = {"change": DIFFERENT, "delete": MISSING_IN_B, "expire": MISSING_IN_B,
+             "only_in_a": MISSING_IN_B, "only_in_b": MISSING_IN_A}
+
+
+async def written(url: str, clock, puts: dict, deletes=(), expiring=()) -> None:
+    """A store at ``url`` holding ``puts`` less ``deletes``, with ``expiring`` keys put with a
+    TTL of 10 s; closed cleanly, so it is at rest."""
+    bookie = Bookie(url, OPTIONS, local=True, clock=clock)
+    await bookie.start()
+    store = Store(LocalHandle(bookie), OPTIONS, url, None, {"head_only": None}, clock)
+    try:
+        if puts:
+            await store.put_many_async([lr.Put("b", k, v) for k, v in puts.items()])
+        for key in expiring:
+            await store.put_many_async([lr.Put("b", key, b"short-lived", ttl=10)])
+        if deletes:
+            await store.put_many_async([lr.Delete("b", k) for k in deletes])
+    finally:
+        await bookie.close()
+
+
+@settings(max_examples=20, deadline=None)
+@given(base=st.dictionaries(st.sampled_from(KEYS), st.binary(max_size=8), max_size=20),
+       mutations=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(sorted(MUTATIONS)),
+                                 max_size=8),
+       size=st.sampled_from(["xxsmall", "small"]), max_segments=st.integers(1, 4))
+def test_compare_finds_exactly_the_keys_that_differ(base, mutations, size, max_segments):
+    clock = ManualClock()
+    a_puts, b_puts, b_deletes, b_expiring, expected = dict(base), dict(base), [], [], []
+    for key, what in mutations.items():
+        if what == "only_in_b":
+            a_puts.pop(key, None)
+            b_puts[key] = b"new"
+        elif key not in base:
+            continue  # the other mutations act on a key both sides hold
+        elif what == "change":
+            b_puts[key] = base[key] + b"!"
+        elif what == "delete":
+            b_deletes.append(key)
+        elif what == "expire":
+            b_puts.pop(key)
+            b_expiring.append(key)
+        elif what == "only_in_a":
+            b_puts.pop(key)
+        expected.append(Difference("b", key, MUTATIONS[what]))
+    url_a, url_b = (f"memory://cmp-{uuid.uuid4().hex}" for _ in range(2))
+
+    async def run():
+        await written(url_a, clock, a_puts)
+        await written(url_b, clock, b_puts, b_deletes, b_expiring)
+        clock.advance(60)  # the expiring keys are gone
+        with lr.reader(url_a, clock=clock) as a, lr.reader(url_b, clock=clock) as b:
+            return await compare_views(a, b, size=size, max_segments=max_segments)
+
+    found = asyncio.run(run())
+    assert found.differences == sorted(expected, key=lambda d: d.key)
+    assert (found.dirty_segments == 0) == (not expected)
+    assert found.rounds == (1 if not expected else 2 + -(-found.dirty_segments // max_segments))
+
+
+def test_compare_refuses_bad_input():
+    url = f"memory://cmp-{uuid.uuid4().hex}"
+    asyncio.run(written(url, system_clock, {"k": b"v"}))
+    for bad in ({"size": "huge"}, {"max_segments": 0}, {"max_segments": True}):
+        with pytest.raises(lr.InvalidArgumentError):
+            lr.compare(url, url, **bad)
+    with pytest.raises(lr.InvalidArgumentError):
+        lr.compare(url, 42)
+    assert lr.compare(url, url).equal
+
+
+@pytest.mark.ray
+def test_a_store_equals_its_backup_and_its_clone_until_the_clone_changes(ray_cluster,
+                                                                         tmp_path, capsys):
+    url = f"file://{tmp_path}/db"
+    store = lr.open(url, shards=2)
+    try:
+        store.put_many([lr.Put("b", f"k{i}", b"v%d" % i) for i in range(300)])
+        store.delete("b", "k7")
+        store.backup(f"file://{tmp_path}/backup", progress=False)
+        checkpoint = store.checkpoint(lifetime=600)
+        backup, clone_url = f"file://{tmp_path}/backup", f"file://{tmp_path}/clone"
+        clone = lr.clone(url, clone_url, checkpoint.id)
+        try:
+            assert lr.compare(store, backup).equal
+            same = lr.compare(store, clone)
+            assert same.equal and same.rounds == 1
+            clone.put("b", "k1", b"changed")
+            clone.delete("b", "k2")
+            clone.put("b", "new", b"x")
+            found = lr.compare(store, clone, size="xxsmall")
+            assert found.differences == [Difference("b", "k1", DIFFERENT),
+                                         Difference("b", "k2", MISSING_IN_B),
+                                         Difference("b", "new", MISSING_IN_A)]
+            assert 0 < found.bytes_exchanged < 8192 and found.rounds == 3  # 3 branches of 2 KiB
+        finally:
+            clone.close()
+        capsys.readouterr()  # both at rest now: compared without Ray
+        assert cli(["compare", "--url", backup, backup]) == 0
+        assert cli(["compare", "--url", backup, clone_url]) == 1
+        out = capsys.readouterr().out
+        assert "different     b\tk1" in out and "3 difference(s)" in out
+    finally:
+        store.close()

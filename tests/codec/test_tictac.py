@@ -1,0 +1,88 @@
+"""Tictac trees (codec/tictac.py): pure, no store."""
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import leveled_ray as lr
+from leveled_ray.codec.keys import object_key
+from leveled_ray.codec.tictac import (
+    BRANCH_WIDTH,
+    SIZES,
+    TicTacTree,
+    dirty_branches,
+    dirty_segments,
+    key_hash,
+    segment_of,
+)
+
+ENTRIES = st.dictionaries(st.binary(min_size=1, max_size=12), st.integers(0, 2**64 - 1),
+                          max_size=60)
+
+
+def tree_of(entries: dict, size: str = "xxsmall") -> TicTacTree:
+    tree = TicTacTree(size)
+    tree.add(entries.items())
+    return tree
+
+
+@given(ENTRIES, st.randoms())
+def test_a_tree_depends_on_its_entries_only_not_their_order(entries, rng):
+    shuffled = list(entries.items())
+    rng.shuffle(shuffled)
+    other = TicTacTree("xxsmall")
+    other.add(shuffled)
+    assert other == tree_of(entries)
+
+
+@given(ENTRIES, ENTRIES)
+def test_trees_of_disjoint_sets_merge_into_the_tree_of_their_union(a, b):
+    b = {k: v for k, v in b.items() if k not in a}
+    assert tree_of(a).merge(tree_of(b)) == tree_of({**a, **b})
+
+
+@given(ENTRIES, st.binary(min_size=1, max_size=12), st.integers(0, 2**64 - 1))
+def test_removing_an_entry_undoes_its_add(entries, key, value_hash):
+    entries.pop(key, None)
+    tree = tree_of(entries)
+    tree.add([(key, value_hash)])
+    assert tree != tree_of(entries)
+    tree.remove([(key, value_hash)])
+    assert tree == tree_of(entries)
+
+
+def test_the_dirty_segments_are_exactly_those_of_the_changed_keys():
+    rng = random.Random(7)
+    base = {object_key("b", f"k{i}"): rng.getrandbits(64) for i in range(5000)}
+    changed = dict(base)
+    touched = rng.sample(sorted(base), 12)
+    for k in touched[:6]:
+        changed[k] ^= 1  # another value
+    for k in touched[6:]:
+        del changed[k]  # gone
+    a, b = tree_of(base, "small"), tree_of(changed, "small")
+    segments = []
+    for branch in dirty_branches(a.root(), b.root()):
+        segments += dirty_segments(branch, a.branch(branch), b.branch(branch))
+    assert sorted(segments) == sorted({segment_of(key_hash(k), SIZES["small"])
+                                       for k in touched})
+
+
+def test_sizes_shapes_and_an_encoded_tree():
+    large = TicTacTree("large")
+    assert large.segments == 1 << 20 and len(large.root()) == 16 << 10
+    assert len(large.encode()) - 9 == 4 << 20 and len(large.branch(0)) == 4 * BRANCH_WIDTH
+    tree = tree_of({b"x": 1, b"y": 2}, "xsmall")
+    assert TicTacTree.decode(tree.encode()) == tree
+    assert np.count_nonzero(TicTacTree("xxsmall").leaves) == 0
+    with pytest.raises(lr.InvalidArgumentError):
+        TicTacTree("huge")
+    with pytest.raises(lr.InvalidArgumentError):
+        tree.merge(TicTacTree("xxsmall"))
+    with pytest.raises(lr.InvalidArgumentError):
+        dirty_branches(tree.root(), TicTacTree("xxsmall").root())
+    with pytest.raises(lr.InvalidArgumentError):
+        TicTacTree.decode(b"\x09junk")
