@@ -42,7 +42,7 @@ __all__ = [
     "ObjectStoreError", "Options",
     "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "StoreUnavailableError",
-    "connect", "open",
+    "connect", "open", "replicate",
 ]
 
 
@@ -52,4 +52,8 @@ def __getattr__(name: str):
         from . import raydata
 
         return raydata
+    if name == "replicate":  # lr.replicate: only the drivers that replicate import it
+        from .replication import replicate
+
+        return replicate
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

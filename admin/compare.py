@@ -12,7 +12,8 @@ what it needs between the sides, and counts it:
 3. the keys and value hashes of at most ``max_segments`` dirty segments per round, until every
    dirty segment is compared.
 
-The trees are folded, not yet kept as writes land, so each side still reads its heads once
+Objects in :data:`REPLICATION_BUCKET` (a replica's positions) are left out. The trees are
+folded, not yet kept as writes land, so each side still reads its heads once
 (no values); the bytes exchanged are what a compare across a network would send.
 """
 
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow.compute as pc
 
 from ..codec.keys import object_key
 from ..codec.tictac import (
@@ -35,6 +37,9 @@ from ..codec.tictac import (
 )
 from ..errors import InvalidArgumentError
 
+#: The bucket where a replica keeps its replicator's positions (:mod:`leveled_ray.replication`):
+#: leveled-ray's own, left out of compares.
+REPLICATION_BUCKET = "leveled-ray.replication"
 #: Kinds of difference.
 MISSING_IN_A, MISSING_IN_B, DIFFERENT = "missing_in_a", "missing_in_b", "different"
 
@@ -80,6 +85,9 @@ class FoldedSide:
         side = cls(size)
         shift = np.uint64(64 - SIZES[size].bit_length() + 1)
         async for batch in view.fold_heads_batches_async(binary_names=True, batch_size=10_000):
+            if REPLICATION_BUCKET.encode() in batch.column("bucket").unique().to_pylist():
+                batch = batch.filter(pc.not_equal(batch.column("bucket"),
+                                                  REPLICATION_BUCKET.encode()))
             buckets, keys = batch.column("bucket").to_pylist(), batch.column("key").to_pylist()
             khashes = np.fromiter((key_hash(object_key(b, k)) for b, k in zip(buckets, keys)),
                                   dtype=np.uint64, count=len(keys))

@@ -1,0 +1,113 @@
+"""lr.replicate (replicate/): a second store kept in sync with a running one, through a
+kill -9 of the replicator, and full syncs that repair what the stream missed."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+
+import pytest
+from support.waits import wait_until
+
+import leveled_ray as lr
+from leveled_ray.replication.rules import BUCKET
+
+pytestmark = pytest.mark.ray
+
+
+def caught_up(rep, source) -> bool:
+    stats = rep.stats()
+    durable = ({str(i): s["durable_sqn"] for i, s in enumerate(source.stats()["shards"])}
+               if isinstance(source, lr.ShardedStore) else source.stats()["durable_sqn"])
+    return stats["position"] == durable
+
+
+def scraped(ray) -> str:
+    """Every node's Prometheus text."""
+    import urllib.request
+
+    return "".join(urllib.request.urlopen(f"http://127.0.0.1:{n['MetricsExportPort']}/metrics")
+                   .read().decode() for n in ray.nodes() if n["Alive"])
+
+
+def feed(view) -> list[tuple]:
+    """Every change but the replicator's positions, by key, in each key's order."""
+    out = [(c.bucket, c.key, c.kind, c.value) for c in view.changes(0) if c.bucket != BUCKET]
+    return sorted(out, key=lambda c: (c[0], c[1]))  # stable: each key's changes keep their order
+
+
+def test_a_replica_keeps_up_under_load_through_a_kill_of_its_replicator(ray_cluster,
+                                                                         tmp_path):
+    source = lr.open(f"file://{tmp_path}/src", shards=2)
+    target_url = f"file://{tmp_path}/dst"
+    try:
+        source.put_many([lr.Put("b", f"k{i:03d}", b"first") for i in range(100)])
+        rep = lr.replicate(source, target_url, name="load", full_sync_s=0)
+        stop, rng = threading.Event(), random.Random(5)
+
+        def write():
+            n = 0
+            while not stop.is_set() and n < 400:
+                key = f"k{rng.randrange(120):03d}"
+                if rng.random() < 0.2:
+                    source.delete("b", key)
+                else:
+                    source.put("b", key, b"%d" % n, indexes=[("add", "n_int", n % 7)])
+                n += 1
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        wait_until(lambda: rep.stats()["applied"] > 150)
+        os.kill(rep.stats()["pid"], signal.SIGKILL)  # Ray restarts it; it resumes
+        writer.join()
+        wait_until(lambda: caught_up(rep, source), timeout=60)
+        stats = rep.stats()
+        assert stats["lag_changes"] == 0 and stats["applied"] > 0
+        rep.close()
+        assert lr.compare(source, target_url).equal
+        with lr.reader(target_url) as target:
+            # Nothing applied twice, nothing out of order: the same changes, key by key.
+            assert feed(target) == feed(source)
+            assert sorted(target.index_query("b", "n_int", 0, 6)) == sorted(
+                source.index_query("b", "n_int", 0, 6))
+    finally:
+        source.close()
+
+
+def test_a_full_sync_repairs_what_the_stream_missed_and_reports_foreign_writes(ray_cluster,
+                                                                               tmp_path):
+    source = lr.open(f"file://{tmp_path}/src")
+    target_url = f"file://{tmp_path}/dst"
+    try:
+        source.put_many([lr.Put("b", f"k{i}", b"v%d" % i, metadata={"i": i})
+                         for i in range(50)])
+        rep = lr.replicate(source, target_url, name="sync", full_sync_s=0)
+        wait_until(lambda: caught_up(rep, source))
+        rep.close()
+        target = lr.open(target_url)  # behind the replicator's back
+        target.delete("b", "k1")  # as if the stream had missed it: repaired
+        target.put("b", "k2", b"foreign")  # someone else's writes: reported, kept
+        target.put("b", "extra", b"x")
+        target.close()
+        source.put("b", "k3", b"while down")  # the stream's, when it resumes
+        rep = lr.replicate(source, target_url, name="sync", full_sync_s=0)
+        wait_until(lambda: caught_up(rep, source))
+        done = rep.full_sync()
+        assert (done["copy"], done["delete"], done["foreign"]) == (1, 0, 2)
+        assert sorted(rep.stats()["foreign"]) == [("b", "extra"), ("b", "k2")]
+        wait_until(lambda: "ray_leveled_replication_lag_changes" in scraped(ray_cluster))
+        rep.close()
+        with lr.reader(target_url) as t:
+            assert t.get_many([("b", "k1"), ("b", "k2"), ("b", "k3")]) == [
+                b"v1", b"foreign", b"while down"]
+            assert t.head("b", "k1").metadata["i"] == 1
+        assert [(d.key, d.kind) for d in lr.compare(source, target_url).differences] == [
+            ("extra", "missing_in_a"), ("k2", "different")]
+        with pytest.raises(lr.InvalidArgumentError):
+            lr.replicate(source, source.url)
+        with pytest.raises(lr.InvalidArgumentError):
+            lr.replicate(target_url, source.url)
+    finally:
+        source.close()
