@@ -6,7 +6,10 @@ Two plain stores hold the same ``--keys`` objects of ``--value-bytes``, except f
 - the bytes the exchange moved, against one store's size on disk;
 - the compare's time (both sides folding their heads into trees, then the exchange), against
   a full fold of one store's objects (``fold_objects_batches``) in the same run;
-- whether it found exactly the 100 keys.
+- whether it found exactly the 100 keys;
+- replication (``lr.replicate``) of a store taking ``--rate`` puts a second (1 KiB) for
+  ``--seconds``: the delay from a change's acknowledgement on the source to its batch's on the
+  target, p50 and p99, and the lag once the writes stop.
 
 Trees are folded per compare, not yet kept as writes land: the put-throughput cost of kept
 trees has nothing to measure yet. Run: ``python bench/aae.py`` (``--quick`` for a smaller
@@ -16,6 +19,7 @@ run; ``--keys 1000000`` for the issue's size).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import tempfile
 import time
@@ -46,6 +50,38 @@ def load(url: str, keys: int, value: bytes, changed: set, deleted: set, extra: l
         store.close()
 
 
+async def steady_puts(store, rate: int, seconds: float) -> int:
+    """``rate`` puts a second for ``seconds``, sent in ticks of 10 ms; how many."""
+    loop, sent, pending = asyncio.get_running_loop(), 0, []
+    start = loop.time()
+    while loop.time() - start < seconds:
+        due = int((loop.time() - start) * rate)
+        pending += [asyncio.ensure_future(store.put_async("r", f"k{i % 5000}", b"v" * 1024))
+                    for i in range(sent, due)]
+        sent = due
+        await asyncio.sleep(0.01)
+    await asyncio.gather(*pending)
+    return sent
+
+
+def replication_delays(tmp: str, rate: int, seconds: float) -> dict:
+    source = lr.open(f"file://{tmp}/rsrc")
+    try:
+        rep = lr.replicate(source, f"file://{tmp}/rdst", name="bench", full_sync_s=0)
+        sent = asyncio.run(steady_puts(source, rate, seconds))
+        deadline = time.monotonic() + 60
+        while rep.stats()["position"] != source.stats()["durable_sqn"]:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the replica did not catch up within 60 s")
+            time.sleep(0.05)
+        stats = rep.stats()
+        rep.close()
+        return {"sent": sent, **{k: stats[k] for k in ("delay_p50_s", "delay_p99_s",
+                                                     "applied", "batches")}}
+    finally:
+        source.close()
+
+
 def disk_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
                for f in files)
@@ -56,10 +92,12 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--value-bytes", type=int, default=1024)
     parser.add_argument("--size", default="small", help="tree size")
+    parser.add_argument("--rate", type=int, default=1000, help="puts a second, replicated")
+    parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.keys = 20_000
+        args.keys, args.seconds = 20_000, 5.0
     tmp = tempfile.mkdtemp(prefix="lr-aae-")
     ray.init(include_dashboard=False, logging_level="ERROR", _temp_dir=tmp)
     value = os.urandom(args.value_bytes)
@@ -70,6 +108,7 @@ def main() -> None:
     url_a, url_b = f"file://{tmp}/a", f"file://{tmp}/b"
     load(url_a, args.keys, value, set(), set(), [])
     load(url_b, args.keys, value, changed, deleted, extra)
+    replicated = replication_delays(tmp, args.rate, args.seconds)
     ray.shutdown()  # both at rest: compared, and folded, without Ray
 
     t = time.perf_counter()
@@ -89,14 +128,12 @@ def main() -> None:
           f"differences found ({'exactly the 100' if right else 'NOT the 100 planted'}), "
           f"{found.dirty_segments} dirty segments, {found.rounds} rounds; fold read {rows} "
           f"objects")
-    print(f"{'measure':<40} {'value':>14} {'peer':>14} {'ratio':>9}")
-    for measure, v, p, unit in rows_out:
-        print(f"{measure:<40} {v:>14.3f} {p:>14.3f} {v / p:>9.5f}  {unit}")
-    path = plots.save_ratios("aae", f"compare against the store's size and a full fold "
-                             f"({os.cpu_count()} cores)", [(m, v / p) for m, v, p, _ in rows_out],
-                             xlabel="ratio (lower is better)")
-    if path:
-        print(f"plot: {path}")
+    print(f"replication at {args.rate} puts/s for {args.seconds:g} s: {replicated['sent']} "
+          f"puts in {replicated['batches']} batches; delay p50 "
+          f"{replicated['delay_p50_s'] * 1000:.1f} ms, p99 {replicated['delay_p99_s'] * 1000:.1f} "
+          f"ms")
+    plots.report_ratios("aae", "compare against the store's size and a full fold", rows_out,
+                        xlabel="ratio (lower is better)")
 
 
 if __name__ == "__main__":

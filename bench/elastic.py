@@ -168,15 +168,8 @@ def main() -> None:
 
     print(f"4 shards x {args.keys} x 1 KiB; Ray health checks {HEALTH}; "
           f"shards on the dead node: {victims}")
-    print(f"{'measure':<42} {'value':>10} {'peer':>10} {'ratio':>7}  unit")
-    for measure, value, peer, unit in rows:
-        print(f"{measure:<42} {value:>10.2f} {peer:>10.2f} {value / peer:>7.2f}  {unit}")
-    path = plots.save_ratios("elastic", f"failover against a plain open, same run "
-                             f"({os.cpu_count()} cores)",
-                             [(m, v / p) for m, v, p, _ in rows],
-                             xlabel="ratio (time rows: lower is better)")
-    if path:
-        print(f"plot: {path}")
+    plots.report_ratios("elastic", "failover against a plain open, same run", rows,
+                        xlabel="ratio (time rows: lower is better)")
     ray.shutdown()
     cluster.shutdown()
 

@@ -25,6 +25,20 @@ def _pyplot():
     return plt
 
 
+def report_ratios(name: str, title: str, rows: list[tuple[str, float, float, str]], *,
+                  xlabel: str) -> None:
+    """Print ``(measure, value, peer value, unit)`` rows with their ratios, then plot the
+    ratios (:func:`save_ratios`)."""
+    width = max(len(r[0]) for r in rows) + 2
+    print(f"{'measure':<{width}} {'value':>12} {'peer':>12} {'ratio':>9}  unit")
+    for measure, value, peer, unit in rows:
+        print(f"{measure:<{width}} {value:>12.2f} {peer:>12.2f} {value / peer:>9.3g}  {unit}")
+    path = save_ratios(name, f"{title} ({os.cpu_count()} cores)",
+                       [(m, v / p) for m, v, p, _ in rows], xlabel=xlabel)
+    if path:
+        print(f"plot: {path}")
+
+
 def save_ratios(name: str, title: str, rows: list[tuple[str, float]], *,
                 xlabel: str = "leveled-ray / peer in the same run") -> str | None:
     """Horizontal bars of ``(measure, ratio)``, each drawn from 1 (the peer) to its ratio; a

@@ -20,7 +20,6 @@ Run: ``python bench/shards.py`` (``--quick`` for a smaller run).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -174,15 +173,8 @@ def main() -> None:
 
     print(f"bare Ray round trip p50: {rtt:.3f} ms; longest write pause of a cut: "
           f"{pause:.2f} ms")
-    print(f"{'measure':<46} {'value':>12} {'peer':>12} {'ratio':>7}  unit")
-    for measure, value, peer, unit in rows:
-        print(f"{measure:<46} {value:>12.2f} {peer:>12.2f} {value / peer:>7.2f}  {unit}")
-    path = plots.save_ratios("shards", f"sharded against one shard / plain, same run "
-                             f"({os.cpu_count()} cores)",
-                             [(m, v / p) for m, v, p, _ in rows],
-                             xlabel="sharded / peer (time rows: lower is better)")
-    if path:
-        print(f"plot: {path}")
+    plots.report_ratios("shards", "sharded against one shard / plain, same run", rows,
+                        xlabel="sharded / peer (time rows: lower is better)")
     ray.shutdown()
 
 

@@ -18,7 +18,8 @@ from .replicator import Replication, check_name
 
 #: The replicator's Ray metrics (``leveled_replication_<field>``, tagged ``replication``).
 METRICS = {"lag_changes": "changes acknowledged by the source and not yet on the target",
-           "lag_s": "age of the last change applied while more were waiting, in seconds",
+           "lag_s": "delay of the last batch applied (from its oldest change's "
+                    "acknowledgement on the source), 0 once caught up, in seconds",
            "applied": "changes applied to the target since the replicator started"}
 METRICS_S = 1.0
 
@@ -74,7 +75,9 @@ class ReplicatorHandle:
 
     def stats(self) -> dict:
         """Changes applied, the position (the source's SQN, or each shard's), the lag behind
-        the source in changes and seconds (``lag_changes``, ``lag_s``), full syncs and their
+        the source in changes and seconds (``lag_changes``, ``lag_s``), the delays of recent
+        batches (``delay_p50_s``, ``delay_p99_s``: from a change's acknowledgement on the source
+        to its batch's on the target), full syncs and their
         repairs, the foreign writes they found on the target, and errors. Cost: one round
         trip."""
         return read_call(self._actor.stats.remote).run()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 
 from ..admin.compare import compare_views
 from ..clock import Clock, system_clock
@@ -51,6 +52,9 @@ class Replication:
                          "foreign": [], "errors": 0, "lag_changes": 0, "lag_s": 0.0,
                          "last_error": None}
         self._last_sync = 0.0
+        #: The delay of each recent batch: from its oldest change's acknowledgement on the
+        #: source to the batch's on the target, in seconds.
+        self.delays: deque[float] = deque(maxlen=1024)
 
     async def resume(self) -> None:
         """Read the position the target holds, and listen to the source after it."""
@@ -67,13 +71,14 @@ class Replication:
         changes: list[Change] = await self.listener.poll_async(timeout)
         for start in range(0, len(changes), BATCH):
             await self._apply(changes[start:start + BATCH])
-        await self._measure_lag(changes)
+        await self._measure_lag()
         if self.full_sync_s and time.monotonic() - self._last_sync >= self.full_sync_s:
             await self.full_sync()
         return len(changes)
 
     async def _apply(self, changes: list[Change]) -> None:
         now = self.clock()
+        oldest = min(c.last_modified for c in changes)
         position = self.position
         for change in changes:
             position = advance(position, change)
@@ -84,16 +89,18 @@ class Replication:
         self.position = position
         self.counters["applied"] += len(changes)
         self.counters["batches"] += 1
+        self.delays.append(max(0.0, self.clock() - oldest))
+        self.counters["lag_s"] = round(self.delays[-1], 4)
 
-    async def _measure_lag(self, changes: list[Change]) -> None:
+    async def _measure_lag(self) -> None:
         durable = await self._source_sqns()
         if isinstance(self.position, dict):
             behind = sum(max(0, durable[s] - self.position.get(s, 0)) for s in durable)
         else:
             behind = max(0, durable - self.position)
         self.counters["lag_changes"] = behind
-        self.counters["lag_s"] = (round(self.clock() - changes[-1].last_modified, 3)
-                                  if changes and behind else 0.0)
+        if not behind:
+            self.counters["lag_s"] = 0.0
 
     async def _source_sqns(self):
         stats = await self.source.stats_async()
@@ -140,8 +147,14 @@ class Replication:
             indexes=removes + [("add", f, t) for f, t in head.indexes])])
 
     def stats(self) -> dict:
+        """The counters, the position, and the recent batches' delays (p50, p99)."""
+        delays = sorted(self.delays) or [0.0]
+
+        def quantile(q: float) -> float:
+            return round(delays[min(len(delays) - 1, int(q * len(delays)))], 4)
         return {"name": self.name, "position": self.position, **self.counters,
-                "foreign": list(self.counters["foreign"])}
+                "foreign": list(self.counters["foreign"]), "delay_p50_s": quantile(0.5),
+                "delay_p99_s": quantile(0.99)}
 
     async def run(self, stop) -> None:
         """Steps until ``stop`` (a ``threading.Event``) is set. After an error (counted in
