@@ -31,7 +31,8 @@ import leveled_ray as lr
 import plots
 
 
-def load(url: str, keys: int, value: bytes, changed: set, deleted: set, extra: list) -> None:
+def load(url: str, keys: int, values: list[bytes], changed: set, deleted: set,
+         extra: list) -> None:
     store = lr.open(url)
     try:
         batch = []
@@ -39,11 +40,11 @@ def load(url: str, keys: int, value: bytes, changed: set, deleted: set, extra: l
             key = f"k{i:08d}"
             if key in deleted:
                 continue
-            batch.append(lr.Put("b", key, value + b"!" if key in changed else value))
+            batch.append(lr.Put("b", key, values[i] + b"!" if key in changed else values[i]))
             if len(batch) == 5000:
                 store.put_many(batch)
                 batch = []
-        batch += [lr.Put("b", k, value) for k in extra]
+        batch += [lr.Put("b", k, values[0]) for k in extra]
         if batch:
             store.put_many(batch)
     finally:
@@ -100,14 +101,15 @@ def main() -> None:
         args.keys, args.seconds = 20_000, 5.0
     tmp = tempfile.mkdtemp(prefix="lr-aae-")
     ray.init(include_dashboard=False, logging_level="ERROR", _temp_dir=tmp)
-    value = os.urandom(args.value_bytes)
+    blob = os.urandom(args.value_bytes * args.keys)  # a random value per key
+    values = [blob[i * args.value_bytes:(i + 1) * args.value_bytes] for i in range(args.keys)]
     step = args.keys // 70
     changed = {f"k{i:08d}" for i in range(0, 40 * step, step)}
     deleted = {f"k{i:08d}" for i in range(40 * step + 1, 70 * step, step)}
     extra = [f"new{i:03d}" for i in range(30)]
     url_a, url_b = f"file://{tmp}/a", f"file://{tmp}/b"
-    load(url_a, args.keys, value, set(), set(), [])
-    load(url_b, args.keys, value, changed, deleted, extra)
+    load(url_a, args.keys, values, set(), set(), [])
+    load(url_b, args.keys, values, changed, deleted, extra)
     replicated = replication_delays(tmp, args.rate, args.seconds)
     ray.shutdown()  # both at rest: compared, and folded, without Ray
 
@@ -122,7 +124,8 @@ def main() -> None:
     right = ({(d.key, d.kind) for d in found.differences}
              == {(k, "different") for k in changed} | {(k, "missing_in_b") for k in deleted}
              | {(k, "missing_in_a") for k in extra})
-    rows_out = [("bytes exchanged / store size", found.bytes_exchanged, size, "bytes"),
+    rows_out = [("bytes exchanged / one store's size on disk", found.bytes_exchanged, size,
+                 "bytes"),
                 ("compare time / full fold of one store", compare_s, fold_s, "s")]
     print(f"{args.keys} keys x {args.value_bytes} B, tree {args.size}; {len(found)} "
           f"differences found ({'exactly the 100' if right else 'NOT the 100 planted'}), "

@@ -7,9 +7,9 @@ segment and each branch holds a 32-bit hash; the *root* is the branches' hashes
 (``branches * 4`` bytes: 16 KiB for ``large``, whose whole tree is 4 MiB).
 
 Entries. An object's *key hash* is ``xxh3_64(Ledger key, seed=SEED)``: its top bits pick the
-segment, its low 32 bits are the key's part of the entry hash. The *entry hash* is the key's
-part XOR the value's hash (the object's ``Head.hash``, xxh3-64 of the value, folded to 32
-bits), and it is XORed into the segment and its branch. So the tree depends only on the set
+segment. The *entry hash* mixes the key hash with the value's hash (the object's
+``Head.hash``, xxh3-64 of the value) into 32 bits (:func:`entry_hash`), and it is XORed into
+the segment and its branch. So the tree depends only on the set
 of ``(key, value)`` pairs: not on the order they were added, their SQNs, or how the store is
 laid out. Removing an entry XORs it in again, and trees of disjoint key sets (a sharded
 store's shards) merge by XOR into the tree of their union.
@@ -52,9 +52,19 @@ def segment_of(khash: int, segments: int) -> int:
     return khash >> (64 - segments.bit_length() + 1)
 
 
+MIX_1, MIX_2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # splitmix64's finalizer
+MASK64 = (1 << 64) - 1
+
+
 def entry_hash(khash: int, value_hash: int) -> int:
-    """The 32-bit hash an entry XORs into its segment."""
-    return (khash ^ value_hash ^ (value_hash >> 32)) & 0xFFFFFFFF
+    """The 32-bit hash an entry XORs into its segment: the key and value hashes mixed (not
+    merely XORed: then every key whose value changes from one value to another would change
+    its segment by the same amount, and two such keys in one branch would cancel out in the
+    branch's hash, hiding both)."""
+    z = khash ^ value_hash
+    z = ((z ^ (z >> 30)) * MIX_1) & MASK64
+    z = ((z ^ (z >> 27)) * MIX_2) & MASK64
+    return (z ^ (z >> 31)) >> 32
 
 
 class TicTacTree:
@@ -82,8 +92,10 @@ class TicTacTree:
         value_hashes = np.asarray(value_hashes, dtype=np.uint64)
         shift = np.uint64(64 - self.segments.bit_length() + 1)
         segments = (khashes >> shift).astype(np.int64)
-        entries = ((khashes ^ value_hashes ^ (value_hashes >> np.uint64(32)))
-                   & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        z = khashes ^ value_hashes  # entry_hash, on arrays (uint64 products wrap, as there)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX_1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX_2)
+        entries = ((z ^ (z >> np.uint64(31))) >> np.uint64(32)).astype(np.uint32)
         np.bitwise_xor.at(self.leaves, segments, entries)
 
     def add(self, pairs: Iterable[tuple[bytes, int]]) -> None:
