@@ -3,7 +3,8 @@
 Every error a caller can act on is a subclass of :class:`LeveledError`. Errors raised inside the
 store's actors reach the caller as these types (the client handle unwraps Ray's wrapper
 exceptions). A call rejected with an error changes nothing in the store, except where an
-:class:`ObjectStoreError` says ``definite=False``: then the change may or may not have happened.
+:class:`ObjectStoreError` says ``definite=False``, and a :class:`StoreUnavailableError` (the
+Bookie was lost during the call): then the change may or may not have happened.
 """
 
 from __future__ import annotations
