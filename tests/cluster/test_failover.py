@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from support.waits import wait_until
 
 import leveled_ray as lr
 
@@ -102,15 +103,18 @@ def test_a_shard_whose_node_dies_serves_again_and_the_others_never_stop(ray_clus
                 try:
                     store.put("b", key, value)
                     acked[key] = value
+                    acks[shard] += 1
                 except lr.LeveledError as exc:
                     failures[shard].append((time.monotonic(), exc))
                     acked.pop(key, None)  # unknown now: not checked below
                 n += 1
 
+        others = [s for s in range(4) if s not in victims]
+        acks: dict[int, int] = dict.fromkeys(range(4), 0)  # acknowledged puts, by shard
         threads = [threading.Thread(target=write, args=(s,)) for s in range(4)]
         for t in threads:
             t.start()
-        time.sleep(1.0)  # load before the death
+        wait_until(lambda: all(acks[s] >= 20 for s in range(4)))  # load before the death
         died = time.monotonic()
         spare_node.kill()
         # The victim shard serves again: a write to it is acknowledged.
@@ -123,7 +127,8 @@ def test_a_shard_whose_node_dies_serves_again_and_the_others_never_stop(ray_clus
                 served = time.monotonic() - died
             except lr.StoreUnavailableError:
                 pass
-        time.sleep(1.0)  # load after the reopen
+        after = dict(acks)
+        wait_until(lambda: all(acks[s] >= after[s] + 20 for s in others))  # load after it
         stop.set()
         for t in threads:
             t.join()
