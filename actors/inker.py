@@ -95,6 +95,10 @@ class Inker(Owner):
         #: Gives the Inker's clerk (journal compaction), started on first use; from the Bookie.
         self.clerk: Callable[[], object] | None = None
         self._compaction: asyncio.Task | None = None
+        #: A compaction asked for while one ran (its ``small_only``), run once that one ends:
+        #: the running one may have decided before what the request was for (a dropped lease,
+        #: a persisted Ledger).
+        self._asked_again: bool | None = None
         self._schedule: asyncio.Task | None = None
         self._journal_changed = asyncio.Event()
         #: ``(manifest version, names)`` of the files each recent compaction removed.
@@ -319,18 +323,32 @@ class Inker(Owner):
                 self.compact()
 
     def compact(self, *, small_only: bool = False) -> str:
-        """Start a journal compaction: ``"started"``, or ``"busy"`` if one is running. A
-        failed compaction is counted (``compaction_failures``) and tried again next time.
-        With ``small_only``, it only merges runs of small files (started as they are
-        catalogued, see :meth:`small_files_due`)."""
+        """Start a journal compaction: ``"started"``, or ``"busy"`` if one is running, in
+        which case another runs once it ends. A failed compaction is counted
+        (``compaction_failures``) and tried again next time. With ``small_only``, it only
+        merges runs of small files (started as they are catalogued, see
+        :meth:`small_files_due`)."""
         self._check_writable()
         if self._compaction is not None and not self._compaction.done():
+            again = self._asked_again
+            self._asked_again = small_only if again is None else again and small_only
             return "busy"
-        self._compaction = self.tasks.start(self._compact(small_only), "journal compaction")
+        self._asked_again = None
+        self._compaction = self.tasks.start(self._compactions(small_only), "journal compaction")
         return "started"
 
+    async def _compactions(self, small_only: bool) -> CompactionResult:
+        """One compaction, then one more while any was asked for as it ran."""
+        result = CompactionResult([])
+        while True:
+            result += await self._compact(small_only)
+            if self._asked_again is None or self.closed or self.fenced is not None:
+                return result
+            small_only, self._asked_again = self._asked_again, None
+
     async def wait_compaction(self) -> CompactionResult | None:
-        """Wait for the running compaction (if any); returns its result."""
+        """Wait for the running compaction (if any) and those asked for while it ran; returns
+        their result."""
         if self._compaction is None:
             return None
         return await asyncio.shield(self._compaction)

@@ -51,8 +51,10 @@ async def cas_update(
     says whose version holds it; ``SEALED`` means it holds ``previous`` unchanged. Returns the
     version written, or ``current`` unchanged when the transition returns the same manifest.
     Exceptions raised by ``transition`` (for example ``FencedError``) propagate, and nothing is
-    written. With ``with_id``, the transition is called as ``transition(id, manifest)``: it may
-    pin the version it is applied to.
+    written; but a refusal is believed only on the newest version: when ``current`` was the
+    caller's guess, the newest is read and the transition tried on it once more (a lease
+    dropped, or a checkpoint released, since the guess). With ``with_id``, the transition is
+    called as ``transition(id, manifest)``: it may pin the version it is applied to.
 
     Garbage collection deletes old versions, so a caller whose ``current`` is older than them
     could re-create a deleted id (SlateDB #352). So when the first guess succeeds,
@@ -60,13 +62,21 @@ async def cas_update(
     already superseded, and the loop goes on from the newest. (Later attempts start from a
     fresh read, which cannot be that old.)
     """
+    fresh = current is None  # whether ``current`` was read as the newest
     if current is None:
         current = await read_latest(None)
         if current is None:
             raise InvalidArgumentError("no store here: the manifest does not exist")
     for attempt in range(max_conflicts + 1):
         mid, manifest = current
-        updated = transition(mid, manifest) if with_id else transition(manifest)
+        try:
+            updated = transition(mid, manifest) if with_id else transition(manifest)
+        except Exception:
+            newer = None if fresh else await read_latest(current)
+            if newer is None or newer[0] == mid:
+                raise
+            current, fresh = newer, True
+            continue
         if updated is manifest:
             return current
         check_invariants(updated, mid + 1)
@@ -74,13 +84,13 @@ async def cas_update(
         if created is Created.MINE:
             if attempt or superseded is None or not await superseded(mid + 1):
                 return Versioned(mid + 1, updated)
-            current = await read_latest(None)  # a re-created old id: go on from the newest
+            current, fresh = await read_latest(None), True  # a re-created old id: go on
             continue
         if created is Created.SEALED:  # nothing changed in that version: apply it again
             current = (mid + 1, manifest)
             continue
         newer = await read_latest(current)
-        current = newer if newer is not None else current
+        current, fresh = (newer if newer is not None else current), True
         if attempt > 3:  # a busy manifest: back off a little, with jitter
             await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * attempt)))
     raise ObjectStoreError(f"manifest update lost {max_conflicts} races in a row", definite=True)

@@ -2,12 +2,15 @@
 
 import asyncio
 import os
+import time
 
 import pytest
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
-from leveled_ray.codec import OP_DELETE, OP_KEY_DELTA, OP_PUT, index_key, object_key
+from leveled_ray.actors.remote import ValueBatch, pack
+from leveled_ray.codec import OP_DELETE, OP_KEY_DELTA, OP_PUT, index_key, make_change, object_key
+from leveled_ray.codec.head_only import ledger_change
 from leveled_ray.files.names import journal_slot_name
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import ManifestStore
@@ -228,5 +231,49 @@ def test_small_files_are_merged_as_they_are_catalogued(tmp_path):
         assert len(reopened.inker.data_files()) == len(inker.data_files())
         assert await reopened.get_many(keys) == expected
         await within("close again", reopened.close())
+
+    asyncio.run(run())
+
+
+def test_a_compaction_asked_for_while_one_runs_runs_again_after_it(tmp_path):
+    """A head-only store's trim that decided while a history lease held the Journal, then was
+    asked for again once the lease was dropped, must not answer "busy" and leave the files:
+    the request runs once the running one ends, and sees the dropped lease."""
+    root = str(tmp_path / "db")
+    options = OPTIONS.replace(max_head_only_value_bytes=64)
+
+    async def run():
+        bookie = Bookie(f"file://{root}", options, local=True, head_only="no_lookup")
+        await within("start", bookie.start())
+        await bookie.set_history_lease("feed", 0, 300)
+        for r in range(8):
+            changes = [make_change(lr.Put("b", f"k{i}", b"round %d" % r), options, time.time())
+                       for i in range(30)]
+            await bookie.put_many(pack([ledger_change(c, v, 64) for c, v in changes]),
+                                  ValueBatch(inline=[v for _, v in changes]))
+        await within("settle", settle(bookie))
+        inker = bookie.inker
+        await within("the trims the load started", inker.wait_compaction())
+        held = inker.stats()["journal_files"]
+        assert held > 4  # the lease kept every file
+
+        decided, go_on, replace = asyncio.Event(), asyncio.Event(), inker._replace
+
+        async def paused(result, started=None):  # the running trim, after it decided
+            decided.set()
+            await go_on.wait()
+            return await replace(result, started)
+
+        inker._replace = paused
+        assert inker.compact() == "started"
+        await within("the trim decides", decided.wait())
+        inker._replace = replace
+        await bookie.drop_history_lease("feed")
+        assert inker.compact() == "busy"
+        go_on.set()
+        result = await within("both trims", inker.wait_compaction())
+        assert result.removed
+        assert inker.stats()["journal_files"] < held
+        await within("close", bookie.close())
 
     asyncio.run(run())

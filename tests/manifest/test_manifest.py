@@ -13,6 +13,7 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Checkpoint, Manifest, ManifestStore, cas_update
 from leveled_ray.manifest import checkpoints as cp
 from leveled_ray.manifest import transitions as tr
+from leveled_ray.manifest.model import HistoryLease
 
 
 class FakeManifests:
@@ -75,6 +76,30 @@ def test_cas_update_transition_errors_write_nothing():
         asyncio.run(cas_update(None, fake.read_latest, fake.try_create,
                                lambda m: tr.persist_ledger_sqn(m, 1, 10)))
     assert fake.creates == 0 and list(fake.objects) == [0]
+
+
+def test_cas_update_believes_a_refusal_only_on_the_newest_manifest():
+    """A writer's first guess is its own last version; another process has changed the
+    history leases since. A refusal the stale guess gives is checked on the newest version:
+    the change applies where the lease is gone, and is still refused where one holds."""
+    held = Manifest.new().with_changes(writer_epoch=1, leases=(HistoryLease("feed", 0, 1e12),))
+
+    def trim(m):
+        return tr.replace_journal(m, 1, (), (), history_sqn=10, now=1.0)
+
+    with pytest.raises(lr.HistoryUnavailableError):  # on the stale guess alone
+        trim(held)
+    for newest, refused in ((held.with_changes(leases=()), False),
+                            (held.with_changes(leases=(HistoryLease("other", 5, 1e12),)), True)):
+        fake = FakeManifests(held)
+        fake.objects[1] = newest
+        if refused:
+            with pytest.raises(lr.HistoryUnavailableError):
+                asyncio.run(cas_update((0, held), fake.read_latest, fake.try_create, trim))
+            assert list(fake.objects) == [0, 1]
+        else:
+            mid, m = asyncio.run(cas_update((0, held), fake.read_latest, fake.try_create, trim))
+            assert (mid, m.history_sqn, m.leases) == (2, 10, ())
 
 
 def test_cas_update_does_not_trust_a_recreated_old_id():
