@@ -143,6 +143,8 @@ GAUGES = [
            lambda s: len(s["history"]["leases"])),
     Metric("leveled_history_bytes", "bytes the latest journal compaction kept only for history",
            (), lambda s: s["compaction"].get("history_bytes", 0)),
+    Metric("leveled_bookie_node", "1, tagged with the Ray node that runs the store's (or "
+           "shard's) Bookie", ("node",), lambda s: {(s["process"]["node"] or "",): 1}),
 ]
 
 HISTOGRAMS = [

@@ -30,6 +30,13 @@ def _ratio(hits: int, misses: int) -> float | None:
     return round(hits / (hits + misses), 3) if hits + misses else None
 
 
+def short_node(stats: dict) -> str | None:
+    """The first 12 hex digits of the Ray node that runs the Bookie (as ``ray status`` and
+    the dashboard show node ids), or ``None`` outside Ray."""
+    node = stats.get("process", {}).get("node")
+    return node[:12] if node else None
+
+
 def summarize(now: dict, before: dict | None, seconds: float) -> dict:
     """The figures ``stats`` shows for a running store, from two ``store.stats()`` results
     ``seconds`` apart (rates are ``None`` on the first)."""
@@ -44,7 +51,7 @@ def summarize(now: dict, before: dict | None, seconds: float) -> dict:
     return {
         "source": "running store",
         "store": now["url"], "name": now["name"], "state": now["state"],
-        "epoch": now["epoch"], "durable_sqn": now["durable_sqn"],
+        "node": short_node(now), "epoch": now["epoch"], "durable_sqn": now["durable_sqn"],
         "rates": {
             "puts/s": rate(lambda s: s["changes"]),
             "gets/s": rate(lambda s: s["gets"]),
@@ -84,7 +91,7 @@ def summarize_shards(now: dict, before: dict | None, seconds: float) -> dict:
                               "unpersisted": one["backlog"]["unpersisted"],
                               "journal files": one["journal_files"],
                               "cut pause ms": shard["cut_pause_ms_max"],
-                              "state": one["state"]}
+                              "state": one["state"], "node": one["node"]}
     return {"source": "running sharded store", "store": now["url"], "name": now["name"],
             "shards": rows}
 

@@ -33,6 +33,7 @@ from ..codec.entries import PACKED_EXTRA
 from ..errors import InvalidArgumentError
 from ..files.sync import gather_or_cancel
 from ..manifest.history import check_covered, check_position
+from ..manifest.shard_map import position_sqns
 from .key_ranges import Names
 from .rebatch import rebatched
 
@@ -88,17 +89,10 @@ def check_range(after, until) -> tuple[int, int | None]:
     return after, until
 
 
-def shard_positions(position, shards: int, name: str = "after") -> list[int] | None:
-    """A sharded position as a list of SQNs by shard. ``0`` stands for every shard's first
-    change; ``None`` (for ``until``) for no end."""
-    if position is None or position == 0 and not isinstance(position, bool):
-        return None if position is None else [0] * shards
-    want = {str(s) for s in range(shards)}
-    if not isinstance(position, dict) or set(position) != want:
-        raise InvalidArgumentError(
-            f"{name} must be a position of every shard, {{\"0\": sqn, ..., "
-            f"\"{shards - 1}\": sqn}}, not {position!r}")
-    return [check_position(position[str(s)]) for s in range(shards)]
+def shard_positions(position, shards, name: str = "after") -> list[int] | None:
+    """A sharded position as a list of SQNs by shard (``shards``: the count, or the shard
+    map's labels): see :func:`~leveled_ray.manifest.shard_map.position_sqns`."""
+    return position_sqns(position, shards, name)
 
 
 def check_shard_range(after, until, shards: int) -> list[tuple[int, int | None]]:

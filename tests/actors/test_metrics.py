@@ -31,7 +31,7 @@ def scrape(port: int, store: str) -> dict[str, float]:
                 continue
             name = sample.name.removeprefix("ray_").removesuffix("_total")
             extra = {k: v for k, v in sample.labels.items() if k in ("actor", "op", "kind",
-                                                                      "cache", "level")}
+                                                                      "cache", "level", "node")}
             key = name + "".join(f"|{k}={v}" for k, v in sorted(extra.items()))
             out[key] = out.get(key, 0.0) + sample.value
     return out
@@ -69,6 +69,7 @@ def test_counters_reach_the_nodes_prometheus_endpoint(ray_cluster, tmp_url):
         assert journal_creates >= stats["groups"]
         assert seen["leveled_write_amplification"] > 0
         assert seen["leveled_cache_hits|cache=value"] == stats["value_cache"]["hits"]
+        assert seen[f"leveled_bookie_node|node={stats['process']['node']}"] == 1
     finally:
         store.close()
 

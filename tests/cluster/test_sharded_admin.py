@@ -72,6 +72,8 @@ def test_the_command_line_on_a_sharded_store(ray_cluster, tmp_url, capsys):
         assert cli.main(["stats", "--name", name, "--json"]) == 0
         shown = json.loads(capsys.readouterr().out)
         assert list(shown["shards"]) == ["shard 0", "shard 1"]  # one row per shard
+        assert [row["node"] for row in shown["shards"].values()] == [  # where each runs
+            s["process"]["node"][:12] for s in store.stats()["shards"]]
         assert cli.main(["checkpoint", "create", "--url", tmp_url]) == 2  # written: no cut
         assert "being written" in capsys.readouterr().err
         assert cli.main(["get", "--url", tmp_url, "b", "k007"]) == 0  # its shard's newest

@@ -86,3 +86,45 @@ def test_shards_on_a_plain_store_is_refused(tmp_path):
     with pytest.raises(lr.InvalidArgumentError, match="plain store"):
         _layout(store, 2)
     assert store.list("shards/") == []
+
+
+def test_a_split_halves_one_shards_run_and_names_its_children():
+    m = ShardMap.new(4)
+    two = m.split(1)
+    assert two.version == 2 and two.count == 5
+    assert two.runs == ((0, 1024), (1024, 1536), (1536, 2048), (2048, 3072), (3072, 4096))
+    assert two.prefixes[1:3] == ("shard-001.0", "shard-001.1")
+    assert two.labels == ("0", "1.0", "1.1", "2", "3")
+    assert ShardMap.decode(two.encode(), "x") == two  # labels round-trip
+    three = two.split(2)
+    assert three.labels[1:4] == ("1.0", "1.1.0", "1.1.1") and three.version == 3
+    # Every key of a child was its parent's: no key moves to another shard's children.
+    keys = [bytes([i % 251, i // 251]) for i in range(5000)]
+    for k in keys:
+        before, after = m.shard_of(k), three.shard_of(k)
+        assert three.labels[after].split(".")[0] == m.labels[before]
+    for bad in (-1, 4, 9, "1", True):
+        with pytest.raises(lr.InvalidArgumentError, match="no shard"):
+            m.split(bad)
+    narrow = ShardMap(1, "key", ("a", "b"), ((0, 1), (1, 4096)))
+    with pytest.raises(lr.InvalidArgumentError, match="one partition"):
+        narrow.split(0)
+
+
+def test_a_position_taken_before_a_split_reads_on_from_the_parents_sqn():
+    m = ShardMap.new(2)
+    split = m.split(0)
+    assert m.sqns_of({"0": 7, "1": 9}) == [7, 9]
+    assert split.sqns_of({"0": 7, "1": 9}) == [7, 7, 9]  # both children from the parent's
+    assert split.sqns_of({"0.0": 12, "0.1": 8, "1": 9}) == [12, 8, 9]
+    assert split.sqns_of({"0": 7, "0.1": 8, "1": 9}) == [7, 8, 9]  # the nearest ancestor
+    assert split.position([12, 8, 9]) == {"0.0": 12, "0.1": 8, "1": 9}
+    assert split.sqns_of(0) == [0, 0, 0] and split.sqns_of(None) is None
+    for bad in ({"0": 7}, {"0.0": 1, "0.1": 1, "1": 1, "2": 1},  # a shard missing; another's
+                {"0.0": 1, "0.1": 1, 1: 1}, [7, 7, 9], "0"):
+        with pytest.raises(lr.InvalidArgumentError, match="position of every shard"):
+            split.sqns_of(bad)
+    with pytest.raises(lr.InvalidArgumentError, match="an SQN"):
+        split.sqns_of({"0.0": 1, "0.1": 1, "1": -1})
+    with pytest.raises(lr.InvalidArgumentError):  # a position of a newer layout
+        m.sqns_of({"0.0": 12, "0.1": 8, "1": 9})
