@@ -28,6 +28,7 @@ from .errors import (
     SnapshotExpiredError,
     StoreClosedError,
     StoreUnavailableError,
+    WrongShardError,
 )
 from .manifest.model import Checkpoint
 from .options import GcOptions, JournalOptions, LedgerOptions, ObjectStoreOptions, Options
@@ -42,7 +43,7 @@ __all__ = [
     "ObjectStoreError", "Options",
     "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "StoreUnavailableError",
-    "connect", "open", "replicate",
+    "WrongShardError", "connect", "open", "replicate",
 ]
 
 

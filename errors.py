@@ -47,6 +47,12 @@ class StoreUnavailableError(StoreClosedError):
     definite = False
 
 
+class WrongShardError(LeveledError):
+    """A key reached a shard that does not own it: the caller's shard map is older than a
+    split. Nothing was changed; a sharded store's handle reads the newest shard map and sends
+    the call again by itself."""
+
+
 class SnapshotExpiredError(LeveledError):
     """A snapshot (or reader) was read after its release or its timeout: the files it reads
     may be gone. Take a new one."""
@@ -173,4 +179,5 @@ __all__ = [
     "ConditionFailedError",
     "CorruptObjectError",
     "ObjectStoreError",
+    "WrongShardError",
 ]

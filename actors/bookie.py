@@ -191,11 +191,13 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         if self.closing or self.closed:
             raise StoreClosedError("the store is closed")
 
-    def _check_readable(self) -> None:
+    def _check_readable(self, lkeys: list[bytes] = ()) -> None:
         if self.closed:
             raise StoreClosedError("the store is closed")
         if isinstance(self.broken, FencedError):
             self._check_usable()
+        if (owns := self.view.files.owns) is not None:  # a split shard: its own keys only
+            owns.refuse_others(lkeys, self.url)
 
     def _stopped(self, exc: BaseException) -> None:
         self.broken = self.broken or exc
@@ -281,7 +283,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
 
     @timed("leveled_get_latency_seconds")
     async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
-        self._check_readable()
+        self._check_readable(lkeys)
         if self.writes.locks:  # a key of an undecided cross-shard batch: wait for it
             await self.writes.wait_unlocked(lkeys)
         return await self.view.get_many(lkeys)
@@ -296,7 +298,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
     async def head_many(self, lkeys: list[bytes]) -> list[tuple | None]:
         """The keys' live entries as plain tuples, which the client makes :class:`Head`
         objects (cheaper to send)."""
-        self._check_readable()
+        self._check_readable(lkeys)
         if self.writes.locks:
             await self.writes.wait_unlocked(lkeys)
         return await self.view.head_many(lkeys)

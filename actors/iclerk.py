@@ -16,10 +16,12 @@ import time
 from dataclasses import dataclass, field
 
 from ..codec import OP_KEY_DELTA
+from ..codec.owned import Owns
 from ..files import journal as jfmt
 from ..files.clerk import ClerkHost
 from ..files.framing import codec_id
 from ..files.names import compacted_journal_name
+from ..files.routed import is_foreign
 from ..files.store import ObjectStore
 from ..manifest.journal_compaction import best_run, file_score, plan_rewrite
 from ..options import Options
@@ -44,6 +46,13 @@ class CompactionResult:
         return CompactionResult(self.scores + other.scores, self.removed + other.removed,
                                 self.added + other.added,
                                 max(self.history_sqn, other.history_sqn))
+
+
+def _owned(records: list, info: jfmt.JournalInfo, owns: Owns | None) -> list:
+    """The records of ``info`` a split shard owns: all of them, but in an inherited file."""
+    if owns is None or not is_foreign(info.name):
+        return records
+    return [r for r in records if owns.owns(r.lkey)]
 
 
 class InkerClerk:
@@ -72,24 +81,28 @@ class InkerClerk:
                             persisted_sqn, self.options.journal.recovery_strategy, protect)
 
     async def score(self, info: jfmt.JournalInfo, persisted_sqn: int,
-                    protect: int | None) -> float:
+                    protect: int | None, owns: Owns | None = None) -> float:
         """100 x the share of a sample of the file's entries that a rewrite would keep with
         its value."""
         clerk = self.host.journal(info)
         sqns = (await clerk.footer()).sqns.tolist()
         sample = self.rng.sample(sqns, min(len(sqns), self.options.journal.compaction_sample))
         records = sorted((await clerk.fetch_many(sample)).values(), key=lambda r: r.sqn)
+        taken = len(records)
+        records = _owned(records, info, owns)  # the others' count as dead
         fates, _ = await self._plan(records, persisted_sqn, protect)
         live = sum(1 for r, f in zip(records, fates)
                    if r.op != OP_KEY_DELTA and f.op is not None and f.keep_value)
-        return file_score(live, len(records))
+        return file_score(live, taken)
 
     async def compact(self, candidates: list, persisted_sqn: int, epoch: int,
-                      protect: int | None = None) -> CompactionResult:
+                      protect: int | None = None, owns: Owns | None = None) -> CompactionResult:
         """Score the candidates (consecutive journal files, oldest first) and rewrite the best
-        run (nothing removed when no run qualifies). Changes above ``protect`` are kept."""
+        run (nothing removed when no run qualifies). Changes above ``protect`` are kept. With
+        ``owns`` (a split shard's run), inherited files lose the entries of keys it does not
+        own."""
         started = time.monotonic()
-        scores = [await self.score(f, persisted_sqn, protect) for f in candidates]
+        scores = [await self.score(f, persisted_sqn, protect, owns) for f in candidates]
         o = self.options
         run = best_run(scores, o.journal.max_run_length, o.journal.singlefile_compactionpercentage,
                        o.journal.maxrunlength_compactionpercentage)
@@ -97,18 +110,18 @@ class InkerClerk:
             return CompactionResult(scores)
         chosen = candidates[run.start : run.start + run.length]
         return CompactionResult(scores, *await self._replace(chosen, persisted_sqn, epoch,
-                                                              started, protect))
+                                                              started, protect, owns))
 
     async def rewrite(self, chosen: list, persisted_sqn: int, epoch: int,
-                      protect: int | None = None) -> CompactionResult:
+                      protect: int | None = None, owns: Owns | None = None) -> CompactionResult:
         """Rewrite ``chosen`` (consecutive journal files, oldest first) without scoring them:
         a run of small files (see :func:`~leveled_ray.manifest.journal_compaction.small_run`)."""
         return CompactionResult([], *await self._replace(chosen, persisted_sqn, epoch,
-                                                         time.monotonic(), protect))
+                                                         time.monotonic(), protect, owns))
 
     async def _replace(self, chosen, persisted_sqn: int, epoch: int, started: float,
-                       protect: int | None) -> tuple[list[str], list, int]:
-        added, history_sqn = await self._rewrite(chosen, persisted_sqn, epoch, protect)
+                       protect: int | None, owns: Owns | None) -> tuple[list[str], list, int]:
+        added, history_sqn = await self._rewrite(chosen, persisted_sqn, epoch, protect, owns)
         for f in chosen:
             self.host.forget(f.name)
         self.counters["runs"] += 1
@@ -119,12 +132,13 @@ class InkerClerk:
         return [f.name for f in chosen], added, history_sqn
 
     async def _rewrite(self, chosen, persisted_sqn: int, epoch: int,
-                       protect: int | None) -> tuple[list, int]:
+                       protect: int | None, owns: Owns | None) -> tuple[list, int]:
         records = []
         for i in range(0, len(chosen), READ_AHEAD):  # a run of small files is many GETs
-            for part in await asyncio.gather(*(self.host.journal(info).read_records()
-                                               for info in chosen[i : i + READ_AHEAD])):
-                records += part
+            batch = chosen[i : i + READ_AHEAD]
+            for info, part in zip(batch, await asyncio.gather(
+                    *(self.host.journal(info).read_records() for info in batch))):
+                records += _owned(part, info, owns)
         records.sort(key=lambda r: r.sqn)
         fates, history_sqn = await self._plan(records, persisted_sqn, protect)
         kept, size = [], 0

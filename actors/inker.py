@@ -26,11 +26,14 @@ from ..admin.gc import check_publishable
 from ..clock import Clock
 from ..codec import LedgerRows
 from ..codec.head_only import SETTING as HEAD_ONLY
+from ..codec.owned import SETTING as OWNS
+from ..codec.owned import Owns
 from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
 from ..files import journal as jfmt
 from ..files.journal_slots import write_fence
 from ..files.names import journal_slot_name
 from ..files.outcomes import Created
+from ..files.routed import is_foreign
 from ..files.store import ObjectStore
 from ..manifest.history import protected_sqn, window_sqn
 from ..manifest.journal_compaction import small_run
@@ -85,6 +88,8 @@ class Inker(Owner):
         self.uncatalogued: list[jfmt.JournalInfo] = []
         self.next_slot = latest.manifest.journal_next_slot
         self.head_only = latest.manifest.setting(HEAD_ONLY) is not None
+        #: A split shard's run of partitions: its inherited journal files hold other keys.
+        self.owns = Owns.decode(latest.manifest.setting(OWNS))
         self.fenced: FencedError | None = None
         self.unsettled: _Unsettled | None = None
         self.closed = False
@@ -300,8 +305,10 @@ class Inker(Owner):
         data = await self.store.get_async(info.name)
         rows = LedgerRows()
         top = 0
+        owns = self.owns if is_foreign(info.name) else None  # a split shard's inherited file
         for rec in jfmt.iter_records(data, info.name, after_sqn):
-            rows.add_record(rec)
+            if owns is None or owns.owns(rec.lkey):
+                rows.add_record(rec)
             top = rec.sqn
         nxt = cursor + 1 if cursor + 1 < len(files) else None
         return rows.to_batch(), top, nxt
@@ -398,8 +405,8 @@ class Inker(Owner):
             while run := self._small_run():
                 started = self.clock()  # the rewrite's files are written after this
                 merged = await self._replace(
-                    await call(self.clerk().rewrite, run, persisted, self.epoch, protect),
-                    started)
+                    await call(self.clerk().rewrite, run, persisted, self.epoch, protect,
+                               self.owns), started)
                 result += merged
                 if len(merged.added) >= len(merged.removed):
                     break
@@ -407,7 +414,7 @@ class Inker(Owner):
                 started = self.clock()
                 result += await self._replace(await call(
                     self.clerk().compact, self.candidates(persisted), persisted, self.epoch,
-                    protect), started)
+                    protect, self.owns), started)
             return result
         except Exception as exc:
             self.counters["compaction_failures"] += 1

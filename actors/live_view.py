@@ -59,7 +59,7 @@ class LiveView:
         self.journal_version = version
         self.journal = JournalIndex(journal)
         self.history_sqn = manifest.history_sqn
-        self.files = LedgerFiles(version, manifest.levels, manifest.ledger_sqn)
+        self.files = LedgerFiles.of(version, manifest)
 
     def adopt(self, files: LedgerFiles) -> None:
         """New Ledger files: retire the ones they replaced, drop the cache entries they hold."""

@@ -108,6 +108,9 @@ class PencillerClerk:
             return job.sources
         started = time.monotonic()
         tables = [await self.host.sst(f).read_table() for f in job.inputs]
+        tables = [t if (owns := job.foreign_owns(f)) is None or not t.num_rows
+                  else t.filter(owns.mask(t.column("key").to_pylist()))
+                  for f, t in zip(job.inputs, tables)]  # a split shard's inherited files
         merged = await asyncio.to_thread(merge_tables, tables, job.basement, self.clock())
         outputs = []
         for part in split_rows(merged, self.options.ledger.sst_max_keys):

@@ -10,6 +10,7 @@ hold from its own cache.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 
@@ -65,7 +66,7 @@ class Penciller(Owner):
 
     def files(self) -> LedgerFiles:
         mid, m = self.latest
-        return LedgerFiles(mid, m.levels, m.ledger_sqn)
+        return LedgerFiles.of(mid, m)
 
     async def push(self, batch: pa.RecordBatch, max_sqn: int) -> int:
         """Add Ledger changes (every SQN up to ``max_sqn``) to L0 memory; returns L0 key count."""
@@ -186,7 +187,9 @@ class Penciller(Owner):
             raise self.error
         if self.merging is not None:
             return None
-        self.merging = choose_work(self.latest.manifest.levels, self.rng)
+        job = choose_work(self.latest.manifest.levels, self.rng)
+        owns = self.files().owns
+        self.merging = job if job is None or owns is None else dataclasses.replace(job, owns=owns)
         self._merge_started = self.clock()  # its outputs are written after this
         return self.merging
 

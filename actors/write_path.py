@@ -119,6 +119,8 @@ class WritePath:
                                   for c in changes):
             raise InvalidArgumentError("this store is head_only: write to it through a "
                                        "handle that knows (lr.open(..., head_only=...))")
+        if (owns := self.view.files.owns) is not None:  # a split shard: its own keys only
+            owns.refuse_others([c.lkey for c in changes], self.view.url)
         conditional = [c.lkey for c in changes if c.condition != NO_CONDITION]
         await self.writer.wait_settled()
         self.check_usable()

@@ -36,15 +36,17 @@ from ..options import Options
 from .checkpoints import create_checkpoint, release_checkpoint
 
 
-def clone_manifest(parent: Manifest, parent_url: str, checkpoint_id: str) -> Manifest:
+def clone_manifest(parent: Manifest, parent_url: str, checkpoint_id: str,
+                   settings: dict[str, str] | None = None) -> Manifest:
     """The clone's first manifest (not yet initialized): the parent's Ledger and journal data
-    files as shared files, the parent's ancestors plus the parent itself."""
+    files as shared files, the parent's ancestors plus the parent itself; the parent's
+    settings, with ``settings`` over them (a split's child records the run it owns)."""
     sid = parent.store_id
     # Shared journal files take no slot: the clone's own slots start again at 0 in its path.
     journal = tuple(replace(j, name=foreign_name(sid, j.name), slot=jfmt.NO_SLOT)
                     for j in parent.journal if j.kind == jfmt.KIND_DATA and j.entries)
     stores = tuple(kv for kv in parent.stores if kv[0] != sid) + ((sid, parent_url),)
-    return Manifest.new(**dict(parent.settings)).with_changes(
+    return Manifest.new(**{**dict(parent.settings), **(settings or {})}).with_changes(
         levels=tuple(tuple(replace(s, name=foreign_name(sid, s.name)) for s in level)
                      for level in parent.levels),
         journal=journal, ledger_sqn=parent.ledger_sqn, stores=stores,
@@ -54,8 +56,10 @@ def clone_manifest(parent: Manifest, parent_url: str, checkpoint_id: str) -> Man
 
 async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
                        options: Options | None = None,
-                       parent_options: Options | None = None) -> Manifest:
-    """Make (or finish making) the clone at ``url``; returns its initialized manifest."""
+                       parent_options: Options | None = None,
+                       settings: dict[str, str] | None = None) -> Manifest:
+    """Make (or finish making) the clone at ``url``; returns its initialized manifest.
+    ``settings``: see :func:`clone_manifest`."""
     options = options or Options()
     parse_url(url)
     if parent_url.rstrip("/") == url.rstrip("/"):
@@ -79,7 +83,7 @@ async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
             pin = await create_checkpoint(parents, None, label, checkpoint, latest)
         source = await parents.read_pinned(pin.manifest_id)
         # 2. the clone's manifest, not yet initialized (a lost race means another try won)
-        await mine.try_create(0, clone_manifest(source, parent_url, pin.id))
+        await mine.try_create(0, clone_manifest(source, parent_url, pin.id, settings))
     # 3. initialized
     _, done = await mine.update(lambda m: m if m.initialized else
                                 m.with_changes(initialized=True))

@@ -74,6 +74,15 @@ class Target:
     def count(self) -> int:
         return 1 if self.shard_map is None else self.shard_map.count
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The shards an offset names (a plain store's is ``"0"``)."""
+        return ("0",) if self.shard_map is None else self.shard_map.labels
+
+    def position(self, sqns) -> dict[str, int]:
+        """An offset's ``sqn`` from each shard's SQN."""
+        return {label: int(q) for label, q in zip(self.labels, sqns, strict=True)}
+
     def shard_store(self, shard: int) -> ObjectStore:
         url = self.url if self.shard_map is None else self.shard_map.shard_url(self.url, shard)
         return ObjectStore.from_url(url, self.options)
@@ -113,7 +122,7 @@ async def change_sqns(view, after: int, top: int) -> np.ndarray:
 def check_offset(offset: dict, target: Target) -> dict:
     if not isinstance(offset, dict) or set(offset) != {"lease", "checkpoint", "done", "sqn"}:
         raise InvalidArgumentError(f"not an offset of a leveled stream: {offset!r}")
-    shard_positions(offset["sqn"], target.count, "offset")
+    shard_positions(offset["sqn"], target.labels, "offset")
     return offset
 
 
@@ -132,9 +141,9 @@ async def start_async(target: Target, starting: str = "snapshot") -> dict:
                                        f"position, not {starting!r}") from None
         if target.shard_map is None and isinstance(given, int):
             given = {"0": given}
-        sqns = shard_positions(given, target.count, "startingPosition")
+        sqns = shard_positions(given, target.labels, "startingPosition")
     return {"lease": "", "checkpoint": "", "done": starting != "snapshot",
-            "sqn": {str(s): int(q) for s, q in enumerate(sqns)}}
+            "sqn": target.position(sqns)}
 
 
 async def _pinned_sqn(target: Target, shard: int, checkpoint: str) -> int:
@@ -153,7 +162,7 @@ async def hold(target: Target, offset: dict, lease_s: float) -> None:
     (nothing before the stream's first batch names its lease)."""
     if not offset["lease"]:
         return
-    sqns = shard_positions(offset["sqn"], target.count, "offset")
+    sqns = shard_positions(offset["sqn"], target.labels, "offset")
     await asyncio.gather(*(history_leases.set_lease(ManifestStore(target.shard_store(s)),
                                                     offset["lease"], sqn, lease_s)
                            for s, sqn in enumerate(sqns)))
@@ -176,12 +185,12 @@ async def latest_async(target: Target, start: dict, max_changes: int | None = No
                 name="stream-start", owner=owner)
             sqns = await asyncio.gather(*(_pinned_sqn(target, s, end["checkpoint"])
                                           for s in range(target.count)))
-            end["sqn"] = {str(s): int(q) for s, q in enumerate(sqns)}
+            end["sqn"] = target.position(sqns)
             await hold(target, end, lease_s)
             return end
         await hold(target, end, lease_s)
         start = end
-    afters = shard_positions(start["sqn"], target.count)
+    afters = shard_positions(start["sqn"], target.labels)
     views = await asyncio.gather(*(_newest(target, s) for s in range(target.count)))
     ends = [v.sqn for v in views]
     if until is not None:
@@ -192,7 +201,7 @@ async def latest_async(target: Target, start: dict, max_changes: int | None = No
             sqns = await change_sqns(view, after, ends[s])
             ends[s] = int(sqns[min(share, len(sqns)) - 1]) if len(sqns) else after
     ends = [max(a, e) for a, e in zip(afters, ends)]
-    return {**start, "checkpoint": "", "sqn": {str(s): e for s, e in enumerate(ends)}}
+    return {**start, "checkpoint": "", "sqn": target.position(ends)}
 
 
 # --- planning and reading a batch ------------------------------------------------------------
@@ -220,9 +229,9 @@ async def plan_async(target: Target, start: dict, end: dict, splits: int = 8) ->
                                              checkpoint=end["checkpoint"], splits=splits)
         return [Part(s, plan, split) for s, plan in enumerate(plans) for split in plan.splits]
     parts = []
-    afters = shard_positions(start["sqn"], target.count)
+    afters = shard_positions(start["sqn"], target.labels)
     share = max(1, splits // target.count)
-    for s, (lo, hi) in enumerate(zip(afters, shard_positions(end["sqn"], target.count))):
+    for s, (lo, hi) in enumerate(zip(afters, shard_positions(end["sqn"], target.labels))):
         if hi <= lo:
             continue
         sqns = await change_sqns(await _newest(target, s), lo, hi)

@@ -10,7 +10,6 @@ running store (``store.checkpoint()``) instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 from .. import roles
@@ -18,11 +17,10 @@ from ..admin import gc as garbage_collection
 from ..admin.handle import Admin
 from ..admin.pinned_reads import ChangesWithoutRay, PinnedReads
 from ..clock import Clock, system_clock
-from ..errors import InvalidArgumentError, ObjectStoreError
-from ..files.names import LEASE_PREFIX, ulid_age
-from ..files.store import NotFound, ObjectStore
+from ..errors import ObjectStoreError
+from ..files.names import ulid_age
+from ..files.store import ObjectStore
 from ..files.sync import with_sync_twins
-from ..manifest import snapshot_leases
 from ..manifest.backup_records import BACKUP_PREFIX
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import SHARD_MAP_PREFIX, ShardMap
@@ -35,21 +33,8 @@ from ..manifest.txn_records import (
 from ..options import Options
 from . import checkpoints
 from .backup import backup
-
-
-async def check_quiet(admin: Admin, shard: int) -> None:
-    """``InvalidArgumentError`` if shard ``shard`` has a live writer or a prepared part."""
-    now = admin.clock()
-    for meta in await admin.store.list_async(LEASE_PREFIX):
-        with contextlib.suppress(NotFound):
-            lease = snapshot_leases.decode(await admin.store.get_async(meta.path), meta.path)
-            if lease.fresh(now):
-                raise InvalidArgumentError(
-                    f"shard {shard} is being written: a checkpoint without Ray would not be a "
-                    "consistent cut; take it through the running store (store.checkpoint())")
-    if any(txn_of_part(m.path) for m in await admin.store.list_async(TXN_PREFIX)):
-        raise InvalidArgumentError(f"shard {shard} holds a cross-shard batch not yet settled: "
-                                   "open the store once to settle it")
+from .quiet import check_quiet
+from .split import split_shard
 
 
 async def quiet_cut(store, take, _early=None) -> tuple[list, float]:
@@ -152,6 +137,17 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
         :meth:`Admin.backup_async`. Cost: a sharded checkpoint, then the plain backup's
         copies of every shard."""
         return await backup(self, target_url, target_options, progress)
+
+    async def split_shard_async(self, shard: int) -> ShardMap:
+        """Split shard ``shard`` in two, by reference (see :mod:`.split`): each child starts
+        from its files and owns half its partitions, and nothing is copied. Refused while the
+        shard is being written (split through the running store then). This handle then
+        reads the new layout; the new shard map is returned. Cost: a few manifest writes on
+        the shard, two clones (a checkpoint each), and a shard map version."""
+        self.shard_map = await split_shard(self.url, shard, self.options)
+        self._admins = [Admin(self.shard_map.shard_url(self.url, s), self.options, self.clock)
+                        for s in range(self.shard_map.count)]
+        return self.shard_map
 
     async def destroy_async(self, soft: bool = True) -> int:
         """Destroy every shard (see :meth:`Admin.destroy_async`); ``soft=False`` also deletes

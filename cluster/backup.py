@@ -35,6 +35,7 @@ from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
 from ..manifest.store import ManifestStore
 from ..options import Options
 from . import checkpoints
+from .split import settle_splits
 from .totals import totals
 
 
@@ -63,8 +64,10 @@ async def _roll_forward(target: ObjectStore, version: int, manifest) -> None:
 
 async def find_shard_map(root: ObjectStore, options: Options) -> ShardMap | None:
     """The shard map at ``root`` (``None``: a plain store, or none yet), once a sharded backup
-    interrupted there after its commit point is finished."""
-    return await finish_backup(root, options) or await read_shard_map(root)
+    interrupted there after its commit point is finished, and a split after its commit point
+    published (see :func:`.split.settle_splits`)."""
+    found = await finish_backup(root, options) or await read_shard_map(root)
+    return None if found is None else await settle_splits(root, found, options)
 
 
 async def backup(store, target_url: str, target_options: Options | None, progress) -> dict:

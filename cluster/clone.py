@@ -37,8 +37,7 @@ def revert(store, at_sqn=None, at_time: float | None = None) -> int:
     Running it again changes nothing more."""
     written = 0
     with store.snapshot(long_running=True, at_sqn=at_sqn, at_time=at_time) as past:
-        after = past.sqn if not hasattr(past, "parts") else {
-            str(s): part.sqn for s, part in enumerate(past.parts)}
+        after = past.sqn  # an SQN, or a sharded snapshot's position
         changed = sorted({(c.bucket, c.key) for c in store.changes(after, values=False)},
                          key=repr)
         for lo in range(0, len(changed), REVERT_BATCH):

@@ -25,8 +25,9 @@ class ShardedListener(Polling):
     :class:`~leveled_ray.client.listen.Listener`, with a position for :attr:`sqn`."""
 
     def __init__(self, stores, after, *, name: str | None, lifetime: float, values: bool,
-                 batch_size: int):
-        afters = shard_positions(after, len(stores))
+                 batch_size: int, labels=None):
+        self.labels = tuple(labels or (str(s) for s in range(len(stores))))
+        afters = shard_positions(after, self.labels)
         self.parts = [Listener(store, a, name=None if name is None else f"{name}.{s}",
                                lifetime=lifetime, values=values, batch_size=batch_size)
                       for s, (store, a) in enumerate(zip(stores, afters))]
@@ -36,7 +37,7 @@ class ShardedListener(Polling):
     @property
     def sqn(self) -> dict[str, int]:
         """The position after every change handed out so far."""
-        return {str(s): part.sqn for s, part in enumerate(self.parts)}
+        return {label: part.sqn for label, part in zip(self.labels, self.parts)}
 
     async def _poll_parts(self, timeout: float | None, arrow: bool) -> list:
         for s, part in enumerate(self.parts):

@@ -121,7 +121,7 @@ async def open_reader(admin: ShardedAdmin, checkpoint: str | None, lifetime: flo
     <leveled_ray.cluster.store.ShardedStore.snapshot>` does."""
     if at_sqn is not None and at_time is not None:
         raise InvalidArgumentError("give at most one of at_sqn and at_time")
-    sqns = (shard_positions(at_sqn, admin.shards, "at_sqn") if at_sqn is not None
+    sqns = (shard_positions(at_sqn, admin.shard_map.labels, "at_sqn") if at_sqn is not None
             else [None] * admin.shards)
     if checkpoint is not None:
         found = ShardedReader(admin, checkpoint, False, lifetime, sqns)

@@ -48,7 +48,7 @@ class ShardedSnapshot(RoutedKeyReads, Queries, roles.KeyReads, roles.Queries, ro
     def sqn(self) -> dict[str, int]:
         """Where this snapshot holds every change up to, as a position ``{"0": sqn, ...}``
         (what ``changes`` and ``listen`` take as ``after``)."""
-        return {str(s): part.sqn for s, part in enumerate(self.parts)}
+        return self.shard_map.position(part.sqn for part in self.parts)
 
     async def go_back_async(self, at_sqn=None, at_time: float | None = None
                             ) -> ShardedSnapshot:
@@ -60,7 +60,7 @@ class ShardedSnapshot(RoutedKeyReads, Queries, roles.KeyReads, roles.Queries, ro
         were applied)."""
         if (at_sqn is None) == (at_time is None):
             raise InvalidArgumentError("give one of at_sqn and at_time")
-        sqns = (shard_positions(at_sqn, len(self.parts), "at_sqn") if at_sqn is not None
+        sqns = (shard_positions(at_sqn, self.shard_map.labels, "at_sqn") if at_sqn is not None
                 else await positions_at_time([p._view_for(True) for p in self.parts], at_time))
         await asyncio.gather(*(part.go_back_async(sqn) for part, sqn in zip(self.parts, sqns)))
         return self

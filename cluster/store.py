@@ -274,13 +274,14 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         position. Each shard's listener holds a lease ``<name>.<shard>``. Cost: a plain
         listener's on each shard."""
         return ShardedListener(self._stores, after, name=name, lifetime=lifetime,
-                               values=values, batch_size=batch_size)
+                               values=values, batch_size=batch_size,
+                               labels=self.shard_map.labels)
 
     async def set_history_lease_async(self, name: str, position, lifetime: float) -> list:
         """Hold every change after ``position`` (``{"0": sqn, ...}``) on every shard, as lease
         ``name`` of each (see :meth:`Store.set_history_lease`). Cost: the plain call's on each
         shard, all at once."""
-        sqns = shard_positions(position, self.shards, "position")
+        sqns = shard_positions(position, self.shard_map.labels, "position")
         return list(await asyncio.gather(*(store.set_history_lease_async(name, sqn, lifetime)
                                            for store, sqn in zip(self._stores, sqns))))
 
@@ -297,7 +298,7 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         for shard, leases in enumerate(await asyncio.gather(
                 *(store.list_history_leases_async() for store in self._stores))):
             for lease in leases:
-                found.setdefault(lease.name, {})[str(shard)] = lease.sqn
+                found.setdefault(lease.name, {})[self.shard_map.labels[shard]] = lease.sqn
         return found
 
     async def close_async(self) -> None:

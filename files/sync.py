@@ -222,10 +222,11 @@ class LoopSteps:
 
         def on_sigint(signum, frame):
             nonlocal interrupted
-            if interrupted:  # a second Ctrl-C does not wait for the coroutine to end
-                raise KeyboardInterrupt()
-            interrupted = True
+            if interrupted or task.done():  # a second Ctrl-C does not wait; nor, if code
+                raise KeyboardInterrupt()  # that saved this handler put it back late, one
+            interrupted = True  # after the call: it acts as Python's default then
             self._loop.call_soon_threadsafe(task.cancel)
+        on_sigint.leveled_step = True
 
         installed, wakeup_fd = _install_sigint(on_sigint), None
         try:
@@ -276,8 +277,10 @@ def _wakeup_pair() -> tuple[socket.socket, socket.socket]:
 def _install_sigint(on_sigint) -> bool:
     """Installs ``on_sigint`` where Ctrl-C is ours to handle: in the main thread, with
     Python's default handler in place."""
+    current = signal.getsignal(signal.SIGINT)
     if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            or current is not signal.default_int_handler
+            and not getattr(current, "leveled_step", False)):  # a finished call's: ours
         return False
     try:
         signal.signal(signal.SIGINT, on_sigint)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from ..codec.owned import Owns
 from ..errors import LeveledError
+from ..files.routed import is_foreign
 from ..files.sst import SstInfo
 from .model import Manifest
 from .transitions import require_writer
@@ -32,12 +34,14 @@ class MergeJob:
     """One merge: ``sources`` leave ``source_level``; with the ``targets`` they overlap in
     ``source_level + 1`` they are rewritten into that level (or just moved, when nothing
     overlaps). ``basement`` says no level below the target holds files, so tombstones and
-    expired entries can be dropped."""
+    expired entries can be dropped. ``owns``: a split shard's run of partitions, whose
+    inherited inputs are rewritten without the entries it does not own (never just moved)."""
 
     source_level: int
     sources: tuple[SstInfo, ...]
     targets: tuple[SstInfo, ...]
     basement: bool
+    owns: Owns | None = None
 
     @property
     def target_level(self) -> int:
@@ -45,7 +49,12 @@ class MergeJob:
 
     @property
     def move_only(self) -> bool:
-        return len(self.sources) == 1 and not self.targets
+        return (len(self.sources) == 1 and not self.targets
+                and self.foreign_owns(self.sources[0]) is None)
+
+    def foreign_owns(self, sst: SstInfo) -> Owns | None:
+        """The run to filter input ``sst`` by: set for a split shard's inherited file."""
+        return self.owns if self.owns is not None and is_foreign(sst.name) else None
 
     @property
     def inputs(self) -> tuple[SstInfo, ...]:

@@ -91,6 +91,9 @@ class Manifest:
     #: Streaming writers' last applied batches, ``(writer, batch id)``: a batch is installed
     #: once, even when the stream retries it (see ``manifest.ingest``).
     stream_batches: tuple[tuple[str, int], ...] = ()
+    #: A shard retired by a split: the epoch of the splitter that retired it, which names its
+    #: children (see ``cluster.split``). Nothing opens or writes it again.
+    split_epoch: int | None = None
 
     @classmethod
     def new(cls, **settings: str) -> Manifest:
@@ -158,6 +161,7 @@ def encode(manifest: Manifest, manifest_id: int, codec: int = CODEC_LZ4) -> byte
         "history_sqn": manifest.history_sqn,
         "leases": [[h.name, h.sqn, h.expires_at] for h in manifest.leases],
         "stream_batches": [list(kv) for kv in manifest.stream_batches],
+        "split_epoch": manifest.split_epoch,
     }
     raw = msgpack.packb(doc, use_bin_type=True)
     used, payload = compress(codec, raw)
@@ -204,6 +208,7 @@ def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
             leases=tuple(HistoryLease(str(n), int(q), float(e))
                          for n, q, e in doc.get("leases", ())),
             stream_batches=tuple((str(w), int(b)) for w, b in doc.get("stream_batches", ())),
+            split_epoch=doc.get("split_epoch"),
         )
     except CorruptObjectError:
         raise

@@ -86,9 +86,10 @@ class ShardMap:
         """The URL of shard ``shard`` of the store at ``root_url``."""
         return f"{root_url.rstrip('/')}/{self.prefixes[shard]}"
 
-    def split(self, shard: int) -> ShardMap:
+    def split(self, shard: int, tag: str = "") -> ShardMap:
         """The next version, where shard ``shard`` is two children, each with half its run
-        of partitions (the lower half first), under prefixes and labels of their own."""
+        of partitions (the lower half first), under labels of their own and prefixes that
+        end with ``tag`` (a split names its children after its attempt)."""
         if not (isinstance(shard, int) and not isinstance(shard, bool) and 0 <= shard < self.count):
             raise InvalidArgumentError(f"no shard {shard!r}: the store has {self.count}")
         start, end = self.runs[shard]
@@ -102,7 +103,7 @@ class ShardMap:
         prefix, label = self.prefixes[shard], self.labels[shard]
         return dataclasses.replace(
             self, version=self.version + 1,
-            prefixes=spliced(self.prefixes, (f"{prefix}.0", f"{prefix}.1")),
+            prefixes=spliced(self.prefixes, (f"{prefix}.0{tag}", f"{prefix}.1{tag}")),
             runs=spliced(self.runs, ((start, middle), (middle, end))),
             labels=spliced(self.labels, (f"{label}.0", f"{label}.1")))
 
@@ -184,7 +185,8 @@ async def read_shard_map(store: ObjectStore) -> ShardMap | None:
 
 
 async def create_shard_map(store: ObjectStore, shard_map: ShardMap) -> ShardMap:
-    """Create version 1 of the shard map, or return the one another creator wrote first."""
+    """Create version ``shard_map.version`` of the shard map (1 when the store is made), or
+    return the one another creator wrote there first."""
     name = shard_map_name(shard_map.version)
     if await store.put_if_absent_async(name, shard_map.encode()):
         return shard_map

@@ -8,7 +8,7 @@ returns the manifest unchanged (so nothing is written twice).
 
 from __future__ import annotations
 
-from ..errors import FencedError, HistoryUnavailableError, InvalidArgumentError
+from ..errors import FencedError, HistoryUnavailableError, InvalidArgumentError, WrongShardError
 from ..files.journal import JournalInfo
 from ..files.sst import SstInfo
 from .model import Manifest
@@ -24,6 +24,9 @@ def require_writer(manifest: Manifest, epoch: int) -> None:
 
 
 def require_usable(manifest: Manifest) -> None:
+    if manifest.split_epoch is not None:
+        raise WrongShardError("this shard was split: its keys are its children's now (read "
+                              "the newest shard map)")
     if manifest.destroyed_at is not None:
         raise InvalidArgumentError("the store was destroyed")
     if not manifest.initialized:
@@ -115,6 +118,20 @@ def replace_journal(manifest: Manifest, epoch: int, removed: tuple[str, ...],
     return manifest.with_changes(
         journal=tuple(sorted(kept + tuple(added), key=lambda j: (j.min_sqn, j.slot))),
         history_sqn=max(manifest.history_sqn, history_sqn), leases=leases)
+
+
+def retire_for_split(manifest: Manifest, epoch: int, now: float) -> Manifest:
+    """A split's commit point: the splitter, which claimed the shard with ``epoch`` and made
+    its children from it since, retires it, if no one opened it meanwhile (else
+    :class:`FencedError`, and the split is abandoned). The shard is then fenced for good
+    and destroyed: GC deletes its files once its checkpoints (the children's pins among
+    them) are gone. Idempotent."""
+    if manifest.split_epoch == epoch:
+        return manifest  # an earlier attempt landed
+    require_usable(manifest)
+    require_writer(manifest, epoch)
+    return manifest.with_changes(split_epoch=epoch, writer_epoch=epoch + 1,
+                                 destroyed_at=now)
 
 
 def mark_destroyed(manifest: Manifest, now: float) -> Manifest:

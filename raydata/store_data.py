@@ -120,7 +120,7 @@ class ChangesDatasource(Datasource):
         self.start = {"lease": "", "checkpoint": "", "done": True,
                       "sqn": _position(after, target)}
         self.end = {**self.start, "sqn": _position(until, target) if until is not None
-                    else {str(s): q for s, q in enumerate(run_sync(stream.tops(target)))}}
+                    else target.position(run_sync(stream.tops(target)))}
 
     def estimate_inmemory_data_size(self) -> int | None:
         return None
@@ -138,8 +138,7 @@ class ChangesDatasource(Datasource):
 def _position(position, target: stream.Target) -> dict[str, int]:
     if target.shard_map is None and isinstance(position, int):
         position = {"0": position}
-    sqns = shard_positions(position, target.count)
-    return {str(s): q for s, q in enumerate(sqns)}
+    return target.position(shard_positions(position, target.labels))
 
 
 def read_changes(source, after=0, until=None, *, options: Options | None = None,

@@ -95,18 +95,19 @@ def shard_positions(position, shards, name: str = "after") -> list[int] | None:
     return position_sqns(position, shards, name)
 
 
-def check_shard_range(after, until, shards: int) -> list[tuple[int, int | None]]:
-    """``(after, until)`` of each shard, checked."""
+def check_shard_range(after, until, shards) -> list[tuple[int, int | None]]:
+    """``(after, until)`` of each shard (``shards``: the shard map's labels), checked."""
     afters = shard_positions(after, shards)
-    untils = shard_positions(until, shards, "until") or [None] * shards
+    untils = shard_positions(until, shards, "until") or [None] * len(afters)
     return [check_range(a, u) for a, u in zip(afters, untils)]
 
 
-def advance(position: dict[str, int], changes) -> dict[str, int]:
-    """The sharded position after ``changes`` (each with its ``shard``) were read."""
+def advance(position: dict[str, int], changes, labels=None) -> dict[str, int]:
+    """The sharded position after ``changes`` (each with its ``shard``: an index into
+    ``labels``, the shard map's, by default ``"0"`` to ``"n-1"``) were read."""
     moved = dict(position)
     for change in changes:
-        moved[str(change.shard)] = change.sqn
+        moved[str(change.shard) if labels is None else labels[change.shard]] = change.sqn
     return moved
 
 
@@ -146,12 +147,16 @@ async def journal_spans(view, after: int, until: int | None,
         sqns = (await clerk.footer()).sqns
         return np.flatnonzero((sqns > after) & (sqns <= top))
 
+    def owned(info, rows: pa.Table) -> pa.Table:  # a split shard's inherited file: its own
+        owns = view.files.foreign_owns(info)
+        return rows if owns is None else rows.filter(owns.mask(rows.column("lkey").to_pylist()))
+
     async def file_rows(info) -> pa.Table | None:
         clerk = view.host.journal(info)
         if after < info.min_sqn and info.max_sqn <= top and not clerk.footer_at_hand():
-            return await clerk.whole()  # every entry is wanted: one GET
+            return owned(info, await clerk.whole())  # every entry is wanted: one GET
         rows = await wanted(clerk)
-        return await clerk.rows(rows) if len(rows) else None
+        return owned(info, await clerk.rows(rows)) if len(rows) else None
 
     for group in file_groups(files_between(view, after, top), span_bytes):
         if len(group) == 1 and group[0].size > span_bytes:  # a large file: a span at a time
@@ -159,7 +164,7 @@ async def journal_spans(view, after: int, until: int | None,
             spans = clerk.row_spans(await wanted(clerk), span_bytes)
             async with contextlib.aclosing(spans) as tables:
                 async for table in tables:
-                    yield _no_deltas(table)
+                    yield _no_deltas(owned(group[0], table))
             continue
         found = [t for t in await gather_or_cancel(*map(file_rows, group)) if t is not None]
         if found:

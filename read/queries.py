@@ -350,13 +350,13 @@ class Queries:
 
     # -- the change feed --
 
-    def _shard_count(self) -> int | None:
-        """How many shards a position names (``None``: a plain store, whose position is an
+    def _shard_labels(self) -> tuple[str, ...] | None:
+        """The shards a position names (``None``: a plain store, whose position is an
         SQN)."""
-        return None if self.shard_map is None else self.shard_map.count
+        return None if self.shard_map is None else self.shard_map.labels
 
     def _changes_query(self, after, until, batch_size, arrow, binary_names, values):
-        shards = self._shard_count()
+        shards = self._shard_labels()
         ranges = (check_shard_range(after, until, shards) if shards is not None
                   else [check_range(after, until)])
         batch_size = check_batch_size(batch_size)

@@ -74,8 +74,10 @@ class _Run:
     :data:`FIRST_READ_BYTES` and double up to :data:`READ_BYTES`, so a query that wants a few
     rows reads little and a long scan reads in large requests."""
 
-    def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes):
+    def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes,
+                 owns=lambda sst: None):
         self._host = host
+        self._owns = owns  # a split shard's run, for its inherited files
         self._files = deque(f for f in files if f.max_key >= lo and f.min_key < hi)
         self._lo, self._hi = lo, hi
         self._file: list | None = None  # [clerk, footer, next block, end block]
@@ -87,13 +89,14 @@ class _Run:
             if self._file is None:
                 if not self._files:
                     return None
-                clerk = self._host.sst(self._files.popleft())
+                sst = self._files.popleft()
+                clerk = self._host.sst(sst)
                 footer = await clerk.footer()
                 first, end = block_span(footer, self._lo, self._hi)
                 if first < end:
-                    self._file = [clerk, footer, first, end]
+                    self._file = [clerk, footer, first, end, self._owns(sst)]
                 continue
-            clerk, footer, first, end = self._file
+            clerk, footer, first, end, owns = self._file
             stop = first + 1
             while (stop < end
                    and footer.offsets[stop + 1] - footer.offsets[first] <= self._read_bytes):
@@ -104,6 +107,8 @@ class _Run:
             self._read_bytes = min(2 * self._read_bytes, READ_BYTES)
             table = clip(pa.Table.from_batches(await clerk.read_blocks(first, stop)),
                          self._lo, self._hi)
+            if owns is not None and table.num_rows:
+                table = table.filter(owns.mask(table.column("key").to_pylist()))
             if table.num_rows:
                 return table
 
@@ -147,9 +152,11 @@ def live_rows(table: pa.Table, now_s: float) -> pa.Table:
 
 def sources(view: LedgerView, lo: bytes, hi: bytes) -> list:
     """The scan's sources, newest first."""
+    files = view.files
     out: list = [_Overlay(view, lo, hi)]
-    out += [_Run(view.host, (sst,), lo, hi) for sst in view.files.levels[0]]
-    out += [_Run(view.host, level, lo, hi) for level in view.files.levels[1:] if level]
+    out += [_Run(view.host, (sst,), lo, hi, files.foreign_owns) for sst in files.levels[0]]
+    out += [_Run(view.host, level, lo, hi, files.foreign_owns) for level in files.levels[1:]
+            if level]
     return out
 
 

@@ -33,7 +33,7 @@ class StoreReader(PointInTime, Queries):
 
     def __init__(self, store: ObjectStore, manifest_id: int, manifest: Manifest,
                  tail: list[jfmt.JournalInfo], options: Options, clock: Clock = system_clock):
-        files = LedgerFiles(manifest_id, manifest.levels, manifest.ledger_sqn)
+        files = LedgerFiles.of(manifest_id, manifest)
         journal = list(manifest.journal) + tail
         top = max([manifest.ledger_sqn] + [j.max_sqn for j in journal if j.entries])
         super().__init__(store.url, options, files, journal, [], top, store=store, clock=clock,
@@ -72,8 +72,10 @@ class StoreReader(PointInTime, Queries):
             if info.max_sqn <= after:
                 continue
             rows = LedgerRows()
+            owns = self.files.foreign_owns(info)  # a split shard's inherited file
             for rec in await self.host.journal(info).read_records(after):
-                rows.add_record(rec)
+                if owns is None or owns.owns(rec.lkey):
+                    rows.add_record(rec)
             self.overlay.update(rows.entries())
 
 

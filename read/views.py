@@ -17,23 +17,40 @@ from itertools import compress, filterfalse
 import numpy as np
 import pyarrow as pa
 
+from ..codec.owned import SETTING as OWNS
+from ..codec.owned import Owns
 from ..errors import ObjectStoreError
 from ..files.bloom import key_hash, key_hashes
 from ..files.clerk import ClerkHost
 from ..files.journal import KIND_DATA, NO_SLOT, JournalInfo
 from ..files.lru import LruCache
+from ..files.routed import is_foreign
 from ..files.sst import SstInfo
 from ..files.sync import off_loop
+from ..manifest.model import Manifest
 
 
 @dataclass(frozen=True)
 class LedgerFiles:
     """The Ledger's files at one manifest version: ``levels[0]`` newest first, deeper levels
-    sorted by key range and not overlapping."""
+    sorted by key range and not overlapping. ``owns``: a split shard's run of partitions
+    (see :mod:`leveled_ray.codec.owned`), whose inherited files hold other keys too."""
 
     version: int
     levels: tuple[tuple[SstInfo, ...], ...]
     persisted_sqn: int
+    owns: Owns | None = None
+
+    @classmethod
+    def of(cls, version: int, manifest: Manifest) -> LedgerFiles:
+        """The files manifest ``version`` lists."""
+        return cls(version, manifest.levels, manifest.ledger_sqn,
+                   Owns.decode(manifest.setting(OWNS)))
+
+    def foreign_owns(self, file: SstInfo | JournalInfo) -> Owns | None:
+        """The run to filter ``file``'s entries by: set for a split shard's inherited file
+        (an SST or a journal file)."""
+        return self.owns if self.owns is not None and is_foreign(file.name) else None
 
     def candidates(self, lkey: bytes):
         """Files that may hold ``lkey``, in the order they must be searched (newest first)."""

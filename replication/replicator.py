@@ -29,7 +29,7 @@ from ..admin.compare import compare_views
 from ..clock import Clock, system_clock
 from ..codec import Delete, Put
 from ..errors import InvalidArgumentError, LeveledError
-from ..read.changes import Change
+from ..read.changes import Change, shard_positions
 from .rules import BUCKET, MARK, advance, position_of, position_write, repairs, write_of
 
 #: Changes written to the target in one ``put_many`` (with their position).
@@ -58,8 +58,8 @@ class Replication:
 
     async def resume(self) -> None:
         """Read the position the target holds, and listen to the source after it."""
-        shards = getattr(self.source, "shards", None)  # a sharded store's count
-        start = 0 if shards is None else {str(s): 0 for s in range(shards)}
+        labels = self._labels()
+        start = 0 if labels is None else dict.fromkeys(labels, 0)
         record = await self.target.get_async(BUCKET, self.name)
         self.position = position_of(record, start)
         self.listener = self.source.listen(self.position, name=f"replicate.{self.name}",
@@ -79,9 +79,9 @@ class Replication:
     async def _apply(self, changes: list[Change]) -> None:
         now = self.clock()
         oldest = min(c.last_modified for c in changes)
-        position = self.position
+        position, labels = self.position, self._labels()
         for change in changes:
-            position = advance(position, change)
+            position = advance(position, change, labels)
         writes = [write_of(c, self.source_name, now) for c in changes]
         await self.target.put_many_async(
             writes + [position_write(self.name, position, self.source_name,
@@ -94,8 +94,9 @@ class Replication:
 
     async def _measure_lag(self) -> None:
         durable = await self._source_sqns()
-        if isinstance(self.position, dict):
-            behind = sum(max(0, durable[s] - self.position.get(s, 0)) for s in durable)
+        if isinstance(self.position, dict):  # a position from before a split reads on too
+            at = shard_positions(self.position, self._labels())
+            behind = sum(max(0, d - a) for d, a in zip(durable, at))
         else:
             behind = max(0, durable - self.position)
         self.counters["lag_changes"] = behind
@@ -105,8 +106,13 @@ class Replication:
     async def _source_sqns(self):
         stats = await self.source.stats_async()
         if "shards" in stats:
-            return {str(s): part["durable_sqn"] for s, part in enumerate(stats["shards"])}
+            return [part["durable_sqn"] for part in stats["shards"]]
         return stats["durable_sqn"]
+
+    def _labels(self) -> tuple[str, ...] | None:
+        """A sharded source's shard labels (``None``: a plain source)."""
+        shard_map = getattr(self.source, "shard_map", None)
+        return None if shard_map is None else shard_map.labels
 
     @property
     def source_name(self) -> str:

@@ -37,10 +37,12 @@ def write_of(change: Change, source: str, now: float) -> Put | Delete:
                metadata={**(change.metadata or {}), MARK: source})
 
 
-def advance(position, change: Change):
-    """The position after ``change``: an SQN (a plain source) or ``{"shard": sqn}``."""
+def advance(position, change: Change, labels=None):
+    """The position after ``change``: an SQN (a plain source) or ``{"label": sqn}`` (the
+    change's ``shard`` is an index into ``labels``, the source's shard map's)."""
     if isinstance(position, dict):
-        return {**position, str(change.shard): change.sqn}
+        label = str(change.shard) if labels is None else labels[change.shard]
+        return {**position, label: change.sqn}
     return change.sqn
 
 

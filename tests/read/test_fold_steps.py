@@ -21,7 +21,9 @@ def batches(stall: threading.Event | None = None, ended: list | None = None):
             for i in range(3):
                 if stall is not None and i == 1:
                     stall.set()
-                    await asyncio.Event().wait()  # blocks until Ctrl-C cancels this step
+                    # Blocks until Ctrl-C cancels this step (a fold that slept through it
+                    # fails here, rather than hanging the test run).
+                    await asyncio.wait_for(asyncio.Event().wait(), 60)
                 yield [i * 10 + j for j in range(10)]
         finally:
             if ended is not None:
@@ -176,3 +178,25 @@ def test_a_second_ctrl_c_ends_a_step_that_does_not_stop_at_once():
             seen.append(item)
     assert seen == [0] and swallowed.is_set() and ended == [True] and released == [1]
     assert_signals_restored()
+
+
+def test_a_step_handler_put_back_after_its_call_acts_as_the_default_and_heals():
+    """Code that saved the handler a call installed and put it back after the call ended
+    (as a library that defers SIGINT may) leaves a finished call's handler: Ctrl-C still
+    raises ``KeyboardInterrupt``, and the next call leaves Python's default again."""
+    import asyncio
+
+    async def handler_during_the_call():
+        await asyncio.sleep(0)
+        return signal.getsignal(signal.SIGINT)
+
+    stale = run_sync(handler_during_the_call())
+    assert stale is not signal.default_int_handler
+    signal.signal(signal.SIGINT, stale)  # put back late
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stale(signal.SIGINT, None)
+        assert run_sync(handler_during_the_call()) not in (stale, signal.default_int_handler)
+        assert_signals_restored()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

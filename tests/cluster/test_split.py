@@ -1,0 +1,191 @@
+"""Splitting a shard by reference: the children start from its files, copy nothing, and every
+read, fold, index query and position agrees with a model (a dict), before and after their
+merges and journal compaction drop the other child's keys; a split stopped after any step
+leaves the old layout or the new one."""
+
+import os
+import random
+
+import pytest
+from support.stores import SMALL
+
+import leveled_ray as lr
+from leveled_ray.cluster.split import STEPS, split_shard
+from leveled_ray.codec.owned import SETTING as OWNS
+from leveled_ray.codec.owned import Owns
+from leveled_ray.files.clerk import ClerkHost
+from leveled_ray.files.journal import NO_SLOT
+from leveled_ray.files.routed import is_foreign
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.files.sync import run_sync
+from leveled_ray.manifest.store import ManifestStore
+
+pytestmark = pytest.mark.ray
+
+OPTIONS = lr.Options(**SMALL)
+
+
+def write_rounds(store, model: dict, rounds: int, rng: random.Random,
+                 keys: int = 300) -> list[tuple[str, str]]:
+    """Puts (with an index term each) and deletes of random keys, mirrored in ``model``, as
+    cross-shard ``put_many`` batches; returns each change's ``(key, kind)``."""
+    written = []
+    for _ in range(rounds):
+        batch = []
+        for i in rng.sample(range(keys), 40):
+            key = f"k{i:04d}"
+            if rng.random() < 0.15:
+                batch.append(lr.Delete("b", key))
+                model.pop(key, None)
+                written.append((key, "delete"))
+            else:
+                value = b"%d:%d" % (i, rng.randrange(1 << 30))
+                batch.append(lr.Put("b", key, value, indexes=[("add", "n_int", i % 7)]))
+                model[key] = value
+                written.append((key, "put"))
+        store.put_many(batch)
+    return written
+
+
+def check_model(store, model: dict) -> None:
+    """Every read the store offers agrees with the model."""
+    keys = [f"k{i:04d}" for i in range(300)]
+    assert store.get_many([("b", k) for k in keys]) == [model.get(k) for k in keys]
+    assert [k for _, k in store.fold_keys("b")] == sorted(model)
+    assert [(k, v) for _, k, v in store.fold_objects("b")] == sorted(model.items())
+    for term in (0, 3):
+        assert list(store.index_query("b", "n_int", term, term)) == sorted(
+            k for k in model if int(k[1:]) % 7 == term)
+    assert sorted(k for _, k, _ in store.fold_heads("b")) == sorted(model)
+
+
+def stored_bytes(root) -> int:
+    """Bytes of the objects under a directory (a file:// store)."""
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root)
+               for n in names)
+
+
+def test_a_split_copies_nothing_and_every_read_agrees_with_the_model(ray_cluster, tmp_path):
+    url = f"file://{tmp_path}/db"
+    rng, model = random.Random(7), {}
+    with lr.open(url, OPTIONS, shards=2) as store:
+        history = write_rounds(store, model, 12, rng)
+        before = store.snapshot().sqn  # a position taken before the split
+        check_model(store, model)
+    size = stored_bytes(tmp_path / "db")
+    admin = lr.admin(url, OPTIONS)
+    split = admin.split_shard(0)
+    assert split.labels == ("0.0", "0.1", "1") and split.version == 2
+    children = [split.prefixes[0], split.prefixes[1]]
+    made = {os.path.relpath(os.path.join(d, n), tmp_path / "db" / p).split(os.sep)[0]
+            for p in children for d, _, names in os.walk(tmp_path / "db" / p) for n in names}
+    assert made == {"manifest"}  # the children's manifests: the files are the parent's
+    copied = sum(stored_bytes(tmp_path / "db" / p) for p in children)
+    assert copied < 0.1 * size, (copied, size)  # (bench/elastic.py: a 1 GiB shard's ratio)
+    with lr.reader(url, options=OPTIONS) as at_rest:  # without Ray, through the new map
+        check_model(at_rest, model)
+
+    with lr.open(url, OPTIONS) as store:
+        assert store.shards == 3 and store.shard_map.labels == split.labels
+        check_model(store, model)
+        # The children's history is the parent's: each change once, in one child.
+        assert sorted((c.key, c.kind) for c in store.changes(0, values=False)) == sorted(
+            history)
+        with pytest.raises(lr.WrongShardError):  # a child refuses the other child's keys
+            stray = next(f"k{i:04d}" for i in range(300)
+                         if store.shard_of("b", f"k{i:04d}") == 1)
+            store.shard(0).put("b", stray, b"wrong place")
+        assert store.get("b", stray) == model.get(stray)
+        written = write_rounds(store, model, 12, rng)  # merges and compaction in each child
+        check_model(store, model)
+        # A position from before the split reads on in both children: each change once.
+        since = list(store.changes(before, values=False))
+        assert sorted((c.key, c.kind) for c in since) == sorted(written)
+        store.compact_journal(wait=True)
+        check_model(store, model)
+    with lr.open(url, OPTIONS) as store:  # and once more, from what the children wrote
+        check_model(store, model)
+    for child in children:  # the files a child wrote hold its own keys only
+        ssts, journal = run_sync(child_files(f"{url}/{child}"))
+        assert ssts and journal, "no merge or compaction rewrote the inherited files"
+        owns = Owns.decode(latest_manifest(f"{url}/{child}").setting(OWNS))
+        assert all(owns.mask(keys).all() for keys in ssts + journal)
+
+
+def latest_manifest(url: str):
+    return run_sync(ManifestStore(ObjectStore.from_url(url)).latest()).manifest
+
+
+async def child_files(url: str) -> tuple[list[list[bytes]], list[list[bytes]]]:
+    """The keys of each SST, and of each compacted journal file, a store wrote itself (not
+    one it inherited)."""
+    host = ClerkHost(ObjectStore.from_url(url), 1 << 20)
+    manifest = latest_manifest(url)
+    ssts = [(await host.sst(f).read_table()).column("key").to_pylist()
+            for f in manifest.sst_files() if not is_foreign(f.name)]
+    journal = [[r.lkey for r in await host.journal(j).read_records()] for j in manifest.journal
+               if not is_foreign(j.name) and j.entries and j.slot == NO_SLOT]
+    return ssts, journal
+
+
+@pytest.mark.parametrize("stop_after", STEPS)
+def test_a_split_stopped_after_any_step_leaves_one_layout(ray_cluster, tmp_path, stop_after):
+    url = f"file://{tmp_path}/db"
+    rng, model = random.Random(3), {}
+    with lr.open(url, OPTIONS, shards=2) as store:
+        write_rounds(store, model, 6, rng)
+
+    class Stop(Exception):
+        pass
+
+    def stop(step):
+        if step == stop_after:
+            raise Stop(step)
+
+    with pytest.raises(Stop):
+        run_sync(split_shard(url, 1, OPTIONS, after_step=stop))
+    with lr.open(url, OPTIONS) as store:  # the old layout, or the new one: never a mix
+        retired = STEPS.index(stop_after) >= STEPS.index("retire")
+        assert store.shards == (3 if retired else 2)
+        check_model(store, model)
+        write_rounds(store, model, 3, rng)
+        check_model(store, model)
+    if not retired:  # the layout holds on: the store splits later
+        admin = lr.admin(url, OPTIONS)
+        assert admin.split_shard(1).count == 3
+        with lr.open(url, OPTIONS) as store:
+            check_model(store, model)
+
+
+def test_a_shard_whose_bookie_died_splits_and_each_child_replays_its_own_keys(ray_cluster,
+                                                                              tmp_path):
+    """The killed shard's newest changes are only in its Journal: each child replays them
+    from the parent's journal files, leaving out the other child's."""
+    import ray
+
+    url = f"file://{tmp_path}/db"
+    options = OPTIONS.replace(ledger=dict(l0_max_keys=100_000), gc=dict(lease_renew_s=0.2),
+                              max_restarts=0)
+    rng, model = random.Random(5), {}
+    store = lr.open(url, options, shards=2)
+    write_rounds(store, model, 6, rng)
+    unpersisted = store.stats()["shards"][0]["backlog"]["unpersisted"]
+    assert unpersisted > 0
+    for actor in store.actors():
+        ray.kill(actor, no_restart=True)
+    admin = lr.admin(url, options)
+    from support.waits import wait_until
+
+    def split() -> bool:  # once the dead writers' snapshot leases are stale
+        try:
+            admin.split_shard(0)
+            return True
+        except lr.InvalidArgumentError as exc:
+            assert "being written" in str(exc)
+            return False
+    wait_until(split, timeout=30, interval=0.2)
+    with lr.open(url, options) as reopened:
+        assert reopened.shards == 3
+        replayed = [s["replayed"] for s in reopened.stats()["shards"]]
+        assert 0 < replayed[0] + replayed[1] <= unpersisted  # each its own part
+        check_model(reopened, model)
