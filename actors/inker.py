@@ -361,16 +361,29 @@ class Inker(Owner):
         return await asyncio.shield(self._compaction)
 
     def _catalogued(self) -> list[jfmt.JournalInfo]:
-        """The data files compaction may rewrite, oldest first: recorded in the manifest, and
-        not the newest data file."""
+        """The data files compaction may rewrite, oldest first (consecutive: a rewrite's files
+        must hold a run of SQNs no other file holds): recorded in the manifest, and not the
+        newest data file, unless a clone shares it (this store never wrote it)."""
         catalogued = {f.name for f in self.latest.manifest.journal}
         data = sorted(self.data_files(), key=lambda f: f.min_sqn)
-        return [f for f in data[:-1] if f.name in catalogued]
+        if data and not is_foreign(data[-1].name):
+            data = data[:-1]
+        return [f for f in data if f.name in catalogued]
 
     def candidates(self, persisted_sqn: int) -> list[jfmt.JournalInfo]:
         """The files scored compaction may rewrite: wholly at or below the Ledger's persisted
         SQN, as only those may have replaced entries to drop."""
         return [f for f in self._catalogued() if f.max_sqn <= persisted_sqn]
+
+    def _inherited(self, persisted_sqn: int) -> list[jfmt.JournalInfo]:
+        """A split shard's child: a run of journal files from its oldest inherited one (the
+        shard it was split from wrote it), however live: rewritten without the other child's
+        keys, so that in time it shares no file with that shard."""
+        if self.owns is None:
+            return []
+        found = self.candidates(persisted_sqn)
+        first = next((i for i, f in enumerate(found) if is_foreign(f.name)), None)
+        return [] if first is None else found[first:first + self.options.journal.max_run_length]
 
     def _small_run(self) -> list[jfmt.JournalInfo]:
         """The oldest run of small files due for a merge (see :func:`small_run`), or none. A
@@ -415,6 +428,11 @@ class Inker(Owner):
                 result += await self._replace(await call(
                     self.clerk().compact, self.candidates(persisted), persisted, self.epoch,
                     protect, self.owns), started)
+            if not small_only and (inherited := self._inherited(persisted)):
+                started = self.clock()  # a split shard's child: its inherited files go
+                result += await self._replace(await call(
+                    self.clerk().rewrite, inherited, persisted, self.epoch, protect,
+                    self.owns), started)
             return result
         except Exception as exc:
             self.counters["compaction_failures"] += 1

@@ -25,7 +25,7 @@ from ..files.clerk import write_sst
 from ..files.store import ObjectStore
 from ..manifest import checkpoints
 from ..manifest.ingest import ingest
-from ..manifest.levels import MergeJob, apply_merge, choose_work
+from ..manifest.levels import MergeJob, apply_merge, choose_work, inherited_work
 from ..manifest.store import Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn
 from ..options import Options
@@ -187,9 +187,12 @@ class Penciller(Owner):
             raise self.error
         if self.merging is not None:
             return None
-        job = choose_work(self.latest.manifest.levels, self.rng)
-        owns = self.files().owns
-        self.merging = job if job is None or owns is None else dataclasses.replace(job, owns=owns)
+        levels, owns = self.latest.manifest.levels, self.files().owns
+        job = choose_work(levels, self.rng)
+        if owns is not None:  # a split shard's child: its inherited files go in time
+            job = inherited_work(levels, owns) if job is None else dataclasses.replace(
+                job, owns=owns)
+        self.merging = job
         self._merge_started = self.clock()  # its outputs are written after this
         return self.merging
 

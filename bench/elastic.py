@@ -10,7 +10,10 @@ Measures (a 4-shard store, ``--keys`` objects of 1 KiB per shard):
 - **process death**: from a SIGKILL of a shard's Bookie to the first answered read on the
   same handle, against the same plain open;
 - **the other shards' puts** during the node failover (from the death to the victim shard
-  serving again), against the same writers just before the death.
+  serving again), against the same writers just before the death;
+- **split**: ``lr.admin(url).split_shard(0)`` of the closed store: the bytes it wrote (the
+  children's objects) against the shard's bytes, its time, and the first open of the split
+  store, against the same plain open.
 
 Prints each figure with its ratio and writes ``docs/img/elastic.png``.
 Run: ``python bench/elastic.py`` (``--quick`` for a smaller run).
@@ -112,6 +115,32 @@ def moved_and_writes(store, shard: int, dead_node: str, key: str) -> None:
     store.put("b", key, VALUE)
 
 
+def directory_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path)
+               for n in names)
+
+
+def split_rows(url: str, root: str, plain: float) -> list[tuple[str, float, float, str]]:
+    """Split shard 0 of the closed store at ``url`` (under directory ``root``), and open it."""
+    admin = lr.admin(url)
+    shard_bytes = directory_bytes(os.path.join(root, "db", admin.shard_map.prefixes[0]))
+    t = time.perf_counter()
+    split = admin.split_shard(0)
+    split_s = time.perf_counter() - t
+    copied = sum(directory_bytes(os.path.join(root, "db", p)) for p in split.prefixes[:2])
+    t = time.perf_counter()
+    store = lr.open(url)
+    open_s = time.perf_counter() - t
+    try:
+        assert store.shards == 5 and store.get("b", "k0") == VALUE
+    finally:
+        store.close()
+    print(f"split of shard 0: {copied} bytes written, shard {shard_bytes} bytes")
+    return [("split: bytes written / shard bytes", copied, shard_bytes, "bytes"),
+            ("split (store closed) / plain open", split_s, plain, "s"),
+            ("open of the split store / plain open", open_s, plain, "s")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=20_000, help="objects per shard")
@@ -166,6 +195,7 @@ def main() -> None:
     finally:
         store.close()
 
+    rows += split_rows(url, tmp, plain)
     print(f"4 shards x {args.keys} x 1 KiB; Ray health checks {HEALTH}; "
           f"shards on the dead node: {victims}")
     plots.report_ratios("elastic", "failover against a plain open, same run", rows,

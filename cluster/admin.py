@@ -23,7 +23,8 @@ from ..files.store import ObjectStore
 from ..files.sync import with_sync_twins
 from ..manifest.backup_records import BACKUP_PREFIX
 from ..manifest.model import Checkpoint
-from ..manifest.shard_map import SHARD_MAP_PREFIX, ShardMap
+from ..manifest.shard_map import SHARD_MAP_PREFIX, ShardMap, retired_prefixes
+from ..manifest.store import ManifestStore
 from ..manifest.txn_records import (
     STREAM_TXN,
     TXN_PREFIX,
@@ -91,14 +92,22 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
 
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None) -> garbage_collection.Plan:
-        """One GC pass on every shard, then on the root's commit records: a record goes once
+        """One GC pass on every shard (and on each shard a split retired: its files go once
+        no checkpoint holds them, the children's pins among them), then on the root's commit
+        records: a record goes once
         no shard holds its batch's part (every part was applied or dropped) and it is older
         than ``min_age`` (a streaming write's, once a newer batch of its writer has records).
         Returns the shards' plans together (paths under each shard's prefix). Cost: the plain
         pass on each shard in turn, then a listing of the root's records."""
-        plans = [await a.gc_async(min_age, dry_run, progress) for a in self._admins]
+        retired = []  # those a pass has not deleted whole yet
+        for prefix in await retired_prefixes(self.root, self.shard_map):
+            admin = Admin(f"{self.url.rstrip('/')}/{prefix}", self.options, self.clock)
+            if await ManifestStore(admin.store).latest() is not None:
+                retired.append((prefix, admin))
+        admins = self._admins + [admin for _, admin in retired]
+        plans = [await a.gc_async(min_age, dry_run, progress) for a in admins]
         out = garbage_collection.Plan()
-        for prefix, p in zip(self.shard_map.prefixes, plans):
+        for prefix, p in zip(self.shard_map.prefixes + tuple(p for p, _ in retired), plans):
             out.files += [f"{prefix}/{x}" for x in p.files]
             out.leases += [f"{prefix}/{x}" for x in p.leases]
             out.manifests += [f"{prefix}/{x}" for x in p.manifests]

@@ -22,15 +22,16 @@ The steps, each safe to die after (create-if-absent and the shard's own manifest
    reads the layout next does this too (:func:`settle_splits`), so a split that died after
    step 4 is published by the next open, reader or admin.
 
-A split that dies before step 4 leaves its children's prefixes unused: they are not read, and
-their pins on the shard keep its files until the shard is retired (named ``clone:<child
-url>``, so an operator can see them in ``list_checkpoints``).
+A split that dies before step 4 leaves its children's prefixes unused: they are never read.
+Their pins on the shard (named ``clone:<child url>``) are released when a later split retires
+it; their objects are kept (nothing yet proves them abandoned).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..admin.checkpoints import release_checkpoint
 from ..admin.clone import create_clone
 from ..admin.handle import Admin
 from ..clock import system_clock
@@ -105,7 +106,23 @@ async def settle_splits(root: ObjectStore, shard_map: ShardMap, options: Options
         shard, epoch = retired
         nxt = shard_map.split(shard, children_tag(epoch))
         stored = await create_shard_map(root, nxt)  # or the one a rival published first
+        if stored.same_layout(nxt):
+            await _release_abandoned(root, shard_map.prefixes[shard],
+                                     nxt.prefixes[shard:shard + 2], options)
         shard_map = stored if stored.same_layout(nxt) else await _shard_map(root, root.url)
+
+
+async def _release_abandoned(root: ObjectStore, prefix: str, children: tuple[str, ...],
+                             options: Options) -> None:
+    """Release the pins that splits of shard ``prefix`` abandoned before the one that retired
+    it (their children are never read): its GC then waits for no one else."""
+    parent = ManifestStore(ObjectStore.from_url(f"{root.url.rstrip('/')}/{prefix}", options))
+    latest = await parent.latest()
+    base = f"clone:{root.url.rstrip('/')}/{prefix}."
+    mine = {f"clone:{root.url.rstrip('/')}/{child}" for child in children}
+    for pin in () if latest is None else latest.manifest.checkpoints:
+        if pin.name and pin.name.startswith(base) and pin.name not in mine:
+            await release_checkpoint(parent, pin.id)
 
 
 async def _retired(root: ObjectStore, shard_map: ShardMap,

@@ -105,6 +105,20 @@ def choose_work(levels: tuple[tuple[SstInfo, ...], ...], rng: random.Random,
     return None
 
 
+def inherited_work(levels: tuple[tuple[SstInfo, ...], ...], owns: Owns) -> MergeJob | None:
+    """For a split shard's child, when no merge is due: its shallowest inherited file goes
+    down a level, rewritten without the keys the child does not own, so that in time it
+    shares no file with the shard it was split from (and GC detaches it)."""
+    for n in range(1, min(len(levels), MAX_LEVEL)):
+        for source in levels[n]:
+            if is_foreign(source.name):
+                below = levels[n + 1] if len(levels) > n + 1 else ()
+                return MergeJob(n, (source,), overlapping(below, source.min_key,
+                                                          source.max_key),
+                                _is_basement(levels, n + 1), owns)
+    return None
+
+
 def apply_merge(manifest: Manifest, epoch: int, job: MergeJob,
                 outputs: tuple[SstInfo, ...]) -> Manifest:
     """The manifest change of a finished merge: inputs out, outputs (sorted by key) in."""

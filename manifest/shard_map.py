@@ -184,6 +184,16 @@ async def read_shard_map(store: ObjectStore) -> ShardMap | None:
     return ShardMap.decode(await store.get_async(name), name)
 
 
+async def retired_prefixes(store: ObjectStore, current: ShardMap) -> list[str]:
+    """The prefixes of shards that splits retired: in an older version of the shard map,
+    not in ``current``."""
+    held, out = set(current.prefixes), []
+    for meta in sorted(await store.list_async(SHARD_MAP_PREFIX), key=lambda m: m.path):
+        older = ShardMap.decode(await store.get_async(meta.path), meta.path)
+        out += [p for p in older.prefixes if p not in held and p not in out]
+    return out
+
+
 async def create_shard_map(store: ObjectStore, shard_map: ShardMap) -> ShardMap:
     """Create version ``shard_map.version`` of the shard map (1 when the store is made), or
     return the one another creator wrote there first."""

@@ -5,6 +5,7 @@ leaves the old layout or the new one."""
 
 import os
 import random
+import shutil
 
 import pytest
 from support.stores import SMALL
@@ -128,12 +129,21 @@ async def child_files(url: str) -> tuple[list[list[bytes]], list[list[bytes]]]:
     return ssts, journal
 
 
+@pytest.fixture(scope="module")
+def two_shards(ray_cluster, tmp_path_factory):
+    """A closed 2-shard store and its model, copied by each test that splits it."""
+    root = tmp_path_factory.mktemp("split-template") / "db"
+    model: dict = {}
+    with lr.open(f"file://{root}", OPTIONS, shards=2) as store:
+        write_rounds(store, model, 6, random.Random(3))
+    return root, model
+
+
 @pytest.mark.parametrize("stop_after", STEPS)
-def test_a_split_stopped_after_any_step_leaves_one_layout(ray_cluster, tmp_path, stop_after):
-    url = f"file://{tmp_path}/db"
-    rng, model = random.Random(3), {}
-    with lr.open(url, OPTIONS, shards=2) as store:
-        write_rounds(store, model, 6, rng)
+def test_a_split_stopped_after_any_step_leaves_one_layout(two_shards, tmp_path, stop_after):
+    template, model = two_shards
+    shutil.copytree(template, tmp_path / "db")
+    url, model = f"file://{tmp_path}/db", dict(model)
 
     class Stop(Exception):
         pass
@@ -144,17 +154,22 @@ def test_a_split_stopped_after_any_step_leaves_one_layout(ray_cluster, tmp_path,
 
     with pytest.raises(Stop):
         run_sync(split_shard(url, 1, OPTIONS, after_step=stop))
-    with lr.open(url, OPTIONS) as store:  # the old layout, or the new one: never a mix
-        retired = STEPS.index(stop_after) >= STEPS.index("retire")
-        assert store.shards == (3 if retired else 2)
-        check_model(store, model)
-        write_rounds(store, model, 3, rng)
-        check_model(store, model)
-    if not retired:  # the layout holds on: the store splits later
-        admin = lr.admin(url, OPTIONS)
-        assert admin.split_shard(1).count == 3
+    retired = STEPS.index(stop_after) >= STEPS.index("retire")
+    with lr.reader(url, options=OPTIONS) as at_rest:  # the old layout or the new: no mix
+        assert at_rest.shard_map.count == (3 if retired else 2)
+        check_model(at_rest, model)
+    if stop_after in ("children", "retire"):  # written on: an open after the stop
         with lr.open(url, OPTIONS) as store:
+            write_rounds(store, model, 2, random.Random(4))
             check_model(store, model)
+    if not retired:  # and split later, from what the shard holds then
+        split = lr.admin(url, OPTIONS).split_shard(1)
+        assert split.count == 3
+        with lr.reader(url, options=OPTIONS) as at_rest:
+            check_model(at_rest, model)
+        # Only the pins of the children it published hold the retired shard's files.
+        pins = {c.name for c in latest_manifest(f"{url}/shard-001").checkpoints}
+        assert pins == {f"clone:{url}/{p}" for p in split.prefixes[1:]}
 
 
 def test_a_shard_whose_bookie_died_splits_and_each_child_replays_its_own_keys(ray_cluster,
@@ -189,3 +204,34 @@ def test_a_shard_whose_bookie_died_splits_and_each_child_replays_its_own_keys(ra
         replayed = [s["replayed"] for s in reopened.stats()["shards"]]
         assert 0 < replayed[0] + replayed[1] <= unpersisted  # each its own part
         check_model(reopened, model)
+
+
+def test_children_come_to_share_nothing_and_gc_then_deletes_the_retired_shard(two_shards,
+                                                                              tmp_path):
+    template, model = two_shards
+    shutil.copytree(template, tmp_path / "db")
+    url, root = f"file://{tmp_path}/db", tmp_path / "db"
+    split = lr.admin(url, OPTIONS).split_shard(0)
+    children = [f"{url}/{p}" for p in split.prefixes[:2]]
+    retired = root / "shard-000"
+
+    def inherited() -> int:
+        return sum(is_foreign(f.name) for c in children
+                   for f in (*latest_manifest(c).sst_files(), *latest_manifest(c).journal))
+
+    with lr.open(url, OPTIONS) as store:
+        assert inherited() > 0
+        from support.waits import wait_until
+
+        def rewritten() -> bool:  # each compaction rewrites a run of inherited journal files
+            store.compact_journal(wait=True)
+            return inherited() == 0
+        wait_until(rewritten, timeout=60, interval=0.2)
+        check_model(store, model)
+    for _ in range(2):
+        lr.admin(url, OPTIONS).gc(min_age=0)
+    assert all(latest_manifest(c).parent is None for c in children)  # detached
+    left = [n for _, _, names in os.walk(retired) for n in names]
+    assert left == []  # the retired shard is gone whole, its newest manifest last
+    with lr.reader(url, options=OPTIONS) as at_rest:
+        check_model(at_rest, model)

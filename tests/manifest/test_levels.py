@@ -1,5 +1,6 @@
 """Merge choice and the manifest change of a merge (pure functions, no Ray)."""
 
+import dataclasses
 import random
 
 import pytest
@@ -79,3 +80,20 @@ def test_move_down_creates_the_next_level():
     m = Manifest.new().with_changes(writer_epoch=1, levels=((), (sst("a", b"a", b"b"),)))
     after = lv.apply_merge(m, 1, lv.MergeJob(1, m.levels[1], (), True), m.levels[1])
     assert after.levels == ((), (), m.levels[1])
+
+
+def test_a_split_child_rewrites_its_inherited_files_when_no_merge_is_due():
+    from leveled_ray.codec.owned import Owns
+
+    owns = Owns("key", 0, 2048)
+    own = sst("own", b"a", b"c")
+    inherited = dataclasses.replace(sst("x", b"d", b"f"), name="@parent/ledger/x.sst")
+    below = sst("own2", b"e", b"g")
+    levels = ((), (own, inherited), (below,))
+    job = lv.inherited_work(levels, owns)
+    assert (job.source_level, job.sources, job.targets, job.owns) == (1, (inherited,),
+                                                                       (below,), owns)
+    assert not job.move_only  # an inherited file is rewritten, never just moved down
+    alone = lv.MergeJob(2, (inherited,), (), True, owns)
+    assert not alone.move_only and lv.MergeJob(2, (own,), (), True, owns).move_only
+    assert lv.inherited_work(((), (own,), (below,)), owns) is None  # nothing inherited

@@ -178,6 +178,18 @@ def test_a_restarted_writer_reclaims_the_store_only_if_no_one_opened_it_meanwhil
         tr.reclaim_epoch(lost.with_changes(destroyed_at=1.0), lost_epoch=2)
 
 
+def test_a_split_retires_its_shard_only_if_no_one_opened_it_since_the_claim():
+    claimed = tr.bump_epoch(Manifest.new().with_changes(writer_epoch=4))  # the splitter: 5
+    retired = tr.retire_for_split(claimed, 5, 100.0)
+    assert (retired.split_epoch, retired.writer_epoch, retired.destroyed_at) == (5, 6, 100.0)
+    assert tr.retire_for_split(retired, 5, 200.0) is retired  # an earlier attempt landed
+    with pytest.raises(lr.WrongShardError):  # nobody opens or writes it again
+        tr.bump_epoch(retired)
+    opened = tr.bump_epoch(claimed)  # a writer opened it after the claim: the split is off
+    with pytest.raises(lr.FencedError):
+        tr.retire_for_split(opened, 5, 100.0)
+
+
 def test_destroyed_or_uninitialized_store_cannot_be_claimed():
     with pytest.raises(lr.InvalidArgumentError, match="destroyed"):
         tr.bump_epoch(Manifest.new().with_changes(destroyed_at=1.0))
