@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 from support.stores import SMALL
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.cluster.split import STEPS, split_shard
@@ -77,11 +78,12 @@ def test_a_split_copies_nothing_and_every_read_agrees_with_the_model(ray_cluster
     admin = lr.admin(url, OPTIONS)
     split = admin.split_shard(0)
     assert split.labels == ("0.0", "0.1", "1") and split.version == 2
-    children = [split.prefixes[0], split.prefixes[1]]
     made = {os.path.relpath(os.path.join(d, n), tmp_path / "db" / p).split(os.sep)[0]
-            for p in children for d, _, names in os.walk(tmp_path / "db" / p) for n in names}
+            for p in split.prefixes[:2]
+            for d, _, names in os.walk(tmp_path / "db" / p) for n in names}
     assert made == {"manifest"}  # the children's manifests: the files are the parent's
-    copied = sum(stored_bytes(tmp_path / "db" / p) for p in children)
+    copied = sum(stored_bytes(tmp_path / "db" / p) for p in split.prefixes[:2])
+    children = [f"{url}/{p}" for p in split.prefixes[:2]]
     assert copied < 0.1 * size, (copied, size)  # (bench/elastic.py: a 1 GiB shard's ratio)
     with lr.reader(url, options=OPTIONS) as at_rest:  # without Ray, through the new map
         check_model(at_rest, model)
@@ -102,15 +104,28 @@ def test_a_split_copies_nothing_and_every_read_agrees_with_the_model(ray_cluster
         # A position from before the split reads on in both children: each change once.
         since = list(store.changes(before, values=False))
         assert sorted((c.key, c.kind) for c in since) == sorted(written)
-        store.compact_journal(wait=True)
-        check_model(store, model)
-    with lr.open(url, OPTIONS) as store:  # and once more, from what the children wrote
+        wait_until(lambda: compacted(store, children), timeout=60, interval=0.2)
         check_model(store, model)
     for child in children:  # the files a child wrote hold its own keys only
-        ssts, journal = run_sync(child_files(f"{url}/{child}"))
+        ssts, journal = run_sync(child_files(child))
         assert ssts and journal, "no merge or compaction rewrote the inherited files"
-        owns = Owns.decode(latest_manifest(f"{url}/{child}").setting(OWNS))
+        owns = Owns.decode(latest_manifest(child).setting(OWNS))
         assert all(owns.mask(keys).all() for keys in ssts + journal)
+    # The children share nothing now: GC detaches them, and deletes the retired shard whole.
+    for _ in range(2):
+        lr.admin(url, OPTIONS).gc(min_age=0)
+    assert all(latest_manifest(c).parent is None for c in children)
+    assert [n for _, _, names in os.walk(tmp_path / "db" / "shard-000") for n in names] == []
+    with lr.reader(url, options=OPTIONS) as at_rest:  # from what the children wrote
+        check_model(at_rest, model)
+
+
+def compacted(store, children: list[str]) -> bool:
+    """Compact the Journal once more; whether the children share no file with their parent
+    (each compaction rewrites a run of inherited journal files; merges, inherited SSTs)."""
+    store.compact_journal(wait=True)
+    return not any(is_foreign(f.name) for c in children
+                   for f in (*latest_manifest(c).sst_files(), *latest_manifest(c).journal))
 
 
 def latest_manifest(url: str):
@@ -189,7 +204,6 @@ def test_a_shard_whose_bookie_died_splits_and_each_child_replays_its_own_keys(ra
     for actor in store.actors():
         ray.kill(actor, no_restart=True)
     admin = lr.admin(url, options)
-    from support.waits import wait_until
 
     def split() -> bool:  # once the dead writers' snapshot leases are stale
         try:
@@ -204,34 +218,3 @@ def test_a_shard_whose_bookie_died_splits_and_each_child_replays_its_own_keys(ra
         replayed = [s["replayed"] for s in reopened.stats()["shards"]]
         assert 0 < replayed[0] + replayed[1] <= unpersisted  # each its own part
         check_model(reopened, model)
-
-
-def test_children_come_to_share_nothing_and_gc_then_deletes_the_retired_shard(two_shards,
-                                                                              tmp_path):
-    template, model = two_shards
-    shutil.copytree(template, tmp_path / "db")
-    url, root = f"file://{tmp_path}/db", tmp_path / "db"
-    split = lr.admin(url, OPTIONS).split_shard(0)
-    children = [f"{url}/{p}" for p in split.prefixes[:2]]
-    retired = root / "shard-000"
-
-    def inherited() -> int:
-        return sum(is_foreign(f.name) for c in children
-                   for f in (*latest_manifest(c).sst_files(), *latest_manifest(c).journal))
-
-    with lr.open(url, OPTIONS) as store:
-        assert inherited() > 0
-        from support.waits import wait_until
-
-        def rewritten() -> bool:  # each compaction rewrites a run of inherited journal files
-            store.compact_journal(wait=True)
-            return inherited() == 0
-        wait_until(rewritten, timeout=60, interval=0.2)
-        check_model(store, model)
-    for _ in range(2):
-        lr.admin(url, OPTIONS).gc(min_age=0)
-    assert all(latest_manifest(c).parent is None for c in children)  # detached
-    left = [n for _, _, names in os.walk(retired) for n in names]
-    assert left == []  # the retired shard is gone whole, its newest manifest last
-    with lr.reader(url, options=OPTIONS) as at_rest:
-        check_model(at_rest, model)
