@@ -61,10 +61,8 @@ async def split_shard(url: str, shard: int, options: Options | None = None, *,
     called after each of :data:`STEPS`."""
     options = options or Options()
     root = ObjectStore.from_url(url, options)
+    url = root.url  # as every other step names the shards (the pins' names among them)
     shard_map = await settle_splits(root, await _shard_map(root, url), options)
-    if not (isinstance(shard, int) and not isinstance(shard, bool)
-            and 0 <= shard < shard_map.count):
-        raise InvalidArgumentError(f"no shard {shard!r}: the store has {shard_map.count}")
     shard_map.split(shard)  # refused here if it cannot split, before anything is written
     done = after_step or (lambda step: None)
     parent_url = shard_map.shard_url(url, shard)

@@ -1,7 +1,7 @@
 """Which Ledger entries a split shard's child owns: the partitions of one run.
 
 A child of a split starts from its parent's files by reference (see
-:mod:`leveled_ray.admin.split`), so those files hold the other child's keys too. The child's
+:mod:`leveled_ray.cluster.split`), so those files hold the other child's keys too. The child's
 manifest records the run it owns as the setting ``owns`` (``"key:1024-2048"``: the routing rule's
 ``route_by``, and the run ``[start, end)`` of partitions); every read of an inherited file leaves
 out the entries it does not own, and merges and journal compaction drop them as they rewrite.

@@ -76,6 +76,10 @@ def test_a_split_copies_nothing_and_every_read_agrees_with_the_model(ray_cluster
         check_model(store, model)
     size = stored_bytes(tmp_path / "db")
     admin = lr.admin(url, OPTIONS)
+    for bad in (2, -1, "0"):
+        with pytest.raises(lr.InvalidArgumentError, match="no shard"):
+            admin.split_shard(bad)
+    assert stored_bytes(tmp_path / "db") == size  # refused before anything was written
     split = admin.split_shard(0)
     assert split.labels == ("0.0", "0.1", "1") and split.version == 2
     made = {os.path.relpath(os.path.join(d, n), tmp_path / "db" / p).split(os.sep)[0]
