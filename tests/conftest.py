@@ -50,6 +50,14 @@ def _token_auth_on() -> str:
     return folder
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``signals`` run first: they check how a Ctrl-C sent to this process ends
+    a call, and CI once saw one fail only after hundreds of tests had started Ray's, gRPC's
+    and moto's threads in the process (run alone, or after any part of the suite, they
+    pass). A user's process that Ctrl-C is sent to has no such company."""
+    items.sort(key=lambda item: item.get_closest_marker("signals") is None)
+
+
 def pytest_configure(config):
     config.pluginmanager.register(_RepoRootIsNotATestPackage(), "leveled-ray-repo-root")
     config.stash[_AUTH_FOLDER] = _token_auth_on()

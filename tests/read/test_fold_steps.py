@@ -12,6 +12,8 @@ import pytest
 from leveled_ray.files.sync import run_sync
 from leveled_ray.read.fold import iterate
 
+pytestmark = pytest.mark.signals  # the suite runs these first (see tests/conftest.py)
+
 
 def batches(stall: threading.Event | None = None, ended: list | None = None):
     async def gen():
@@ -107,7 +109,7 @@ def test_ctrl_c_interrupts_a_synchronous_call(to):
 
         started.set()
         try:
-            await asyncio.Event().wait()
+            await asyncio.wait_for(asyncio.Event().wait(), 60)  # fails, rather than hangs
         except asyncio.CancelledError:
             cancelled.append(True)
             raise
