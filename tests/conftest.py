@@ -6,6 +6,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import uuid
 from pathlib import Path
@@ -50,15 +51,12 @@ def _token_auth_on() -> str:
     return folder
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked ``signals`` run first: they check how a Ctrl-C sent to this process ends
-    a call, and CI once saw one fail only after hundreds of tests had started Ray's, gRPC's
-    and moto's threads in the process (run alone, or after any part of the suite, they
-    pass). A user's process that Ctrl-C is sent to has no such company."""
-    items.sort(key=lambda item: item.get_closest_marker("signals") is None)
-
-
 def pytest_configure(config):
+    # A shell that starts a command in the background (``make test &``) starts it with Ctrl-C
+    # ignored: tests/read/test_fold_steps.py would then see no Ctrl-C at all. The session
+    # takes Python's own handler back, as a process started in the foreground has.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.pluginmanager.register(_RepoRootIsNotATestPackage(), "leveled-ray-repo-root")
     config.stash[_AUTH_FOLDER] = _token_auth_on()
 

@@ -12,8 +12,6 @@ import pytest
 from leveled_ray.files.sync import run_sync
 from leveled_ray.read.fold import iterate
 
-pytestmark = pytest.mark.signals  # the suite runs these first (see tests/conftest.py)
-
 
 def batches(stall: threading.Event | None = None, ended: list | None = None):
     async def gen():
