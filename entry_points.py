@@ -17,13 +17,13 @@ from .cluster import placement
 from .cluster.admin import ShardedAdmin
 from .cluster.backup import find_shard_map
 from .cluster.clone import create_any_clone, revert
-from .cluster.layout import resolve_layout, shard_name
+from .cluster.layout import is_shard_name, resolve_layout, shard_name
 from .cluster.reader import ShardedReader, open_reader
 from .cluster.store import ShardedStore
 from .errors import InvalidArgumentError
 from .files.store import ObjectStore
 from .files.sync import run_sync
-from .manifest.shard_map import ShardMap, read_shard_map
+from .manifest.shard_map import ShardMap
 from .options import Options
 
 _STORE_OVERRIDE = InvalidArgumentError(
@@ -60,7 +60,7 @@ def open(url: str, options: Options | None = None, *, shards: int | None = None,
     entries not yet in the Ledger."""
     options, clock = plain.check_open(url, options, name, detached, head_only, clock)
     ensure_ray()
-    plain.refuse_running(name, None if name is None else shard_name(name, 0))
+    plain.refuse_running(name, *([] if name is None else _running_shards(name)))
     if store is not None and shards is not None:
         raise _STORE_OVERRIDE
     root = ObjectStore.from_url(url, options) if store is None else store
@@ -79,15 +79,24 @@ def _open_shards(url: str, shard_map: ShardMap, options: Options, name: str | No
     group = placement.spread(shard_map.count, name, detached)
     try:
         specs = [plain.BookieSpec(shard_map.shard_url(url, s),
-                                  None if name is None else shard_name(name, s),
-                                  scheduling=placement.bundle(group, s), shard=(name or url, s))
-                 for s in range(shard_map.count)]
+                                  None if name is None else shard_name(name, prefix),
+                                  scheduling=placement.bundle(group, s),
+                                  shard=(name or url, shard_map.labels[s]))
+                 for s, prefix in enumerate(shard_map.prefixes)]
         stores = plain.start_bookies(specs, options, detached=detached, head_only=head_only,
                                      clock=clock)
     except BaseException:
         placement.remove(group)
         raise
-    return ShardedStore(stores, shard_map, url, name, options, clock, group)
+    return ShardedStore(stores, shard_map, url, name, options, clock, group, detached)
+
+
+def _running_shards(name: str) -> list[str]:
+    """The names of the running Bookies of the shards of the store named ``name``."""
+    from ray.util import list_named_actors
+
+    return sorted(actor["name"] for actor in list_named_actors(all_namespaces=True)
+                  if actor["namespace"] == plain.NAMESPACE and is_shard_name(name, actor["name"]))
 
 
 def connect(name: str, *, address: str | None = None) -> plain.Store | ShardedStore:
@@ -104,22 +113,21 @@ def connect(name: str, *, address: str | None = None) -> plain.Store | ShardedSt
     try:
         ray.get_actor(name, namespace=plain.NAMESPACE)
     except ValueError:
-        try:
-            ray.get_actor(shard_name(name, 0), namespace=plain.NAMESPACE)
-        except ValueError:
+        running = _running_shards(name)
+        if not running:
             raise InvalidArgumentError(f"no running store named {name!r}") from None
-        return _connect_shards(name)
+        return _connect_shards(name, running[0])
     return plain.connect_bookie(name)
 
 
-def _connect_shards(name: str) -> ShardedStore:
-    first = plain.connect_bookie(shard_name(name, 0))
+def _connect_shards(name: str, one_shard: str) -> ShardedStore:
+    first = plain.connect_bookie(one_shard)
     url = first.url.rsplit("/", 1)[0]
-    shard_map = run_sync(read_shard_map(ObjectStore.from_url(url, first.options)))
+    shard_map = run_sync(find_shard_map(ObjectStore.from_url(url, first.options),
+                                        first.options))
     if shard_map is None:
         raise InvalidArgumentError(f"the store named {name!r} has no shard map at {url}")
-    stores = [first] + [plain.connect_bookie(shard_name(name, s))
-                       for s in range(1, shard_map.count)]
+    stores = [plain.connect_bookie(shard_name(name, prefix)) for prefix in shard_map.prefixes]
     return ShardedStore(stores, shard_map, url, name, first.options, first.clock)
 
 

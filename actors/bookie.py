@@ -67,9 +67,9 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
     def __init__(self, url: str, options: Options, name: str | None = None, *,
                  store: ObjectStore | None = None, local: bool = False,
                  head_only: str | None = None, clock: Clock = system_clock,
-                 shard: tuple[str, int] | None = None):
+                 shard: tuple[str, str] | None = None):
         self.url, self.options, self.name = url, options, name
-        self.shard = shard  # a sharded store's (name or URL, this shard's number)
+        self.shard = shard  # a sharded store's (name or URL, this shard's label)
         self.clock = clock
         self.head_only = head_only
         self.local = local

@@ -194,7 +194,8 @@ async def begin_write_async(url: str, options: Options | None = None, *,
         for s in range(shard_map.count):
             plans.append(await bulk_write.begin_async(
                 shard_map.shard_url(url, s), options,
-                store_name=None if store_name is None else shard_name(store_name, s),
+                store_name=None if store_name is None else shard_name(store_name,
+                                                                    shard_map.prefixes[s]),
                 ray_address=ray_address))
     except BaseException:
         await asyncio.gather(*(bulk_write.release_pin(p) for p in plans),

@@ -105,13 +105,13 @@ def refuse_running(*names: str | None) -> None:
 class BookieSpec(NamedTuple):
     """One Bookie to start: its store's URL, its actor name, an object store client that
     overrides the URL's, Ray scheduling options (a placement group bundle), and for a shard
-    of a sharded store, ``(the store's name or URL, the shard's number)``."""
+    of a sharded store, ``(the store's name or URL, the shard's label)``."""
 
     url: str
     name: str | None = None
     store: ObjectStore | None = None
     scheduling: object = None
-    shard: tuple[str, int] | None = None
+    shard: tuple[str, str] | None = None
 
 
 def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bool,

@@ -54,14 +54,14 @@ async def per_shard(targets: Sequence, pairs: Sequence, options: Options, shard_
     return in_input_order(len(pairs), groups, found)
 
 
-def stale_shards(began: dict[int, tuple], notes: dict[int, dict]) -> set[int]:
-    """The shards to read again so that a batched read holds no part of a cross-shard batch
-    without the rest. ``began[s]``: how many parts shard ``s`` had prepared when its read
-    began, as ``(writer epoch, count)``; ``notes[s]``: for keys shard ``s`` returned that a
-    recent batch wrote, that batch's part number in each of its shards. A shard whose read
-    began before it prepared its part of such a batch read before the batch could be visible
-    there: it is read again. (A read that began after it waited for the part's decision,
-    since a prepared part holds its keys.)"""
+def stale_shards(began: dict[str, tuple], notes: dict[str, dict]) -> set[str]:
+    """The shards (by label) to read again so that a batched read holds no part of a
+    cross-shard batch without the rest. ``began[s]``: how many parts shard ``s`` had prepared
+    when its read began, as ``(writer epoch, count)``; ``notes[s]``: for keys shard ``s``
+    returned that a recent batch wrote, that batch's part number in each of its shards. A
+    shard whose read began before it prepared its part of such a batch read before the batch
+    could be visible there: it is read again. (A read that began after it waited for the
+    part's decision, since a prepared part holds its keys.)"""
     return {other for shard, found in notes.items() for numbers in found.values()
             for other, number in numbers.items()
             if other != shard and other in began and began[other] < number}
@@ -74,14 +74,16 @@ async def per_shard_checked(targets: Sequence, pairs: Sequence, options: Options
     says, so that the answers hold every cross-shard batch whole or not at all;
     ``ConflictError`` (retry it) when a shard is still stale after :data:`MAX_ROUNDS`."""
     groups = shard_groups(checked_keys(pairs, options), shard_map)
+    labels = shard_map.labels
     replies: dict[int, tuple] = {}
     todo = list(groups)
     for _ in range(MAX_ROUNDS):
         found = await asyncio.gather(*(read(targets[s], [pairs[i] for i in groups[s]])
                                        for s in todo))
         replies.update(zip(todo, found))
-        todo = sorted(stale_shards({s: r[1] for s, r in replies.items()},
-                                   {s: r[2] for s, r in replies.items()}))
+        stale = stale_shards({labels[s]: r[1] for s, r in replies.items()},
+                             {labels[s]: r[2] for s, r in replies.items()})
+        todo = [s for s in sorted(replies) if labels[s] in stale]
         if not todo:
             break
     else:

@@ -3,6 +3,8 @@ of a sharded one. Bad input is refused before anything is created."""
 
 from __future__ import annotations
 
+import re
+
 from ..codec.routing import check_route_by, check_shards
 from ..errors import InvalidArgumentError
 from ..files.names import MANIFEST_PREFIX
@@ -44,6 +46,14 @@ async def resolve_layout(root: ObjectStore, shards: int | None, route_by: str | 
     return await create_shard_map(root, ShardMap.new(shards, route_by or "key"))
 
 
-def shard_name(name: str, shard: int) -> str:
-    """The actor name of shard ``shard``'s Bookie in a store named ``name``."""
-    return f"{name}.shard-{shard:03d}"
+def shard_name(name: str, prefix: str) -> str:
+    """The actor name of the Bookie of the shard at ``prefix`` (``shard-003``, or a split's
+    child ``shard-003.1-e7``) in a store named ``name``: a prefix names one shard for good, so
+    a handle finds the shards of any layout by name (see :mod:`.redirect`)."""
+    return f"{name}.{prefix}"
+
+
+def is_shard_name(name: str, actor_name: str) -> bool:
+    """Whether ``actor_name`` is the Bookie of a shard of the store named ``name`` (not one
+    of its clerks, named ``<Bookie's name>.<role>``)."""
+    return re.fullmatch(rf"{re.escape(name)}\.shard-\d+(\.[01](-e\d+)?)*", actor_name) is not None

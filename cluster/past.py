@@ -4,6 +4,7 @@ batch held in part (the rule is :func:`~leveled_ray.manifest.batch_tags.whole_ba
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from ..errors import HistoryUnavailableError
 from ..manifest.batch_tags import whole_batches
@@ -14,12 +15,13 @@ from ..read.point_in_time import PointInTime
 FIRST_STEP = 1024
 
 
-async def positions_at_time(views: list[PointInTime], at_time: float) -> list[int]:
+async def positions_at_time(views: list[PointInTime], at_time: float,
+                            labels: Sequence[str]) -> list[int]:
     """Each shard's position (SQN) for a view of the store as it was at Unix time
     ``at_time``, given views of now taken at one cut (``views[s]``: shard ``s``): the newest
     position whose changes were all written by then (see
     :func:`~leveled_ray.read.history_view.sqn_at_time`), lowered until every cross-shard
-    batch is inside the view on all its shards or on none. Raises
+    batch is inside the view on all its shards or on none (``labels``: the shards'). Raises
     :class:`~leveled_ray.errors.HistoryUnavailableError` if that needs history the Journal
     no longer keeps."""
     positions = list(await asyncio.gather(*(sqn_at_time(v, at_time) for v in views)))
@@ -27,7 +29,7 @@ async def positions_at_time(views: list[PointInTime], at_time: float) -> list[in
                                         for v, p in zip(views, positions))))
     floors, steps = list(positions), [FIRST_STEP] * len(views)
     while True:
-        positions, wanted = whole_batches(positions, found, floors)
+        positions, wanted = whole_batches(positions, found, floors, labels)
         if not wanted:
             return positions
         for s, tags in sorted(wanted.items()):

@@ -44,12 +44,40 @@ def remove(group) -> None:
 
 
 def named(name: str | None):
-    """The placement group of the store named ``name``, if it has one."""
+    """The placement group named ``name`` (:func:`placement_name`,
+    :func:`shard_placement_name`), if there is one."""
     if name is None:
         return None
     from ray.util import get_placement_group
 
     try:
-        return get_placement_group(placement_name(name))
+        return get_placement_group(name)
     except ValueError:
         return None
+
+
+def on_node(node_id: str, name: str | None, detached: bool):
+    """A ready placement group of one bundle on node ``node_id`` (named ``name``), for one
+    shard that was moved or split: Ray moves the bundle to another node if that one dies, so
+    the shard fails over as the others do. (A node-affinity strategy would not do: a hard one
+    never restarts the actor elsewhere, and a soft one was seen to ignore the node.)"""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    group = placement_group([dict(BUNDLE)], strategy="STRICT_PACK", name=name or "",
+                            lifetime="detached" if detached else None,
+                            _soft_target_node_id=node_id)
+    ray.get(group.ready())
+    return group
+
+
+def shard_placement_name(name: str, prefix: str) -> str:
+    """The name of the placement group of the shard at ``prefix`` once it moved or split."""
+    return f"{name}.{prefix}.placement"
+
+
+def alive_nodes() -> list[str]:
+    """The ids of the Ray nodes alive now."""
+    import ray
+
+    return sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])

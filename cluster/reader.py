@@ -132,7 +132,7 @@ async def open_reader(admin: ShardedAdmin, checkpoint: str | None, lifetime: flo
         return found
     try:  # a checkpoint is a cut: every batch is in all its shards' views, or in none
         views = await asyncio.gather(*(p._view_async(True) for p in found.parts))
-        found.at_sqns = await positions_at_time(views, at_time)
+        found.at_sqns = await positions_at_time(views, at_time, admin.shard_map.labels)
         await asyncio.gather(*(p._go_back_async(s) for p, s in zip(found.parts, found.at_sqns)))
     except BaseException:
         await found.close_async()

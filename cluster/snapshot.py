@@ -61,7 +61,8 @@ class ShardedSnapshot(RoutedKeyReads, Queries, roles.KeyReads, roles.Queries, ro
         if (at_sqn is None) == (at_time is None):
             raise InvalidArgumentError("give one of at_sqn and at_time")
         sqns = (shard_positions(at_sqn, self.shard_map.labels, "at_sqn") if at_sqn is not None
-                else await positions_at_time([p._view_for(True) for p in self.parts], at_time))
+                else await positions_at_time([p._view_for(True) for p in self.parts], at_time,
+                                             self.shard_map.labels))
         await asyncio.gather(*(part.go_back_async(sqn) for part, sqn in zip(self.parts, sqns)))
         return self
 

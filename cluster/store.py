@@ -10,7 +10,9 @@ atomically (:mod:`.txn`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+import concurrent.futures
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from .. import roles
 from ..client.shard_side import ShardSide
@@ -18,22 +20,35 @@ from ..client.store import Store
 from ..clock import Clock
 from ..codec import Delete, Head, Put, checked_key
 from ..codec import head_only as head_only_mode
-from ..errors import InvalidArgumentError
-from ..files.sync import with_sync_twins
+from ..errors import (
+    ConflictError,
+    InvalidArgumentError,
+    StoreClosedError,
+    WrongShardError,
+)
+from ..files.sync import run_sync, with_sync_twins
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import ShardMap
 from ..options import Options
 from ..read.changes import shard_positions
 from ..read.merged import MergedView
 from ..read.queries import Queries
-from . import checkpoints, placement
+from . import checkpoints, placement, reshape
 from .backup import backup
 from .cut import Early, cut
 from .fanout import per_shard_checked, shard_groups
 from .listen import ShardedListener
+from .redirect import REDIRECTS, Layout, find_layout, followed
 from .snapshot import ShardedSnapshot
 from .totals import totals
 from .txn import put_across
+
+#: How long a call that met a shard this handle is splitting or moving waits for it.
+CHANGE_WAIT_S = 120.0
+
+
+def _sides(stores) -> list[ShardSide]:
+    return [ShardSide(store) for store in stores]
 
 
 @with_sync_twins
@@ -50,19 +65,22 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
     """
 
     def __init__(self, stores: Sequence[Store], shard_map: ShardMap, url: str,
-                 name: str | None, options: Options, clock: Clock, group=None):
-        self._stores = tuple(stores)
-        self.shard_map = shard_map
+                 name: str | None, options: Options, clock: Clock, group=None,
+                 detached: bool = False):
+        self._layout = Layout(tuple(stores), shard_map)
         self.url = url
         self.name = name
         self.options = options
         self.clock = clock
+        self.detached = detached
         self.head_only = self._stores[0].head_only
         self._group = group  # the placement group this handle made (None in copies)
+        self._change: concurrent.futures.Future | None = None  # a split or move under way
+        self._shard_groups: dict = {}  # prefix -> the placement group of a shard it moved
 
     def __reduce__(self):
         return (ShardedStore, (self._stores, self.shard_map, self.url, self.name, self.options,
-                               self.clock))
+                               self.clock, None, self.detached))
 
     def __repr__(self) -> str:
         return f"ShardedStore({self.url!r}, shards={self.shards}, name={self.name!r})"
@@ -74,6 +92,15 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         self.close()
 
     # -- routing --
+
+    @property
+    def shard_map(self) -> ShardMap:
+        """The layout this handle sends calls by (it follows a split: see :mod:`.redirect`)."""
+        return self._layout.shard_map
+
+    @property
+    def _stores(self) -> tuple[Store, ...]:
+        return self._layout.stores
 
     @property
     def shards(self) -> int:
@@ -89,8 +116,56 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         """The plain handle of shard ``index`` (operators and tests). Cost: none."""
         return self._stores[index]
 
-    def _of(self, bucket, key) -> Store:
-        return self._stores[self.shard_of(bucket, key)]
+    def _on(self, layout: Layout, bucket, key) -> Store:
+        return layout.stores[layout.shard_map.shard_of(checked_key(bucket, key, self.options))]
+
+    def _routed_sync(self, call: Callable[[Layout], object]):
+        """``call(layout)`` on the current layout, sent again on the new one when the layout
+        changed under it (see :mod:`.redirect`)."""
+        for _ in range(REDIRECTS):
+            layout = self._layout
+            try:
+                return call(layout)
+            except (WrongShardError, StoreClosedError) as exc:
+                if not followed(exc) or not run_sync(self._follow(layout)):
+                    raise
+        return call(self._layout)
+
+    async def _routed(self, call: Callable[[Layout], Awaitable]):
+        """:meth:`_routed_sync`'s async form."""
+        for _ in range(REDIRECTS):
+            layout = self._layout
+            try:
+                return await call(layout)
+            except (WrongShardError, StoreClosedError) as exc:
+                if not followed(exc) or not await self._follow(layout):
+                    raise
+        return await call(self._layout)
+
+    async def _follow(self, used: Layout) -> bool:
+        """Whether the layout moved on from ``used``: after a split or move this handle runs
+        (waited for), or one found running (see :func:`~.redirect.find_layout`)."""
+        change = self._change
+        if change is not None:
+            with contextlib.suppress(Exception):  # its own caller sees its error
+                await asyncio.wait_for(asyncio.wrap_future(change), CHANGE_WAIT_S)
+        if self._layout is not used:
+            return True
+        found = await find_layout(self.url, self.name, self.options, used)
+        if found is None:
+            return False
+        self._layout = found
+        return True
+
+    def _key_call(self, method: str, bucket, key, *args, **kwargs):
+        return self._routed_sync(
+            lambda layout: getattr(self._on(layout, bucket, key), method)(bucket, key, *args,
+                                                                          **kwargs))
+
+    async def _key_call_async(self, method: str, bucket, key, *args, **kwargs):
+        return await self._routed(
+            lambda layout: getattr(self._on(layout, bucket, key), f"{method}_async")(
+                bucket, key, *args, **kwargs))
 
     # -- one key: its shard's call, nothing more --
 
@@ -100,47 +175,47 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         """:meth:`Store.put <leveled_ray.client.store.Store.put>` on the key's shard; the SQN
         is that shard's. Cost: the plain call's, on that shard (as for every call by one key:
         ``delete``, ``get``, ``head``)."""
-        return self._of(bucket, key).put(bucket, key, value, indexes=indexes, ttl=ttl,
-                                         metadata=metadata, if_sqn=if_sqn, if_absent=if_absent)
+        return self._key_call("put", bucket, key, value, indexes=indexes, ttl=ttl,
+                              metadata=metadata, if_sqn=if_sqn, if_absent=if_absent)
 
     async def put_async(self, bucket, key, value: bytes, *, indexes=(),
                         ttl: float | None = None, metadata: dict | None = None,
                         if_sqn: int | None = None, if_absent: bool = False) -> int:
-        return await self._of(bucket, key).put_async(
-            bucket, key, value, indexes=indexes, ttl=ttl, metadata=metadata, if_sqn=if_sqn,
-            if_absent=if_absent)
+        return await self._key_call_async("put", bucket, key, value, indexes=indexes, ttl=ttl,
+                                          metadata=metadata, if_sqn=if_sqn,
+                                          if_absent=if_absent)
 
     def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
         """:meth:`Store.delete <leveled_ray.client.store.Store.delete>` on the key's shard.
         Cost: the plain call's, on that shard."""
-        return self._of(bucket, key).delete(bucket, key, indexes=indexes, if_sqn=if_sqn)
+        return self._key_call("delete", bucket, key, indexes=indexes, if_sqn=if_sqn)
 
     async def delete_async(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
-        return await self._of(bucket, key).delete_async(bucket, key, indexes=indexes,
-                                                        if_sqn=if_sqn)
+        return await self._key_call_async("delete", bucket, key, indexes=indexes, if_sqn=if_sqn)
 
     def get(self, bucket, key) -> bytes | None:
         """:meth:`Store.get <leveled_ray.client.store.Store.get>` on the key's shard. Cost:
         the plain call's, on that shard."""
-        return self._of(bucket, key).get(bucket, key)
+        return self._key_call("get", bucket, key)
 
     async def get_async(self, bucket, key) -> bytes | None:
-        return await self._of(bucket, key).get_async(bucket, key)
+        return await self._key_call_async("get", bucket, key)
 
     def head(self, bucket, key) -> Head | None:
         """:meth:`Store.head <leveled_ray.client.store.Store.head>` on the key's shard. Cost:
         the plain call's, on that shard."""
-        return self._of(bucket, key).head(bucket, key)
+        return self._key_call("head", bucket, key)
 
     async def head_async(self, bucket, key) -> Head | None:
-        return await self._of(bucket, key).head_async(bucket, key)
+        return await self._key_call_async("head", bucket, key)
 
     # -- many keys: every shard involved at once, answers in input order --
 
     async def _many(self, pairs, what: str, read) -> list:
         head_only_mode.refuse(self.head_only, what)
-        return await per_shard_checked(self._sides(), list(pairs), self.options,
-                                       self.shard_map, read)
+        pairs = list(pairs)
+        return await self._routed(lambda layout: per_shard_checked(
+            _sides(layout.stores), pairs, self.options, layout.shard_map, read))
 
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """Values of many ``(bucket, key)`` pairs, ``None`` where absent: one call to each
@@ -166,11 +241,14 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         changes, values = ShardSide(self._stores[0]).checked_changes(items)  # all check alike
         if not changes:
             return []
-        groups = shard_groups([c.lkey for c in changes], self.shard_map)
-        if len(groups) == 1:
-            (shard,) = groups
-            return await ShardSide(self._stores[shard]).put_changes(changes, values)
-        return await put_across(self, changes, values, groups)
+
+        async def put(layout: Layout) -> list[int]:
+            groups = shard_groups([c.lkey for c in changes], layout.shard_map)
+            if len(groups) == 1:
+                (shard,) = groups
+                return await ShardSide(layout.stores[shard]).put_changes(changes, values)
+            return await put_across(self, layout, changes, values, groups)
+        return await self._routed(put)
 
     # -- points in time --
 
@@ -206,7 +284,7 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         return await cut(self, self._sides(), take, early)
 
     def _sides(self) -> list[ShardSide]:
-        return [ShardSide(store) for store in self._stores]
+        return _sides(self._stores)
 
     async def _checkpoint_part(self, shard: int, lifetime, name, source, checkpoint_id):
         return await self._stores[shard].checkpoint_async(lifetime, name, source,
@@ -308,7 +386,45 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
             await asyncio.gather(*(store.close_async() for store in self._stores))
         finally:
             group, self._group = self._group, None
-            placement.remove(group if group is not None else placement.named(self.name))
+            placement.remove(group if group is not None else placement.named(
+                None if self.name is None else placement.placement_name(self.name)))
+            for prefix in self.shard_map.prefixes:
+                reshape.drop_group(self, prefix)
+
+    # -- the layout: split and move shards through the running store --
+
+    async def split_shard_async(self, shard: int) -> ShardMap:
+        """Split shard ``shard`` in two, by reference (see :mod:`.split` and
+        :mod:`.reshape`); returns the new shard map. The shard's writes pause meanwhile (this
+        handle's calls wait and go on; other handles follow the new layout by themselves,
+        see :mod:`.redirect`); other shards are untouched. Cost: the shard's close, the
+        split (a manifest per child), and the children's opens."""
+        return await reshape.split_running(self, shard)
+
+    async def move_shard_async(self, shard: int, node_id: str) -> None:
+        """Restart shard ``shard``'s Bookie on the Ray node ``node_id`` (a hex id, as in
+        ``stats()``); its writes pause for about one reopen, as for a split. Cost: the
+        shard's close and open."""
+        await reshape.move_running(self, shard, node_id)
+
+    async def rebalance_async(self) -> list[dict]:
+        """Move shards until the nodes alive now run as many each as can be (at most one
+        apart); returns the moves made (``shard`` label, ``from`` and ``to`` node). Cost: a
+        :meth:`move_shard` per move, one after the other."""
+        return await reshape.rebalance(self)
+
+    @contextlib.contextmanager
+    def _changing(self):
+        """While a split or move of this handle runs: calls that meet its closed shard wait
+        for it, then follow the new layout."""
+        if self._change is not None:
+            raise ConflictError("a split or move runs through this handle already")
+        self._change = concurrent.futures.Future()
+        try:
+            yield
+        finally:
+            change, self._change = self._change, None
+            change.set_result(None)
 
     def actors(self) -> list:
         """Every shard's Ray actors (Bookie and Penciller), shard by shard. Cost: one round

@@ -34,10 +34,16 @@ FIRST_BACKOFF_S = 0.002
 MAX_BACKOFF_S = 0.2
 
 
-async def put_across(store, changes: list, values: list, groups: dict) -> list[int]:
-    """Write checked ``changes`` and their ``values`` (``groups``: each shard's positions)
-    atomically across shards; returns each change's SQN (its shard's), in input order."""
-    shards = {shard: store.shard(shard) for shard in groups}
+#: The attribute set on the error of a batch that committed but is not applied everywhere yet:
+#: it is never sent again (see :mod:`.redirect`).
+COMMITTED = "batch_committed"
+
+
+async def put_across(store, layout, changes: list, values: list, groups: dict) -> list[int]:
+    """Write checked ``changes`` and their ``values`` (``groups``: each shard's positions in
+    ``layout``, see :class:`~.redirect.Layout`) atomically across the shards of ``store``;
+    returns each change's SQN (its shard's), in input order."""
+    shards = {shard: layout.stores[shard] for shard in groups}
     parts = {shard: ([changes[i] for i in where], [values[i] for i in where])
              for shard, where in groups.items()}
     deadline = time.monotonic() + store.options.txn_timeout_s
@@ -59,7 +65,10 @@ async def put_across(store, changes: list, values: list, groups: dict) -> list[i
         await asyncio.sleep(random.uniform(0, backoff))
         backoff = min(2 * backoff, MAX_BACKOFF_S)
     root = ObjectStore.from_url(store.url, store.options)
-    numbers = dict(zip(parts, answers))  # each shard's part number: noted with its keys
+    # Each shard's part number, by label (a shard's name for good: indexes shift in a split),
+    # noted with its keys.
+    labels = layout.shard_map.labels
+    numbers = {labels[s]: answer for s, answer in zip(parts, answers)}
     if await decide(root, txn, COMMIT, numbers) != COMMIT:  # a shard gave up and aborted
         await _abort(shards, list(parts), txn)
         raise ConflictError("not written: a shard aborted the batch after waiting "
@@ -68,9 +77,11 @@ async def put_across(store, changes: list, values: list, groups: dict) -> list[i
                                      for s in parts), return_exceptions=True)
     failed = [s for s, a in zip(parts, applied) if isinstance(a, BaseException)]
     if failed:
-        raise StoreClosedError(f"the batch is committed, but shard(s) {failed} could not apply "
-                               f"it yet ({applied[list(parts).index(failed[0])]}); each applies "
-                               "it when it reopens")
+        error = StoreClosedError(f"the batch is committed, but shard(s) {failed} could not "
+                                 f"apply it yet ({applied[list(parts).index(failed[0])]}); "
+                                 "each applies it when it reopens")
+        setattr(error, COMMITTED, True)
+        raise error
     # Every part is applied: no one reads the record again. Its delete is off the caller's
     # path; one that never happens (the process ended) is left for lr.gc(url).
     _RECORD_DELETES.submit(_delete_quietly, root, record_name(txn))

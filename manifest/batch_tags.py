@@ -12,7 +12,7 @@ change written after ``t``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import msgpack
 
@@ -20,17 +20,26 @@ import msgpack
 Found = dict[bytes, tuple[int, int]]
 
 
-def batch_tag(txn: str, shards: Iterable[int]) -> bytes:
-    """The tag a batch's changes carry in each shard's Journal."""
-    return msgpack.packb([txn, sorted(shards)])
+def batch_tag(txn: str, labels: Iterable[str]) -> bytes:
+    """The tag a batch's changes carry in each shard's Journal: the batch's id and the labels
+    of the shards it spans (a label names one shard for good; indexes shift in a split)."""
+    return msgpack.packb([txn, sorted(labels)])
 
 
-def tag_shards(tag: bytes) -> list[int]:
-    """The shards a batch spans, from its tag."""
-    return list(msgpack.unpackb(tag)[1])
+def tag_shards(tag: bytes) -> list[str]:
+    """The labels of the shards a batch spans, from its tag (older tags hold shard numbers,
+    which were the shards' labels: none had split)."""
+    return sorted(str(s) for s in msgpack.unpackb(tag)[1])
 
 
-def whole_batches(positions: list[int], found: list[Found], floors: list[int]
+def holders(label: str, labels: Sequence[str]) -> list[int]:
+    """The shards (indexes in ``labels``) that hold what shard ``label`` held: itself, or its
+    descendants once it split (each inherited its Journal)."""
+    return [s for s, mine in enumerate(labels) if mine == label or mine.startswith(label + ".")]
+
+
+def whole_batches(positions: list[int], found: list[Found], floors: list[int],
+                  labels: Sequence[str] | None = None
                   ) -> tuple[list[int], dict[int, set[bytes]]]:
     """Lower ``positions`` (one SQN per shard) until no batch is inside on one shard and
     outside on another. ``found[s]`` holds every tagged batch with a change in shard ``s``
@@ -40,7 +49,11 @@ def whole_batches(positions: list[int], found: list[Found], floors: list[int]
     those outside the view on some shard that span this one and were not found here yet.
     Until that is empty the positions are not final. (A view taken at a cut holds each batch
     on all its shards or none, so a batch wanted on a shard is there below its floor; one
-    older than the history kept cannot be left out, and the caller must refuse the time.)"""
+    older than the history kept cannot be left out, and the caller must refuse the time.)
+    ``labels[s]`` is shard ``s``'s label (default ``str(s)``). A batch that spans a shard
+    which split since is looked for in each child; a child that holds none of its keys finds
+    none, and the time is refused (safe: never half a batch)."""
+    labels = [str(s) for s in range(len(found))] if labels is None else list(labels)
     positions = list(positions)
     while True:
         outside = {tag for s, spans in enumerate(found) for tag, (_, hi) in spans.items()
@@ -56,7 +69,8 @@ def whole_batches(positions: list[int], found: list[Found], floors: list[int]
             break
     wanted: dict[int, set[bytes]] = {}
     for tag in outside:
-        for s in tag_shards(tag):
-            if s < len(found) and tag not in found[s]:
-                wanted.setdefault(s, set()).add(tag)
+        for label in tag_shards(tag):
+            for s in holders(label, labels):
+                if tag not in found[s]:
+                    wanted.setdefault(s, set()).add(tag)
     return positions, wanted

@@ -168,11 +168,11 @@ def decode_record(data: bytes, name: str) -> str:
     return decision
 
 
-def record_numbers(data: bytes) -> dict[int, tuple] | None:
-    """The part numbers by shard a ``commit`` record carries (``None``: none)."""
+def record_numbers(data: bytes) -> dict[str, tuple] | None:
+    """The part numbers by shard label a ``commit`` record carries (``None``: none)."""
     try:
         numbers = json.loads(data).get("numbers")
-        return None if numbers is None else {int(s): tuple(n) for s, n in numbers.items()}
+        return None if numbers is None else {s: tuple(n) for s, n in numbers.items()}
     except (ValueError, AttributeError, TypeError):
         return None
 
@@ -203,7 +203,7 @@ async def claim_stream_batch(root: ObjectStore, writer: str, batch: int) -> str 
         attempt += 1
 
 
-async def read_numbers(root: ObjectStore, txn_id: str) -> dict[int, tuple] | None:
+async def read_numbers(root: ObjectStore, txn_id: str) -> dict[str, tuple] | None:
     """The part numbers the record of ``txn_id`` carries, or ``None``."""
     try:
         return record_numbers(await root.get_async(record_name(txn_id)))

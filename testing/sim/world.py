@@ -98,7 +98,7 @@ class World:
         return self.shard_map.shard_url(self.url, shard) if self.sharded else self.url
 
     def name(self, shard: int) -> str:
-        return shard_name(NAME, shard) if self.sharded else NAME
+        return shard_name(NAME, self.shard_map.prefixes[shard]) if self.sharded else NAME
 
     async def create(self) -> None:
         if self.sharded:

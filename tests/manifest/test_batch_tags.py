@@ -10,7 +10,7 @@ A, B, C = batch_tag("a", [0, 1]), batch_tag("b", [1, 0]), batch_tag("c", [0, 1, 
 
 
 def test_a_tag_names_its_shards_in_order():
-    assert tag_shards(B) == [0, 1] and tag_shards(batch_tag("x", ())) == []
+    assert tag_shards(B) == ["0", "1"] and tag_shards(batch_tag("x", ())) == []
 
 
 def test_a_batch_inside_on_one_shard_only_is_left_out_everywhere():
@@ -56,3 +56,11 @@ def test_the_positions_only_go_down_and_leave_no_batch_in_part(sqns, positions):
     for tag in found[0]:
         inside = {found[s][tag][0] <= final[s] for s in (0, 1)}
         assert len(inside) == 1, (tag, final)
+
+
+def test_a_batch_of_a_shard_that_split_since_is_looked_for_in_both_children():
+    """Shard 1 split into "1.0" and "1.1", each inheriting its Journal: a batch of shards 0
+    and 1 outside the view on shard 0 is looked for in both children, not at index 1 alone."""
+    found = [{A: (12, 13)}, {}, {}]
+    positions, wanted = whole_batches([10, 8, 8], found, [10, 4, 4], ["0", "1.0", "1.1"])
+    assert positions == [10, 8, 8] and wanted == {1: {A}, 2: {A}}

@@ -1,0 +1,82 @@
+"""Following a sharded store's layout when it changes under a handle.
+
+A split replaces a shard by two children, and a move restarts a shard's Bookie on another
+node: a handle made before holds Bookies that are closed, or a shard map that sends a key to a
+shard that no longer owns it. Such a call fails before it changes anything: the closed Bookie
+refuses it (``StoreClosedError``), or the shard refuses a key it does not own
+(``WrongShardError``). The handle then finds the current layout (:func:`find_layout`) and
+sends the call again, so the caller never sees the change.
+
+What is followed (:func:`followed`) is only what proves nothing was changed: a closed or
+gone Bookie (a Bookie that closes finishes the writes it took first), or a wrong shard. A call
+whose outcome is unknown (``StoreUnavailableError``: the Bookie died during it) is never sent
+again, nor one that a cross-shard batch committed (:data:`COMMITTED`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import NamedTuple
+
+from ..client import store as plain
+from ..errors import StoreClosedError, StoreUnavailableError, WrongShardError
+from ..files.store import ObjectStore
+from ..manifest.shard_map import ShardMap, read_shard_map
+from ..options import Options
+from .layout import shard_name
+from .split import settle_splits
+from .txn import COMMITTED
+
+#: Times one call follows a changed layout before its error is raised.
+REDIRECTS = 3
+
+
+class Layout(NamedTuple):
+    """The shards a handle sends calls to: one Bookie's handle per shard of ``shard_map``."""
+
+    stores: tuple
+    shard_map: ShardMap
+
+
+def followed(exc: BaseException) -> bool:
+    """Whether a call that raised ``exc`` changed nothing because the layout it used is gone
+    (then it is sent again on the current one)."""
+    if isinstance(exc, WrongShardError):
+        return True
+    return (isinstance(exc, StoreClosedError) and not isinstance(exc, StoreUnavailableError)
+            and not getattr(exc, COMMITTED, False))
+
+
+async def find_layout(url: str, name: str | None, options: Options,
+                      current: Layout) -> Layout | None:
+    """The layout the store runs with now, if it differs from ``current``: its newest shard
+    map (a split published, see :func:`~.split.settle_splits`) and each shard's running
+    Bookie, found by name. ``None`` when nothing changed, or when the Bookies cannot be found
+    (a store opened without ``name``: only the handle that split or moved reaches them)."""
+    root = ObjectStore.from_url(url, options)
+    found = await read_shard_map(root)
+    shard_map = current.shard_map if found is None else await settle_splits(root, found, options)
+    if name is None:
+        return None
+    return await asyncio.to_thread(_connect, name, shard_map, current)
+
+
+def _connect(name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
+    import ray
+
+    mine = dict(zip(current.shard_map.prefixes, current.stores))
+    stores = []
+    for prefix in shard_map.prefixes:
+        try:
+            actor = ray.get_actor(shard_name(name, prefix), namespace=plain.NAMESPACE)
+        except ValueError:
+            return None  # not running (yet): nothing to send the call to
+        known = mine.get(prefix)
+        if known is not None and known._actor._actor_id == actor._actor_id:
+            stores.append(known)
+        else:
+            stores.append(plain.connect_bookie(shard_name(name, prefix)))
+    if shard_map.same_layout(current.shard_map) and all(
+            a is b for a, b in zip(stores, current.stores)):
+        return None
+    return Layout(tuple(stores), shard_map)

@@ -1,0 +1,138 @@
+"""Splitting and moving a shard of a running sharded store, through its handle.
+
+Both close the shard's Bookie (it finishes the writes it took), change what runs, and start
+the new Bookies; meanwhile the handle's calls to that shard wait (see
+:meth:`ShardedStore._changing <leveled_ray.cluster.store.ShardedStore._changing>`) and then
+follow the new layout, as other handles do by themselves (see :mod:`.redirect`). Reads of the
+shard pause with its writes; other shards are untouched.
+
+- **Split** (:func:`split_running`): the split at rest of :mod:`.split`, between the close and
+  the children's opens; the children start on the shard's node. If the split fails before
+  its commit point, the shard is opened again where it was, and the error raised.
+- **Move** (:func:`move_running`): the shard's Bookie restarted on another node, under the
+  same name.
+- **Rebalance** (:func:`rebalance`): moves, one at a time, from the node that runs the most
+  shards to the one that runs the fewest, until they are at most one apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from ..client import store as plain
+from ..errors import InvalidArgumentError
+from ..files.store import ObjectStore
+from ..manifest.shard_map import ShardMap
+from . import placement
+from .layout import shard_name
+from .redirect import Layout
+from .split import settle_splits, split_shard
+
+
+def _group_name(store, prefix: str) -> str | None:
+    return None if store.name is None else placement.shard_placement_name(store.name, prefix)
+
+
+def drop_group(store, prefix: str) -> None:
+    """Remove the placement group of the shard at ``prefix``, if it moved or split (once its
+    Bookie is closed: Ray ends the actors of a removed group)."""
+    placement.remove(store._shard_groups.pop(prefix, None)
+                     or placement.named(_group_name(store, prefix)))
+
+
+async def _start(store, shard_map: ShardMap, shards: list[int], node: str | None) -> list:
+    """Start the Bookies of ``shards`` of ``shard_map``, each in a placement group of its own
+    on ``node`` (where Ray picks: ``None``)."""
+    specs = []
+    for shard in shards:
+        prefix = shard_map.prefixes[shard]
+        group = await asyncio.to_thread(placement.on_node, node, _group_name(store, prefix),
+                                        store.detached)
+        store._shard_groups[prefix] = group
+        specs.append(plain.BookieSpec(
+            shard_map.shard_url(store.url, shard),
+            None if store.name is None else shard_name(store.name, prefix),
+            scheduling=placement.bundle(group, 0),
+            shard=(store.name or store.url, shard_map.labels[shard])))
+    try:
+        return await asyncio.to_thread(plain.start_bookies, specs, store.options,
+                                       detached=store.detached, head_only=store.head_only,
+                                       clock=store.clock)
+    except BaseException:
+        for shard in shards:
+            drop_group(store, shard_map.prefixes[shard])
+        raise
+
+
+async def node_of(shard_store) -> str | None:
+    """The node that runs a shard's Bookie."""
+    return (await shard_store.stats_async())["process"]["node"]
+
+
+def _check_shard(store, shard: int) -> None:
+    if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < store.shards:
+        raise InvalidArgumentError(f"shard must be an int from 0 to {store.shards - 1}, not "
+                                   f"{shard!r}")
+
+
+async def split_running(store, shard: int) -> ShardMap:
+    """Split shard ``shard`` of the running sharded store ``store`` (see the module)."""
+    layout = store._layout
+    layout.shard_map.split(shard)  # refused here if it cannot split, before anything changes
+    parent = layout.stores[shard]
+    node = await node_of(parent)
+    with store._changing():
+        await parent.close_async()
+        drop_group(store, layout.shard_map.prefixes[shard])
+        try:
+            new_map = await split_shard(store.url, shard, store.options)
+        except BaseException:
+            root = ObjectStore.from_url(store.url, store.options)
+            new_map = await settle_splits(root, layout.shard_map, store.options)
+            if layout.shard_map.prefixes[shard] in new_map.prefixes:  # before the commit point
+                again = await _start(store, layout.shard_map, [shard], node)
+                store._layout = _replaced(layout, shard, again, layout.shard_map)
+                raise
+        children = await _start(store, new_map, [shard, shard + 1], node)
+        store._layout = _replaced(layout, shard, children, new_map)
+    return new_map
+
+
+async def move_running(store, shard: int, node_id: str) -> None:
+    """Restart shard ``shard``'s Bookie of ``store`` on node ``node_id`` (see the module)."""
+    _check_shard(store, shard)
+    if node_id not in placement.alive_nodes():
+        raise InvalidArgumentError(f"no Ray node {node_id!r} is alive")
+    layout = store._layout
+    if await node_of(layout.stores[shard]) == node_id:
+        return
+    with store._changing():
+        await layout.stores[shard].close_async()
+        drop_group(store, layout.shard_map.prefixes[shard])
+        moved = await _start(store, layout.shard_map, [shard], node_id)
+        store._layout = _replaced(layout, shard, moved, layout.shard_map)
+
+
+async def rebalance(store) -> list[dict]:
+    """Spread ``store``'s shards over the nodes alive now (see the module)."""
+    nodes = placement.alive_nodes()
+    found = await asyncio.gather(*(node_of(s) for s in store._stores))
+    running = collections.defaultdict(list, {node: [] for node in nodes})
+    for shard, node in enumerate(found):
+        running[node].append(shard)
+    moves = []
+    while True:
+        fullest = max(running, key=lambda n: len(running[n]))
+        emptiest = min(nodes, key=lambda n: len(running[n]))
+        if len(running[fullest]) - len(running[emptiest]) <= 1:
+            return moves
+        shard = running[fullest].pop()
+        await move_running(store, shard, emptiest)
+        running[emptiest].append(shard)
+        moves.append({"shard": store.shard_map.labels[shard], "from": fullest,
+                      "to": emptiest})
+
+
+def _replaced(layout: Layout, shard: int, stores: list, shard_map: ShardMap) -> Layout:
+    return Layout(layout.stores[:shard] + tuple(stores) + layout.stores[shard + 1:], shard_map)

@@ -1,0 +1,113 @@
+"""Splitting and moving shards of a running store (see leveled_ray.cluster.reshape): writes
+to the shard pause and go on, every handle follows the new layout (copies made before it
+included, see leveled_ray.cluster.redirect), and every read agrees with a model."""
+
+import pickle
+import random
+import threading
+import time
+
+import pytest
+from support.model import check_model, write_rounds
+from support.stores import SMALL
+
+import leveled_ray as lr
+from leveled_ray.cluster import placement
+
+pytestmark = pytest.mark.ray
+
+OPTIONS = lr.Options(**SMALL)
+
+
+class Writer(threading.Thread):
+    """Puts through one handle until stopped, each mirrored in the model once acknowledged;
+    the longest put is the pause writers saw."""
+
+    def __init__(self, store, model: dict):
+        super().__init__(daemon=True)
+        self.store, self.model = store, model
+        self.stop = threading.Event()
+        self.longest = 0.0
+        self.puts = 0
+
+    def run(self):
+        while not self.stop.is_set():
+            key = f"k{self.puts % 300:04d}"
+            value = b"w%d" % self.puts
+            began = time.monotonic()
+            self.store.put("b", key, value, indexes=[("add", "n_int", int(key[1:]) % 7)])
+            self.longest = max(self.longest, time.monotonic() - began)
+            self.model[key] = value
+            self.puts += 1
+
+
+def test_a_running_store_splits_under_writes_and_a_copy_made_before_follows(ray_cluster,
+                                                                            tmp_path):
+    store = lr.open(f"file://{tmp_path}/db", OPTIONS, shards=2, name="reshape-split")
+    try:
+        model: dict = {}
+        write_rounds(store, model, 5, random.Random(3))
+        copy = pickle.loads(pickle.dumps(store))  # as a Ray task holds it
+        writer = Writer(store, model)
+        writer.start()
+        while writer.puts < 20:
+            time.sleep(0.01)
+        shard_map = store.split_shard(0)
+        puts_at_split = writer.puts
+        while writer.puts < puts_at_split + 20:  # writes go on after it
+            time.sleep(0.01)
+        writer.stop.set()
+        writer.join()
+        assert shard_map.labels == ("0.0", "0.1", "1") and store.shards == 3
+        # Writes paused, none failed (the writer would have died), and the pause is short.
+        assert writer.longest < 30, writer.longest
+        check_model(store, model)
+        # The copy still holds the old layout: its calls are redirected, never refused.
+        assert copy.shards == 2
+        keys = sorted(model)[:50]
+        assert [copy.get("b", k) for k in keys] == [model[k] for k in keys]
+        assert copy.shards == 3
+        write_rounds(copy, model, 2, random.Random(4))  # cross-shard put_many, new layout
+        check_model(copy, model)
+        check_model(store, model)
+    finally:
+        store.close()
+    reopened = lr.open(f"file://{tmp_path}/db", OPTIONS)
+    try:
+        assert reopened.shard_map.labels == ("0.0", "0.1", "1")
+        check_model(reopened, model)
+    finally:
+        reopened.close()
+
+
+def nodes_of(store) -> list[str]:
+    return [s["process"]["node"] for s in store.stats()["shards"]]
+
+
+def test_a_shard_moves_to_another_node_and_rebalance_spreads_them(ray_cluster, tmp_path):
+    store = lr.open(f"file://{tmp_path}/db", OPTIONS, shards=2, name="reshape-move")
+    try:
+        model: dict = {}
+        write_rounds(store, model, 3, random.Random(5))
+        copy = pickle.loads(pickle.dumps(store))
+        alive = placement.alive_nodes()
+        assert len(alive) == 3
+        with pytest.raises(lr.InvalidArgumentError):
+            store.move_shard(0, "f" * 56)
+        with pytest.raises(lr.InvalidArgumentError):
+            store.move_shard(2, alive[0])
+        assert copy.get("b", sorted(model)[0]) == model[sorted(model)[0]]
+        # Both shards onto one node, then spread again.
+        crowded = nodes_of(store)[0]
+        store.move_shard(1, crowded)
+        assert nodes_of(store) == [crowded, crowded]
+        write_rounds(copy, model, 2, random.Random(6))  # the copy follows the move
+        check_model(store, model)
+        moves = store.rebalance()
+        assert len(moves) == 1 and moves[0]["from"] == crowded
+        after = nodes_of(store)
+        assert len(set(after)) == 2 and after.count(crowded) == 1
+        assert store.rebalance() == []  # balanced: nothing moves
+        check_model(copy, model)
+    finally:
+        store.close()
