@@ -13,7 +13,11 @@ Measures (a 4-shard store, ``--keys`` objects of 1 KiB per shard):
   serving again), against the same writers just before the death;
 - **split**: ``lr.admin(url).split_shard(0)`` of the closed store: the bytes it wrote (the
   children's objects) against the shard's bytes, its time, and the first open of the split
-  store, against the same plain open.
+  store, against the same plain open;
+- **split and move through the running store**: ``store.split_shard(i)`` and
+  ``store.move_shard(j, node)`` under writes to both shards: the longest pause of each
+  shard's writes (none fails), against the same plain open, and the other shard's puts
+  during the split against before it.
 
 Prints each figure with its ratio and writes ``docs/img/elastic.png``.
 Run: ``python bench/elastic.py`` (``--quick`` for a smaller run).
@@ -34,6 +38,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 import leveled_ray as lr
+from leveled_ray.cluster.placement import alive_nodes
 
 import plots
 
@@ -157,6 +162,47 @@ def split_rows(url: str, root: str, plain: float) -> list[tuple[str, float, floa
             ("open of the split store (5 shards) / plain open (1)", open_s, plain, "s")]
 
 
+def longest_gap(acks: list[float], start: float, end: float) -> float:
+    """The longest time between two acks (or ``start``/``end``) around ``[start, end]``."""
+    times = [start] + [t for t in acks if start <= t <= end] + [end]
+    return max(b - a for a, b in zip(times, times[1:]))
+
+
+def running_rows(url: str, plain: float) -> list[tuple[str, float, float, str]]:
+    """Split a shard through the running store, then move one, under writes to it and to
+    another shard: the longest pause of its writes, and the other shard's puts."""
+    store = lr.open(url)
+    try:
+        shard, other = store.shards - 1, 0
+        writers = Writers(store, {shard: keys_of(store, shard, 200),
+                                  other: keys_of(store, other, 200)})
+        time.sleep(2.0)
+        began = time.perf_counter()
+        store.split_shard(shard)
+        split_s = time.perf_counter() - began
+        time.sleep(2.0)
+        node = store.stats()["shards"][other]["process"]["node"]
+        target = next(n for n in alive_nodes() if n != node)
+        moved = time.perf_counter()
+        store.move_shard(other, target)
+        move_s = time.perf_counter() - moved
+        time.sleep(2.0)
+        writers.stop()
+        assert not any(writers.errors.values()), writers.errors
+        assert store.shard(other).stats()["process"]["node"] == target
+        split_pause = longest_gap(writers.acks[shard], began, began + split_s + 1.0)
+        move_pause = longest_gap(writers.acks[other], moved, moved + move_s + 1.0)
+        during = writers.rate([other], began, began + split_s)
+        before = writers.rate([other], began - 1.5, began)
+    finally:
+        store.close()
+    print(f"split through the running store: {split_s:.2f} s; move: {move_s:.2f} s")
+    return [("running split: longest write pause of the shard / plain open", split_pause,
+             plain, "s"),
+            ("running split: other shard's puts, during / before", during, before, "puts/s"),
+            ("move: longest write pause of the shard / plain open", move_pause, plain, "s")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=20_000, help="objects per shard")
@@ -213,6 +259,7 @@ def main() -> None:
         store.close()
 
     rows += split_rows(url, tmp, plain)
+    rows += running_rows(url, plain)
     print(f"4 shards x {args.keys} x 1 KiB; Ray health checks {HEALTH}; "
           f"shards on the dead node: {victims}")
     plots.report_ratios("elastic", "failover against a plain open, same run", rows,

@@ -58,6 +58,13 @@ async def find_layout(url: str, name: str | None, options: Options,
     shard_map = current.shard_map if found is None else await settle_splits(root, found, options)
     if name is None:
         return None
+    return await running_bookies(name, shard_map, current)
+
+
+async def running_bookies(name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
+    """The layout of ``shard_map`` with each shard's running Bookie (by its actor name),
+    reusing ``current``'s handles where the actor is the same; ``None`` if one is not running,
+    or if nothing changed."""
     return await asyncio.to_thread(_connect, name, shard_map, current)
 
 

@@ -51,8 +51,7 @@ def whole_batches(positions: list[int], found: list[Found], floors: list[int],
     on all its shards or none, so a batch wanted on a shard is there below its floor; one
     older than the history kept cannot be left out, and the caller must refuse the time.)
     ``labels[s]`` is shard ``s``'s label (default ``str(s)``). A batch that spans a shard
-    which split since is looked for in each child; a child that holds none of its keys finds
-    none, and the time is refused (safe: never half a batch)."""
+    which split since is looked for in each child, down to where another child found it."""
     labels = [str(s) for s in range(len(found))] if labels is None else list(labels)
     positions = list(positions)
     while True:
@@ -70,7 +69,11 @@ def whole_batches(positions: list[int], found: list[Found], floors: list[int],
     wanted: dict[int, set[bytes]] = {}
     for tag in outside:
         for label in tag_shards(tag):
-            for s in holders(label, labels):
-                if tag not in found[s]:
+            mine = holders(label, labels)
+            seen = [found[s][tag][0] for s in mine if tag in found[s]]
+            for s in mine:
+                # A split's children hold their parent's part at the same SQNs, each its own
+                # keys: once one found it, another that read below that has none of it.
+                if tag not in found[s] and not (seen and floors[s] < min(seen)):
                     wanted.setdefault(s, set()).add(tag)
     return positions, wanted

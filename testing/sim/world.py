@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.bulk import write as bulk_write
 from leveled_ray.client.store import Store
-from leveled_ray.cluster import txn
+from leveled_ray.cluster import redirect, txn
+from leveled_ray.cluster.backup import find_shard_map
 from leveled_ray.cluster.layout import shard_name
+from leveled_ray.cluster.redirect import Layout
+from leveled_ray.cluster.split import split_shard
 from leveled_ray.cluster.store import ShardedStore
 from leveled_ray.errors import LeveledError, StoreClosedError
 from leveled_ray.files.store import ObjectStore
@@ -59,7 +62,10 @@ class World:
         self.shard_count = shards or 1
         self.url = f"memory://sim-{seed}"
         self.shard_map: ShardMap | None = None
-        self.live: dict[int, Incarnation | None] = {}
+        #: Each shard's running Bookie, by prefix (``""``: a plain store), as Ray finds
+        #: named actors: a prefix names one shard for good, whatever its index.
+        self.live: dict[str, Incarnation | None] = {}
+        self.busy: set[str] = set()  # shards a client is closing, restarting or splitting
         self.in_flight: dict[str, set[asyncio.Future]] = {}
         self._numbers = itertools.count()
         self.trace: list[str] = []
@@ -88,17 +94,27 @@ class World:
         restarts, as the client sees it then)."""
         self.note(f"kill {pid}")
         self._end(pid, error)
-        for shard, inc in self.live.items():
+        for key, inc in self.live.items():
             if inc is not None and inc.pid == pid:
-                self.live[shard] = None
+                self.live[key] = None
 
     # -- the store --
+
+    def key(self, shard: int) -> str:
+        """Shard ``shard``'s key in :attr:`live`: its prefix in the current layout."""
+        return self.shard_map.prefixes[shard] if self.sharded else ""
+
+    def running(self, shard: int) -> Incarnation | None:
+        return self.live.get(self.key(shard))
 
     def shard_url(self, shard: int) -> str:
         return self.shard_map.shard_url(self.url, shard) if self.sharded else self.url
 
     def name(self, shard: int) -> str:
-        return shard_name(NAME, self.shard_map.prefixes[shard]) if self.sharded else NAME
+        return self._name_of(self.key(shard))
+
+    def _name_of(self, key: str) -> str:
+        return shard_name(NAME, key) if self.sharded else NAME
 
     async def create(self) -> None:
         if self.sharded:
@@ -111,20 +127,25 @@ class World:
         """Open shard ``shard`` in a new Bookie process (fencing any earlier one); with
         ``lost_epoch``, as Ray's restart of a Bookie that held that epoch (failover: it
         claims the store only if no one opened it since)."""
+        key = self.key(shard)
         pid = self.pid(f"shard{shard}")
+        label = self.shard_map.labels[shard] if self.sharded else None
         bookie = Bookie(self.shard_url(shard), self.options, self.name(shard), local=True,
-                        clock=self.clock, shard=(NAME, shard) if self.sharded else None)
+                        clock=self.clock, shard=(NAME, label) if self.sharded else None)
         bookie.lost_epoch = lost_epoch
         self.note(f"start {pid}" if lost_epoch is None else f"restart {pid} after {lost_epoch}")
         await run_in(pid, bookie.start())
-        self.live[shard] = Incarnation(pid, bookie)
+        self.live[key] = Incarnation(pid, bookie)
 
     def client(self, shard: int) -> Store:
-        return Store(SimHandle(self, shard), self.options, self.shard_url(shard),
-                     self.name(shard), {"head_only": None}, self.clock)
+        return self._client(self.key(shard), self.shard_url(shard))
+
+    def _client(self, key: str, url: str) -> Store:
+        return Store(SimHandle(self, key), self.options, url, self._name_of(key),
+                     {"head_only": None}, self.clock)
 
     def store(self) -> ShardedStore | Store:
-        """A client's handle on the store."""
+        """A client's handle on the store, with the layout as it is now."""
         if not self.sharded:
             return self.client(0)
         return ShardedStore([self.client(s) for s in range(self.shard_count)], self.shard_map,
@@ -132,11 +153,34 @@ class World:
 
     async def close_shard(self, shard: int) -> None:
         """A clean close of shard ``shard``'s Bookie; its process ends with it."""
-        inc = self.live[shard]
+        key = self.key(shard)
+        inc = self.live[key]
         self.note(f"close {inc.pid}")
-        self.live[shard] = None  # new calls find it gone, as after a close
+        self.live[key] = None  # new calls find it gone, as after a close
         await run_in(inc.pid, inc.bookie.close())
         self._end(inc.pid, StoreClosedError)  # its loops are stopped; nothing of it runs on
+
+    async def split(self, shard: int, kill_after_s: float | None) -> str:
+        """Split shard ``shard`` as a running store's handle does (``cluster/reshape.py``):
+        close its Bookie, run the split (``cluster/split.py``) in a process of its own, killed
+        after ``kill_after_s`` virtual seconds if given, then start the children if the split
+        retired the shard, or the shard again if not. Returns how it ended."""
+        await self.close_shard(shard)
+        pid = self.pid("splitter")
+        self.note(f"split shard {shard} in {pid}")
+        task = run_in(pid, split_shard(self.url, shard, self.options))
+        if kill_after_s is not None:
+            self.loop.call_later(kill_after_s, lambda: task.done() or self.kill(pid))
+        while not task.done() and pid not in self.loop.dead:
+            await asyncio.sleep(0.05)
+        outcome = ("killed" if not task.done() else "failed" if task.cancelled()
+                   or task.exception() is not None else "done")
+        found = await find_shard_map(ObjectStore.from_url(self.url, self.options), self.options)
+        retired = found.count > self.shard_map.count
+        self.shard_map, self.shard_count = found, found.count
+        for child in (shard, shard + 1) if retired else (shard,):
+            await self.start_shard(child)
+        return f"{outcome}, {'split' if retired else 'not split'}"
 
     def _end(self, pid: str, error: type[StoreClosedError]) -> None:
         """Process ``pid`` ends: none of its steps runs again, and the calls still in flight
@@ -147,8 +191,8 @@ class World:
                 future.set_exception(error(f"the process {pid} ended"))
 
     async def close_all(self) -> None:
-        for shard, inc in self.live.items():
-            if inc is not None:
+        for shard in range(self.shard_count):
+            if self.running(shard) is not None:
                 await self.close_shard(shard)
 
     # -- running --
@@ -172,6 +216,7 @@ class World:
         # thread of its own: here, in a task of the caller's process (no thread may race
         # the simulation).
         self._patches.enter_context(_patched(txn, "_RECORD_DELETES", _RecordDeletes()))
+        self._patches.enter_context(_patched(redirect, "running_bookies", self._bookies))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -201,24 +246,35 @@ class World:
         return self.loop.run_until_complete(asyncio.wait_for(coro, limit_s))
 
     async def _running_store(self, store_name: str, ray_address=None, began: bool = False):
-        for shard in range(self.shard_count):
-            if self.name(shard) == store_name:
-                return self.client(shard)
+        for key in self.live:
+            if self._name_of(key) == store_name:
+                url = f"{self.url}/{key}" if self.sharded else self.url
+                return self._client(key, url)
         raise AssertionError(f"no shard named {store_name}")
+
+    async def _bookies(self, name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
+        """:func:`leveled_ray.cluster.redirect.running_bookies`, as named actors are found
+        here: a handle reaches a prefix's Bookie whichever process runs it."""
+        if any(self.live.get(prefix) is None for prefix in shard_map.prefixes):
+            return None
+        if shard_map.same_layout(current.shard_map):
+            return None  # the same handles: each reaches its prefix's Bookie already
+        return Layout(tuple(self._client(p, shard_map.shard_url(self.url, s))
+                            for s, p in enumerate(shard_map.prefixes)), shard_map)
 
 
 class SimHandle:
-    """A handle on shard ``shard``'s Bookie, whichever process runs it now."""
+    """A handle on the Bookie of the shard at ``key``, whichever process runs it now."""
 
-    def __init__(self, world: World, shard: int):
-        self._world, self._shard = world, shard
+    def __init__(self, world: World, key: str):
+        self._world, self._shard = world, key
 
     def __getattr__(self, name: str):
         return _SimMethod(self._world, self._shard, name)
 
 
 class _SimMethod:
-    def __init__(self, world: World, shard: int, name: str):
+    def __init__(self, world: World, shard: str, name: str):
         self.world, self.shard, self.name = world, shard, name
 
     def remote(self, *args, **kwargs) -> asyncio.Future:

@@ -64,3 +64,13 @@ def test_a_batch_of_a_shard_that_split_since_is_looked_for_in_both_children():
     found = [{A: (12, 13)}, {}, {}]
     positions, wanted = whole_batches([10, 8, 8], found, [10, 4, 4], ["0", "1.0", "1.1"])
     assert positions == [10, 8, 8] and wanted == {1: {A}, 2: {A}}
+
+
+def test_a_child_that_read_below_where_its_sibling_found_a_batch_looks_no_further():
+    """Both children hold the parent's part at the same SQNs (5-6), each its own keys: once
+    "1.0" found it and "1.1" read all above 4 without it, "1.1" has none of it."""
+    found = [{A: (12, 13)}, {A: (5, 6)}, {}]
+    _, wanted = whole_batches([10, 8, 8], found, [10, 4, 4], ["0", "1.0", "1.1"])
+    assert wanted == {}
+    _, wanted = whole_batches([10, 8, 8], found, [10, 4, 5], ["0", "1.0", "1.1"])
+    assert wanted == {2: {A}}

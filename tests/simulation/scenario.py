@@ -17,7 +17,11 @@ The clients, each a process of its own:
 * **GC** passes;
 * **chaos**: kills a shard's Bookie (then restarts it) or a writer's driver, at any step;
 * a **closer**: closes a shard's Bookie cleanly at any step (a merge may be in flight), then
-  opens it again.
+  opens it again;
+* a **splitter**: splits a shard as a running store's handle does (close, split, start the
+  children), its process killed at a random moment in some runs; clients that hold the old
+  layout follow the new one (``cluster/redirect.py``), and consumers resume their positions
+  in the children.
 
 Then the faults stop, every shard is opened again, undecided parts time out, and the final
 state, views of the store as it was at past times, the change feed, the manifests, a reopen
@@ -38,7 +42,13 @@ import leveled_ray as lr
 from leveled_ray.admin.handle import Admin
 from leveled_ray.bulk import sharded as bulk
 from leveled_ray.cluster.admin import ShardedAdmin
-from leveled_ray.errors import FencedError, LeveledError, StoreUnavailableError
+from leveled_ray.codec import object_key
+from leveled_ray.errors import (
+    FencedError,
+    LeveledError,
+    StoreClosedError,
+    StoreUnavailableError,
+)
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.store import ManifestStore
 from leveled_ray.manifest.txn_records import txn_of_part
@@ -67,16 +77,19 @@ class Config:
     #: A killed Bookie is restarted as Ray restarts it (failover: it reclaims its epoch, and
     #: its calls in flight fail as unavailable), not reopened.
     failover: bool = False
+    splits: int = 0
 
 
 def config_of(seed: int) -> Config:
     rng = random.Random(seed)
-    return Config(sharded=rng.random() < 0.75, txn_writers=rng.randint(0, 2),
-                  bulk_writers=rng.randint(1, 3), stream_writers=rng.randint(0, 1),
-                  ops=rng.randint(1, 4),
-                  fault_rate=rng.choice([0.0, 0.0, 0.02, 0.05, 0.1]),
-                  kills=rng.choice([0, 0, 1, 2]), closes=rng.choice([0, 0, 1, 2]),
-                  failover=rng.random() < 0.5)
+    config = Config(sharded=rng.random() < 0.75, txn_writers=rng.randint(0, 2),
+                    bulk_writers=rng.randint(1, 3), stream_writers=rng.randint(0, 1),
+                    ops=rng.randint(1, 4),
+                    fault_rate=rng.choice([0.0, 0.0, 0.02, 0.05, 0.1]),
+                    kills=rng.choice([0, 0, 1, 2]), closes=rng.choice([0, 0, 1, 2]),
+                    failover=rng.random() < 0.5)
+    config.splits = rng.choice([0, 1, 2]) if config.sharded else 0  # drawn last: the rest
+    return config  # of a seed's run is as it was before splits
 
 
 @dataclass
@@ -141,6 +154,7 @@ class Run:
                   world.spawn("gc", self.gc())[1]]
         chaos = world.spawn("chaos", self.chaos())[1]
         closer = [world.spawn("closer", self.closer())[1]] if config.closes else []
+        closer += [world.spawn("splitter", self.splitter())[1]] if config.splits else []
         while any(not task.done() and pid not in world.loop.dead
                   for pid, task in self.drivers):
             await asyncio.sleep(1.0)
@@ -224,8 +238,8 @@ class Run:
             await self.pause(3.0)
             sent = self.now()
             ops = [op for op in self.model.unique() if op.sent_at < sent]
-            try:
-                snap = await self.store.snapshot_async()
+            try:  # a handle of the layout as it is now (a snapshot is not redirected)
+                snap = await self.world.store().snapshot_async()
             except LeveledError:
                 continue
             try:
@@ -243,14 +257,15 @@ class Run:
         saved position often (a new listener, as a restarted consumer makes)."""
         while not self.writing_done:
             await self.pause(1.0)
+            store = self.world.store()  # a restarted consumer's handle: the layout of now
             try:
-                feed = self.store.listen(self.position, batch_size=self.rng.randint(1, 4))
+                feed = store.listen(self.position, batch_size=self.rng.randint(1, 4))
             except LeveledError:
                 continue
             try:
                 for _ in range(self.rng.randint(1, 6)):
                     change = await asyncio.wait_for(feed.__anext__(), 2.0)
-                    self.consumed.append((change.shard or 0, change.sqn))
+                    self.consumed.append((change.bucket, change.key, change.sqn))
                     self.position = feed.sqn
             except (LeveledError, TimeoutError):
                 pass
@@ -260,10 +275,10 @@ class Run:
 
     async def gc(self) -> None:
         world = self.world
-        admin = (ShardedAdmin(world.url, world.shard_map, OPTIONS, world.clock) if world.sharded
-                 else Admin(world.url, OPTIONS, world.clock))
         while not self.writing_done:
             await self.pause(20.0)
+            admin = (ShardedAdmin(world.url, world.shard_map, OPTIONS, world.clock)
+                     if world.sharded else Admin(world.url, OPTIONS, world.clock))
             with contextlib.suppress(LeveledError):
                 await admin.gc_async()
 
@@ -272,18 +287,21 @@ class Run:
         for _ in range(self.config.kills):
             await self.pause(8.0)
             if self.rng.random() < 0.6:
-                shard = self.rng.randrange(world.shard_count)
-                inc = world.live.get(shard)
-                if inc is None:
+                key = self.pick()
+                if key is None:
                     continue
-                if not self.config.failover:
-                    world.kill(inc.pid)
+                inc = world.live[key]
+                world.busy.add(key)
+                try:
+                    world.kill(inc.pid, StoreUnavailableError if self.config.failover
+                               else StoreClosedError)
                     await self.pause(3.0)
-                    await self.restart(shard)
-                    continue
-                world.kill(inc.pid, StoreUnavailableError)
-                await self.pause(3.0)
-                await self.failover(shard, inc.bookie.epoch)
+                    if self.config.failover:
+                        await self.failover(self.index(key), inc.bookie.epoch)
+                    else:
+                        await self.restart(self.index(key))
+                finally:
+                    world.busy.discard(key)
             else:
                 alive = [(pid, task) for pid, task in self.drivers if not task.done()]
                 if alive:
@@ -295,13 +313,45 @@ class Run:
         world = self.world
         for _ in range(self.config.closes):
             await self.pause(8.0)
-            shard = self.rng.randrange(world.shard_count)
-            inc = world.live.get(shard)
-            if inc is None:
+            key = self.pick()
+            if key is None:
                 continue
-            await world.close_shard(shard)
-            self.model.checks["merges refused at close"] += inc.bookie.counters["merges_refused"]
-            await self.restart(shard)
+            inc = world.live[key]
+            world.busy.add(key)
+            try:
+                await world.close_shard(self.index(key))
+                self.model.checks["merges refused at close"] += inc.bookie.counters[
+                    "merges_refused"]
+                await self.restart(self.index(key))
+            finally:
+                world.busy.discard(key)
+
+    async def splitter(self) -> None:
+        """Splits of a shard, each as a running store's handle makes it; in some, the
+        splitter's process is killed at a random moment of the split."""
+        world = self.world
+        for _ in range(self.config.splits):
+            await self.pause(8.0)
+            key = self.pick()
+            if key is None:
+                continue
+            world.busy.add(key)
+            try:
+                kill_after = self.rng.expovariate(4.0) if self.rng.random() < 0.5 else None
+                outcome = await world.split(self.index(key), kill_after)
+                self.model.checks[f"splits {outcome}"] += 1
+            finally:
+                world.busy.discard(key)
+
+    def pick(self) -> str | None:
+        """A shard (its prefix) that runs and that no other client is changing, or ``None``
+        (drawn among all shards: a busy or stopped one is skipped)."""
+        world = self.world
+        key = world.key(self.rng.randrange(world.shard_count))
+        return None if key in world.busy or world.live.get(key) is None else key
+
+    def index(self, key: str) -> int:
+        return self.world.shard_map.prefixes.index(key) if self.world.sharded else 0
 
     async def failover(self, shard: int, lost_epoch: int) -> None:
         """Ray restarts the killed Bookie, which reclaims the shard (actors/failover.py);
@@ -345,7 +395,7 @@ class Run:
         world = self.world
         world.objects.fault_rate = 0.0
         for shard in range(world.shard_count):
-            if world.live.get(shard) is None:
+            if world.running(shard) is None:
                 await self.restart(shard)
         await asyncio.sleep(3 * OPTIONS.txn_timeout_s)
         for _ in range(120):
@@ -364,6 +414,8 @@ class Run:
 
     async def check_final(self) -> None:
         model, world = self.model, self.world
+        if world.sharded and self.store.shard_map.count != 2:  # its calls found the split
+            model.checks["a handle followed a split"] += 1
         final = await self.read_all("final state")
         await self.check_past_views()
         await self.check_feed()
@@ -385,8 +437,9 @@ class Run:
         ops = self.model.unique()
         keys = [k for op in ops for k in op.keys]
         times = [op.sent_at + rng.expovariate(1.0) for op in ops if op.kind == "put_many"]
+        store = self.world.store()
         for past in [*times, rng.uniform(0, self.now())]:
-            snap = await self.store.snapshot_async(at_time=EPOCH + past)
+            snap = await store.snapshot_async(at_time=EPOCH + past)
             try:
                 values = dict(zip(keys, await snap.get_many_async(keys)))
             finally:
@@ -396,7 +449,7 @@ class Run:
     async def read_all(self, where: str) -> dict:
         model = self.model
         keys = [k for op in model.unique() for k in op.keys] + SHARED_KEYS
-        snap = await self.store.snapshot_async()  # the store takes a snapshot: checked here
+        snap = await self.world.store().snapshot_async()  # checked here
         try:
             values = dict(zip(keys, await snap.get_many_async(keys)))
         finally:
@@ -408,18 +461,23 @@ class Run:
 
     async def check_feed(self) -> None:
         model = self.model
-        changes = [c async for c in self.store.changes_async(0)]
+        changes = [c async for c in self.world.store().changes_async(0)]
         model.check_feed(changes, "changes(0)")
         model.checks["listener"] += 1
+        shard_of = self.shard_of
         feed = [(c.shard or 0, c.sqn) for c in changes]
-        for shard in range(self.world.shard_count):
-            got = [sqn for s, sqn in self.consumed if s == shard]
+        for shard in range(self.world.shard_count):  # a split's children hold its changes
+            got = [sqn for b, k, sqn in self.consumed if shard_of(b, k) == shard]
             upto = got[-1] if got else 0
             want = [sqn for s, sqn in feed if s == shard and sqn <= upto]
             if got != want:
                 model.violated("a listener resumes exactly",
                                f"shard {shard}: consumed {got[:20]}..., the feed has "
                                f"{want[:20]}...")
+
+    def shard_of(self, bucket, key) -> int:
+        world = self.world
+        return world.shard_map.shard_of(object_key(bucket, key)) if world.sharded else 0
 
     async def check_manifests(self) -> None:
         """Every file the newest manifest of each shard lists exists."""
@@ -429,11 +487,21 @@ class Run:
             latest = await ManifestStore(ObjectStore.from_url(url, OPTIONS)).latest()
             names = ({f.name for f in latest.manifest.sst_files()}
                      | {j.name for j in latest.manifest.journal})
-            base = url.split("//")[1] + "/"
-            missing = sorted(n for n in names if base + n not in self.world.objects.objects)
+            stores = dict(latest.manifest.stores)  # a split's child reads its parent's files
+            missing = sorted(n for n in names
+                             if path_of(url, stores, n) not in self.world.objects.objects)
             if missing:
                 self.model.violated("every file a manifest lists exists",
                                     f"shard {shard} lists missing {missing[:3]}")
+
+
+def path_of(url: str, stores: dict, name: str) -> str:
+    """Where file ``name`` of the store at ``url`` is (an inherited one, ``@<id>/<name>``, is
+    in the store ``stores[id]``)."""
+    if name.startswith("@"):
+        store_id, _, name = name[1:].partition("/")
+        url = stores[store_id]
+    return url.split("//")[1] + "/" + name
 
 
 def rows(keys: list, value: bytes) -> pa.RecordBatch:

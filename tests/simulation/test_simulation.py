@@ -42,7 +42,16 @@ REGRESSIONS = {
     # A view at a past time held one shard's part of a cross-shard batch and not the other's,
     # applied later by a shard that was killed ("nothing visible in part").
     "a past view and a batch applied apart": (19, Config(True, 2, 1, 0, 4, 0.02, 1)),
+    # A view at a past time, after a split, looked for an older cross-shard batch in the
+    # child that held none of its keys, down to the start of its history, and was refused
+    # ("no call raises an untyped error"). Found by the simulation itself.
+    "a past view across a split": (5, Config(True, 2, 2, 0, 4, 0.0, 0, failover=True,
+                                             splits=1)),
 }
+
+#: Seeds whose split ended each way: (seed, the outcome counted).
+SPLITS = [(55, "splits killed, split"), (12, "splits killed, not split"),
+          (64, "splits failed, not split"), (48, "a handle followed a split")]
 
 
 def failures(report) -> str:
@@ -67,6 +76,17 @@ def test_runs_that_found_protocol_bugs_keep_every_invariant(name):
     report = scenario.run(seed, config)
     assert not report.violations, failures(report)
     assert {"feed", "listener", "manifest files", "shared", "past"} <= set(report.checks)
+
+
+@pytest.mark.parametrize("seed,outcome", SPLITS)
+def test_a_split_killed_at_any_moment_leaves_one_layout_and_handles_follow(seed, outcome):
+    """A shard split while clients write, read, cut, listen and collect garbage; the
+    splitter killed before or after the commit point, or its split refused; handles of the
+    old layout follow the new one."""
+    report = scenario.run(seed)
+    assert not report.violations, failures(report)
+    assert report.checks[outcome] >= 1
+    assert {"feed", "listener", "manifest files", "past"} <= set(report.checks)
 
 
 def test_a_merge_that_finishes_after_a_close_began_is_refused():
