@@ -39,10 +39,11 @@ class StoreUnavailableError(StoreClosedError):
 
     The call's outcome is unknown, as an indefinite ``ObjectStoreError``'s: a write may or may
     not have happened (``definite`` is always ``False``); read it back to know. Nothing else
-    is needed: the restarted Bookie reopens the store by itself, and later calls on the same
-    handle wait for it and go on. Reads are sent again by the client, and raise this only if
-    the Bookie is lost again and again. (A subclass of :class:`StoreClosedError`, which it was
-    before failover.)"""
+    is needed: the restarted Bookie reopens the store by itself, and calls on the same handle
+    succeed once it is back (a write sent while Ray starts its new process gets this error
+    too). Reads are sent again by the client, and raise this only if the Bookie is not back
+    within a minute. (A subclass of :class:`StoreClosedError`, which it was before
+    failover.)"""
 
     definite = False
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import LeveledError, StoreClosedError, StoreUnavailableError
@@ -94,20 +95,36 @@ async def call(method, *args, **kwargs) -> Any:
         raise unwrap(exc) from None
 
 
-#: How many times a read is sent again after its Bookie was lost during the call (failover:
-#: Ray holds the calls made while the Bookie restarts, so one is enough unless it dies again).
-READ_RESENDS = 3
+#: How long a read whose Bookie was lost during the call is sent again, in waits between
+#: sends (failover): Ray fails the calls made while the Bookie restarts ("the actor is
+#: restarting"), and a restart takes seconds, longer under load. The waits grow from the
+#: first to the most.
+READ_RESEND_S = 60.0
+FIRST_RESEND_WAIT_S = 0.05
+MOST_RESEND_WAIT_S = 1.0
+
+
+def resend_waits() -> Iterator[float]:
+    """The waits before each send again of a read: they add up to :data:`READ_RESEND_S`."""
+    wait, total = FIRST_RESEND_WAIT_S, 0.0
+    while total + wait <= READ_RESEND_S:
+        yield wait
+        total += wait
+        wait = min(2 * wait, MOST_RESEND_WAIT_S)
 
 
 async def call_read(method, *args) -> Any:
-    """:func:`call` of a method that changes nothing: sent again (up to :data:`READ_RESENDS`
-    times) if the Bookie is lost during it."""
-    for resends in range(READ_RESENDS, -1, -1):
+    """:func:`call` of a method that changes nothing: sent again (see :func:`resend_waits`)
+    if the Bookie is lost during it."""
+    waits = resend_waits()
+    while True:
         try:
             return await call(method, *args)
         except StoreUnavailableError:
-            if not resends:
+            wait = next(waits, None)
+            if wait is None:
                 raise
+            await asyncio.sleep(wait)
 
 
 def pack(records: list) -> bytes:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import NamedTuple
 
 from .. import roles
 from ..actors import bookie as bookie_mod
-from ..actors.remote import NAMESPACE, READ_RESENDS, ValueBatch, pack, unwrap
+from ..actors.remote import NAMESPACE, ValueBatch, pack, resend_waits, unwrap
 from ..admin.backup import backup_version
 from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
@@ -160,34 +161,43 @@ def connect_bookie(name: str, *, address: str | None = None) -> Store:
 class Call(NamedTuple):
     """The plan of a :func:`bookie_call` method: the Bookie call's ref, what to make of its
     result, whether a store already gone counts as done (closing it), and for a read, how to
-    make the call again if the Bookie is lost during it (``again``, at most ``resends``
-    times)."""
+    make the call again if the Bookie is lost during it (``again``; sent again after each of
+    :func:`~leveled_ray.actors.remote.resend_waits`, ``waits`` once it has begun)."""
 
     ref: object
     finish: Callable = lambda result: result
     closing: bool = False
     again: Callable[[], Call] | None = None
-    resends: int = READ_RESENDS
+    waits: Iterator[float] | None = None
 
     def run(self):
         try:
             return self.finish(_get(self.ref))
         except StoreClosedError as exc:
-            resent = self._resent(exc)
-            return self._gone(exc) if resent is None else resent.run()
+            resend = self._resend(exc)
+            if resend is None:
+                return self._gone(exc)
+            time.sleep(resend[0])
+            return self.again()._replace(waits=resend[1]).run()
 
     async def run_async(self):
         try:
             return self.finish(await _await(self.ref))
         except StoreClosedError as exc:
-            resent = self._resent(exc)
-            return self._gone(exc) if resent is None else await resent.run_async()
+            resend = self._resend(exc)
+            if resend is None:
+                return self._gone(exc)
+            await asyncio.sleep(resend[0])
+            return await self.again()._replace(waits=resend[1]).run_async()
 
-    def _resent(self, exc: StoreClosedError) -> Call | None:
-        """A read whose Bookie was lost during it, sent again to the restarted Bookie."""
-        if isinstance(exc, StoreUnavailableError) and self.again is not None and self.resends:
-            return self.again()._replace(resends=self.resends - 1)
-        return None
+    def _resend(self, exc: StoreClosedError) -> tuple[float, Iterator[float]] | None:
+        """For a read whose Bookie was lost during it: the wait before it is sent again to
+        the restarted Bookie, and the waits after; ``None`` when it is not sent again."""
+        if not isinstance(exc, StoreUnavailableError) or self.again is None:
+            return None
+        waits = self.waits if self.waits is not None else resend_waits()
+        wait = next(waits, None)
+        return None if wait is None else (wait, waits)
 
     def _gone(self, exc: StoreClosedError):
         if not self.closing:
