@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from .codec import Delete, Head, Put
     from .manifest.model import Checkpoint
+    from .manifest.shard_map import ShardMap
     from .options import Options
 
 
@@ -229,6 +230,15 @@ class Maintenance(Role):
     @abc.abstractmethod
     async def close_async(self) -> None:
         """Finish writes and stop the store's actors; closing twice is harmless."""
+
+
+class Splits(Role):
+    """Splitting a shard in two by reference. Sharded stores (through the running store) and
+    their admins (at rest)."""
+
+    @abc.abstractmethod
+    async def split_shard_async(self, shard: int) -> ShardMap:
+        """Split shard ``shard``; the new shard map."""
 
 
 class View(Role):

@@ -47,7 +47,7 @@ async def quiet_cut(store, take, _early=None) -> tuple[list, float]:
 @with_sync_twins
 class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
                    roles.History, roles.Checkpoints, roles.Administration,
-                   roles.Backups):
+                   roles.Backups, roles.Splits):
     """Administration of a sharded store at a URL, without Ray: each shard's :class:`Admin`,
     checkpoints with one id in every shard, the root's records, and the change feed (each
     shard's on a checkpoint of its own: a feed's position needs no cut)."""

@@ -54,7 +54,7 @@ def _sides(stores) -> list[ShardSide]:
 @with_sync_twins
 class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, roles.Queries,
                    roles.History, roles.Writes, roles.PointsInTime, roles.Checkpoints,
-                   roles.HistoryLeases, roles.Maintenance, roles.Backups):
+                   roles.HistoryLeases, roles.Maintenance, roles.Backups, roles.Splits):
     """A handle on an open sharded store. Picklable: pass it to Ray tasks.
 
     Example::

@@ -25,8 +25,9 @@ PLAYS = {
     Reader: {roles.KeyReads, roles.Queries, roles.History, roles.Following},
     Admin: {roles.History, roles.Checkpoints, roles.Administration, roles.Backups},
 }
-PLAYS |= {lr.ShardedStore: PLAYS[lr.Store], lr.ShardedSnapshot: PLAYS[lr.Snapshot],
-          lr.ShardedReader: PLAYS[Reader], lr.ShardedAdmin: PLAYS[Admin]}
+PLAYS |= {lr.ShardedStore: PLAYS[lr.Store] | {roles.Splits},
+          lr.ShardedSnapshot: PLAYS[lr.Snapshot], lr.ShardedReader: PLAYS[Reader],
+          lr.ShardedAdmin: PLAYS[Admin] | {roles.Splits}}
 
 
 def calls(role) -> list[str]:
