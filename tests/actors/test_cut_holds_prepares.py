@@ -99,7 +99,7 @@ def test_a_part_a_cut_applied_first_still_notes_its_batch_and_answers_the_client
         try:
             change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
             number = await bookie.prepare("txn-1", url, pack([change]), [value])
-            numbers = {0: number, 1: (7, 3)}
+            numbers = {"0": number, "1": (7, 3)}  # by shard label
             root = ObjectStore.from_url(url, OPTIONS)
             assert await decide(root, "txn-1", COMMIT, numbers) == COMMIT
             applied = await bookie.participant.commit("txn-1")  # the cut's call: no numbers
