@@ -14,11 +14,13 @@ what it needs between the sides, and counts it:
 
 Objects in :data:`REPLICATION_BUCKET` (a replica's positions) are left out. The trees are
 folded, not yet kept as writes land, so each side still reads its heads once
-(no values); the bytes exchanged are what a compare across a network would send.
+(no values), a sharded one each shard at once, XOR-merging their trees; the bytes exchanged
+are what a compare across a network would send.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -82,6 +84,27 @@ class FoldedSide:
 
     @classmethod
     async def fold(cls, view, size: str) -> FoldedSide:
+        """``view``'s side. A sharded view (a sharded snapshot or reader: one part per shard)
+        folds its shards at once, and its tree is the XOR merge of theirs: the shards hold
+        disjoint keys, so it equals the tree of all their keys."""
+        parts = getattr(view, "parts", None)
+        if parts is None:
+            return await cls._fold_one(view, size)
+        return cls.merged(await asyncio.gather(*(cls._fold_one(p, size) for p in parts)), size)
+
+    @classmethod
+    def merged(cls, sides: list[FoldedSide], size: str) -> FoldedSide:
+        """One side of the entries of ``sides`` (of disjoint keys): their trees XOR-merged."""
+        out = cls(size)
+        for side in sides:
+            out.tree = out.tree.merge(side.tree)
+            out._segments += side._segments
+            out._hashes += side._hashes
+            out._names += side._names
+        return out
+
+    @classmethod
+    async def _fold_one(cls, view, size: str) -> FoldedSide:
         side = cls(size)
         shift = np.uint64(64 - SIZES[size].bit_length() + 1)
         async for batch in view.fold_heads_batches_async(binary_names=True, batch_size=10_000):

@@ -131,3 +131,27 @@ def test_a_store_equals_its_backup_and_its_clone_until_the_clone_changes(ray_clu
         assert "different     b\tk1" in out and "3 difference(s)" in out
     finally:
         store.close()
+
+
+def test_a_sharded_sides_tree_is_the_xor_merge_of_its_shards_trees(tmp_path):
+    """A view of one part per shard (as a sharded snapshot or reader is) folds each part and
+    XOR-merges their trees: the tree of all their keys, as one store holding them has."""
+    from leveled_ray.admin.compare import FoldedSide
+
+    halves = [{k: k.encode() for k in KEYS[:15]}, {k: k.encode() for k in KEYS[15:]}]
+    urls = [f"file://{tmp_path}/shard{i}" for i in range(2)] + [f"file://{tmp_path}/all"]
+    for url, puts in zip(urls, [*halves, {**halves[0], **halves[1]}]):
+        asyncio.run(written(url, system_clock, puts))
+    readers = [lr.reader(url, options=OPTIONS) for url in urls]
+    try:
+        class Sharded:
+            parts = readers[:2]
+
+        merged = asyncio.run(FoldedSide.fold(Sharded(), "xxsmall"))
+        parts = [asyncio.run(FoldedSide.fold(r, "xxsmall")) for r in readers]
+        assert merged.tree == parts[0].tree.merge(parts[1].tree) == parts[2].tree
+        assert merged.tree != parts[0].tree
+        assert merged.entries(range(4096)) == parts[2].entries(range(4096))
+    finally:
+        for r in readers:
+            r.close()
