@@ -95,6 +95,9 @@ def restartable(cls):
         def __init__(self, *args, **kwargs):
             self.bookie = cls(*args, **kwargs)
             self.bookie.lost_epoch = lost_epoch()
+            # Calls wait for the first start too: a named actor is found as soon as it is
+            # created, before its store is open (a handle following a move finds it so).
+            self._started = asyncio.Event()
             self._reopen: asyncio.Future | None = None
             self._stood_down: FencedError | None = None
             if self.bookie.lost_epoch is not None:  # the constructor runs in the actor's loop
@@ -103,6 +106,7 @@ def restartable(cls):
         async def start(self) -> dict:
             info = await self.bookie.start()
             remember_epoch(self.bookie.epoch)
+            self._started.set()
             return info
 
         async def _start_again(self) -> None:
@@ -110,6 +114,7 @@ def restartable(cls):
                 await self.start()
             except FencedError as exc:
                 self._stood_down = self.bookie.broken = exc  # close then flushes nothing
+                self._started.set()  # calls are answered: with the refusal
             except Exception:
                 logging.getLogger(__name__).exception("reopening after a restart failed")
                 os._exit(1)  # not exit_actor: that would be final, and this must restart
@@ -117,11 +122,15 @@ def restartable(cls):
         async def reopened(self) -> None:
             if self._reopen is not None:
                 await asyncio.shield(self._reopen)
+            else:
+                await self._started.wait()
             self.check_reopened()
 
         def check_reopened(self) -> None:
             if self._reopen is not None and not self._reopen.done():
                 raise StoreUnavailableError("the store's Bookie is reopening after a restart")
+            if self._reopen is None and not self._started.is_set():
+                raise StoreUnavailableError("the store's Bookie is opening")
             self._reopen = None
             if self._stood_down is not None:
                 raise self._stood_down.again()

@@ -11,16 +11,22 @@ What is followed (:func:`followed`) is only what proves nothing was changed: a c
 gone Bookie (a Bookie that closes finishes the writes it took first), or a wrong shard. A call
 whose outcome is unknown (``StoreUnavailableError``: the Bookie died during it) is never sent
 again, nor one that a cross-shard batch committed (:data:`COMMITTED`).
+
+While a handle splits or moves a shard, it marks the shard ``reshaping/<prefix>`` at the
+store's root (:func:`marked`): a handle that meets the closed shard then waits for the new
+layout (:func:`wait_for_layout`) rather than fail. A mark older than :data:`CHANGE_WAIT_S`
+(its handle died) is ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import NamedTuple
 
 from ..client import store as plain
-from ..errors import StoreClosedError, StoreUnavailableError, WrongShardError
-from ..files.store import ObjectStore
+from ..errors import ObjectStoreError, StoreClosedError, StoreUnavailableError, WrongShardError
+from ..files.store import NotFound, ObjectStore
 from ..manifest.shard_map import ShardMap, read_shard_map
 from ..options import Options
 from .layout import shard_name
@@ -29,6 +35,12 @@ from .txn import COMMITTED
 
 #: Times one call follows a changed layout before its error is raised.
 REDIRECTS = 3
+#: How long a call waits for a shard being split or moved (a mark older is ignored).
+CHANGE_WAIT_S = 120.0
+#: Where a shard being split or moved is marked, under the store's root.
+RESHAPING = "reshaping/"
+#: How often a waiting call looks for the new layout.
+POLL_S = 0.2
 
 
 class Layout(NamedTuple):
@@ -87,3 +99,40 @@ def _connect(name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
             a is b for a, b in zip(stores, current.stores)):
         return None
     return Layout(tuple(stores), shard_map)
+
+
+@contextlib.asynccontextmanager
+async def marked(root: ObjectStore, prefix: str, clock):
+    """Mark the shard at ``prefix`` as being split or moved while the block runs."""
+    await root.put_async(RESHAPING + prefix, repr(clock()).encode())
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ObjectStoreError):  # a mark left behind expires
+            await root.delete_async(RESHAPING + prefix)
+
+
+async def _reshaping(root: ObjectStore, prefixes, now: float) -> bool:
+    """Whether a shard of ``prefixes`` is marked, and the mark is recent."""
+    for prefix in prefixes:
+        try:
+            at = float(await root.get_async(RESHAPING + prefix))
+        except (NotFound, ValueError, ObjectStoreError):  # unmarked, or unknown: no wait
+            continue
+        if now - at < CHANGE_WAIT_S:
+            return True
+    return False
+
+
+async def wait_for_layout(url: str, name: str | None, options: Options, current: Layout,
+                          clock) -> Layout | None:
+    """:func:`find_layout`, waited for while a shard of ``current`` is marked as being split
+    or moved (at most :data:`CHANGE_WAIT_S`)."""
+    root = ObjectStore.from_url(url, options)
+    deadline = clock() + CHANGE_WAIT_S
+    while True:
+        found = await find_layout(url, name, options, current)
+        if (found is not None or clock() > deadline
+                or not await _reshaping(root, current.shard_map.prefixes, clock())):
+            return found
+        await asyncio.sleep(POLL_S)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 
 from ..client import store as plain
 from ..errors import InvalidArgumentError
@@ -26,7 +27,7 @@ from ..files.store import ObjectStore
 from ..manifest.shard_map import ShardMap
 from . import placement
 from .layout import shard_name
-from .redirect import Layout
+from .redirect import Layout, marked
 from .split import settle_splits, split_shard
 
 
@@ -82,13 +83,13 @@ async def split_running(store, shard: int) -> ShardMap:
     layout.shard_map.split(shard)  # refused here if it cannot split, before anything changes
     parent = layout.stores[shard]
     node = await node_of(parent)
-    with store._changing():
+    root = ObjectStore.from_url(store.url, store.options)
+    async with _changing(store, root, layout.shard_map.prefixes[shard]):
         await parent.close_async()
         drop_group(store, layout.shard_map.prefixes[shard])
         try:
             new_map = await split_shard(store.url, shard, store.options)
         except BaseException:
-            root = ObjectStore.from_url(store.url, store.options)
             new_map = await settle_splits(root, layout.shard_map, store.options)
             if layout.shard_map.prefixes[shard] in new_map.prefixes:  # before the commit point
                 again = await _start(store, layout.shard_map, [shard], node)
@@ -107,7 +108,8 @@ async def move_running(store, shard: int, node_id: str) -> None:
     layout = store._layout
     if await node_of(layout.stores[shard]) == node_id:
         return
-    with store._changing():
+    root = ObjectStore.from_url(store.url, store.options)
+    async with _changing(store, root, layout.shard_map.prefixes[shard]):
         await layout.stores[shard].close_async()
         drop_group(store, layout.shard_map.prefixes[shard])
         moved = await _start(store, layout.shard_map, [shard], node_id)
@@ -132,6 +134,15 @@ async def rebalance(store) -> list[dict]:
         running[emptiest].append(shard)
         moves.append({"shard": store.shard_map.labels[shard], "from": fullest,
                       "to": emptiest})
+
+
+@contextlib.asynccontextmanager
+async def _changing(store, root: ObjectStore, prefix: str):
+    """While the shard at ``prefix`` is split or moved: this handle's calls to it wait, and
+    other handles' too (its mark, see :mod:`.redirect`)."""
+    with store._changing():
+        async with marked(root, prefix, store.clock):
+            yield
 
 
 def _replaced(layout: Layout, shard: int, stores: list, shard_map: ShardMap) -> Layout:

@@ -23,6 +23,7 @@ from ..codec import head_only as head_only_mode
 from ..errors import (
     ConflictError,
     InvalidArgumentError,
+    ObjectStoreError,
     StoreClosedError,
     WrongShardError,
 )
@@ -38,13 +39,10 @@ from .backup import backup
 from .cut import Early, cut
 from .fanout import per_shard_checked, shard_groups
 from .listen import ShardedListener
-from .redirect import REDIRECTS, Layout, find_layout, followed
+from .redirect import CHANGE_WAIT_S, REDIRECTS, Layout, followed, wait_for_layout
 from .snapshot import ShardedSnapshot
 from .totals import totals
 from .txn import put_across
-
-#: How long a call that met a shard this handle is splitting or moving waits for it.
-CHANGE_WAIT_S = 120.0
 
 
 def _sides(stores) -> list[ShardSide]:
@@ -151,7 +149,10 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
                 await asyncio.wait_for(asyncio.wrap_future(change), CHANGE_WAIT_S)
         if self._layout is not used:
             return True
-        found = await find_layout(self.url, self.name, self.options, used)
+        try:
+            found = await wait_for_layout(self.url, self.name, self.options, used, self.clock)
+        except ObjectStoreError:  # the layout cannot be read now: the call's own error stands
+            return False
         if found is None:
             return False
         self._layout = found

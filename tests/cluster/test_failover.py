@@ -122,6 +122,11 @@ def test_a_shard_whose_node_dies_serves_again_and_the_others_never_stop(ray_clus
         served = None
         while served is None and time.monotonic() - died < 60:
             try:
+                # Answered from another node: a local cluster's killed node may run its
+                # processes on a moment, until Ray finds it dead.
+                if store.shard(victim).stats()["process"]["node"] == spare_node.node_id:
+                    time.sleep(0.05)
+                    continue
                 store.put("b", keys[victim][0], b"probe")
                 acked[keys[victim][0]] = b"probe"
                 served = time.monotonic() - died

@@ -20,25 +20,45 @@ OPTIONS = lr.Options(**SMALL)
 
 
 class Writer(threading.Thread):
-    """Puts through one handle until stopped, each mirrored in the model once acknowledged;
-    the longest put is the pause writers saw."""
+    """Puts through one handle until stopped or refused, each mirrored in the model once
+    acknowledged; the longest put is the pause it saw. Writers of one model take disjoint
+    keys (``first``, every ``step``-th)."""
 
-    def __init__(self, store, model: dict):
+    def __init__(self, store, model: dict, first: int = 0, step: int = 1):
         super().__init__(daemon=True)
         self.store, self.model = store, model
+        self.keys = [f"k{i:04d}" for i in range(first, 300, step)]
         self.stop = threading.Event()
         self.longest = 0.0
         self.puts = 0
+        self.error: Exception | None = None
 
     def run(self):
-        while not self.stop.is_set():
-            key = f"k{self.puts % 300:04d}"
-            value = b"w%d" % self.puts
-            began = time.monotonic()
-            self.store.put("b", key, value, indexes=[("add", "n_int", int(key[1:]) % 7)])
-            self.longest = max(self.longest, time.monotonic() - began)
-            self.model[key] = value
-            self.puts += 1
+        try:
+            while not self.stop.is_set():
+                key = self.keys[self.puts % len(self.keys)]
+                value = b"w%d" % self.puts
+                began = time.monotonic()
+                self.store.put("b", key, value, indexes=[("add", "n_int", int(key[1:]) % 7)])
+                self.longest = max(self.longest, time.monotonic() - began)
+                self.model[key] = value
+                self.puts += 1
+        except Exception as exc:  # noqa: BLE001 - reported by wait_for and stopped
+            self.error = exc
+
+    def wait_for(self, puts: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.puts < puts and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert self.error is None, self.error
+        assert self.puts >= puts
+
+
+def stopped(*writers: Writer) -> None:
+    for writer in writers:
+        writer.stop.set()
+        writer.join()
+        assert writer.error is None, writer.error
 
 
 def test_a_running_store_splits_under_writes_and_a_copy_made_before_follows(ray_cluster,
@@ -48,21 +68,22 @@ def test_a_running_store_splits_under_writes_and_a_copy_made_before_follows(ray_
         model: dict = {}
         write_rounds(store, model, 5, random.Random(3))
         copy = pickle.loads(pickle.dumps(store))  # as a Ray task holds it
-        writer = Writer(store, model)
-        writer.start()
-        while writer.puts < 20:
-            time.sleep(0.01)
+        early = pickle.loads(pickle.dumps(store))  # another, in use through the split
+        writers = [Writer(store, model, 0, 2), Writer(early, model, 1, 2)]
+        for writer in writers:
+            writer.start()
+            writer.wait_for(20)
         shard_map = store.split_shard(0)
-        puts_at_split = writer.puts
-        while writer.puts < puts_at_split + 20:  # writes go on after it
-            time.sleep(0.01)
-        writer.stop.set()
-        writer.join()
+        for writer in writers:  # writes go on after it, through both handles
+            writer.wait_for(writer.puts + 20)
+        stopped(*writers)
         assert shard_map.labels == ("0.0", "0.1", "1") and store.shards == 3
-        # Writes paused, none failed (the writer would have died), and the pause is short.
-        assert writer.longest < 30, writer.longest
+        # Writes paused, none failed, and the pause is short; the other handle waited for
+        # the new layout (the shard's mark) and followed it.
+        assert max(w.longest for w in writers) < 60, [w.longest for w in writers]
+        assert early.shards == 3
         check_model(store, model)
-        # The copy still holds the old layout: its calls are redirected, never refused.
+        # A copy that was idle still holds the old layout: its calls are redirected.
         assert copy.shards == 2
         keys = sorted(model)[:50]
         assert [copy.get("b", k) for k in keys] == [model[k] for k in keys]
@@ -97,9 +118,14 @@ def test_a_shard_moves_to_another_node_and_rebalance_spreads_them(ray_cluster, t
         with pytest.raises(lr.InvalidArgumentError):
             store.move_shard(2, alive[0])
         assert copy.get("b", sorted(model)[0]) == model[sorted(model)[0]]
-        # Both shards onto one node, then spread again.
+        # Both shards onto one node, under writes through the copy, then spread again.
         crowded = nodes_of(store)[0]
+        writer = Writer(copy, model)
+        writer.start()
+        writer.wait_for(10)
         store.move_shard(1, crowded)
+        writer.wait_for(writer.puts + 10)
+        stopped(writer)
         assert nodes_of(store) == [crowded, crowded]
         write_rounds(copy, model, 2, random.Random(6))  # the copy follows the move
         check_model(store, model)
