@@ -8,6 +8,7 @@
 from .admin.handle import Admin
 from .client.reader import Reader
 from .client.snapshot import Snapshot
+from .client.spares import keep_spare_bookies, spare_stats
 from .client.store import Store
 from .cluster.admin import ShardedAdmin
 from .cluster.reader import ShardedReader
@@ -43,7 +44,7 @@ __all__ = [
     "ObjectStoreError", "Options",
     "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "StoreUnavailableError",
-    "WrongShardError", "connect", "open", "replicate",
+    "WrongShardError", "connect", "keep_spare_bookies", "open", "replicate", "spare_stats",
 ]
 
 

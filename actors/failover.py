@@ -23,13 +23,14 @@ import importlib.abc
 import inspect
 import logging
 import os
+import pickle
 import sys
 
 from ..errors import FencedError, StoreUnavailableError
 
 #: Methods a restarted Bookie answers before it has reopened its store: they read only what
 #: the constructor set, or wait for the reopen themselves.
-UNGATED = frozenset({"get_options", "get_clock", "start", "close"})
+UNGATED = frozenset({"get_options", "get_clock", "start", "close", "assign"})
 
 
 def _epoch_key(actor_id: str) -> bytes:
@@ -46,11 +47,40 @@ def remember_epoch(epoch: int) -> None:
 
 
 def forget_epoch() -> None:
-    """A closed Bookie is not restarted: drop what a restart would read."""
+    """A closed Bookie is not restarted: drop what a restart would read (its epoch, and a
+    spare's assignment)."""
     import ray
     from ray.experimental import internal_kv
 
-    internal_kv._internal_kv_del(_epoch_key(ray.get_runtime_context().get_actor_id()))
+    actor_id = ray.get_runtime_context().get_actor_id()
+    internal_kv._internal_kv_del(_epoch_key(actor_id))
+    internal_kv._internal_kv_del(_assignment_key(actor_id))
+
+
+def _assignment_key(actor_id: str) -> bytes:
+    return f"leveled/spare_assignment/{actor_id}".encode()
+
+
+def keep_assignment(kwargs: bytes) -> None:
+    """Keep a spare Bookie's pickled constructor arguments where its restart finds them (a
+    restart runs the constructor with the spare's own arguments: none)."""
+    import ray
+    from ray.experimental import internal_kv
+
+    key = _assignment_key(ray.get_runtime_context().get_actor_id())
+    internal_kv._internal_kv_put(key, kwargs, overwrite=True)
+
+
+def assignment() -> dict | None:
+    """The arguments :func:`keep_assignment` kept for this actor, when Ray restarted it."""
+    import ray
+    from ray.experimental import internal_kv
+
+    context = ray.get_runtime_context()
+    if not context.was_current_actor_reconstructed:
+        return None
+    value = internal_kv._internal_kv_get(_assignment_key(context.get_actor_id()))
+    return None if value is None else pickle.loads(value)
 
 
 def lost_epoch() -> int | None:
@@ -113,16 +143,35 @@ def restartable(cls):
 
     class Restartable:
         def __init__(self, *args, **kwargs):
+            """A Bookie of ``cls(*args, **kwargs)``; without arguments, a spare, which gets
+            its Bookie from :meth:`assign` (or, restarted, from where ``assign`` kept it)."""
             without_pandas()
-            self.bookie = cls(*args, **kwargs)
-            self.bookie.lost_epoch = lost_epoch()
             # Calls wait for the first start too: a named actor is found as soon as it is
             # created, before its store is open (a handle following a move finds it so).
             self._started = asyncio.Event()
             self._reopen: asyncio.Future | None = None
             self._stood_down: FencedError | None = None
+            self.bookie = None
+            if not args and not kwargs:
+                kept = assignment()
+                if kept is None:
+                    return  # a spare, still waiting for its store
+                args, kwargs = (), kept
+            self._make(args, kwargs)
+
+        def _make(self, args, kwargs) -> None:
+            self.bookie = cls(*args, **kwargs)
+            self.bookie.lost_epoch = lost_epoch()
             if self.bookie.lost_epoch is not None:  # the constructor runs in the actor's loop
                 self._reopen = asyncio.ensure_future(self._start_again())
+
+        def assign(self, kwargs: bytes) -> None:
+            """A spare becomes the Bookie ``cls(**pickle.loads(kwargs))``; ``kwargs`` are kept
+            in Ray's key-value store, for a restart."""
+            if self.bookie is not None:
+                raise RuntimeError("this Bookie already has its store")
+            keep_assignment(kwargs)
+            self._make((), pickle.loads(kwargs))
 
         async def start(self) -> dict:
             info = await self.bookie.start()
@@ -159,7 +208,8 @@ def restartable(cls):
         async def close(self) -> None:
             if self._reopen is not None:  # whatever its outcome: a stood-down actor closes too
                 await asyncio.gather(asyncio.shield(self._reopen), return_exceptions=True)
-            await self.bookie.close()
+            if self.bookie is not None:  # a spare never assigned holds nothing
+                await self.bookie.close()
             forget_epoch()
 
         def get_options(self):

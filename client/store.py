@@ -41,6 +41,7 @@ from ..files.sync import two_forms, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options
 from ..read.queries import Queries, check_index_query
+from . import spares
 from .coalesce import Part, WriteCoalescer
 from .listen import Listener
 from .ray_connection import ensure_ray
@@ -123,6 +124,12 @@ def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bo
 
     actors = []
     for spec in specs:
+        plain = spec.name is None and spec.scheduling is None and not detached
+        spare = spares.take(plain=plain, options=options, url=spec.url, store=spec.store,
+                            head_only=head_only, clock=clock, shard=spec.shard)
+        if spare is not None:
+            actors.append(spare)
+            continue
         opts = {"namespace": NAMESPACE, "max_restarts": options.max_restarts}
         if spec.name is not None:
             opts["name"] = spec.name

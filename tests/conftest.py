@@ -111,6 +111,9 @@ def ray_cluster():
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="leveled", log_to_driver=False,
              logging_level="WARNING")
+    # Plain opens take a Bookie process started ahead (client/spares.py): most of an open's
+    # time is that process starting, and the session opens hundreds of stores.
+    lr.keep_spare_bookies(2)
     _cluster.append(cluster)
     yield ray
     _cluster.clear()
