@@ -190,8 +190,8 @@ def reader(url: str, checkpoint: str | None = None, *, options: Options | None =
                                           clock=clock, at_sqn=at_sqn, at_time=at_time)
 
 
-def compare(a, b, *, size: str = "small", max_segments: int = 256,
-            options: Options | None = None) -> Comparison:
+def compare(a, b, *, bucket=None, start_key=None, end_key=None, size: str = "small",
+            max_segments: int = 256, options: Options | None = None) -> Comparison:
     """The keys that differ between two stores, found by exchanging tictac trees (leveled's
     anti-entropy; see :mod:`leveled_ray.admin.compare`): a
     :class:`~leveled_ray.admin.compare.Comparison` with each differing key marked
@@ -203,7 +203,9 @@ def compare(a, b, *, size: str = "small", max_segments: int = 256,
     running store, a snapshot, a reader (at a checkpoint, or at a past time). Objects are
     compared by key and value (their hash); deleted and expired objects are absent. ``size``
     picks the trees' shape (``"xxsmall"`` to ``"large"``); ``max_segments`` bounds the
-    segments compared per round. Bad input raises ``InvalidArgumentError``. Cost: a fold of
+    segments compared per round. ``bucket`` (and within it ``start_key`` to ``end_key``, both
+    included, as :meth:`~leveled_ray.Store.fold_keys` takes them) compares only that range:
+    leveled's range trees. Bad input raises ``InvalidArgumentError``. Cost: a fold of
     each side's heads (no values); the exchange itself moves a root, the dirty branches and
     the dirty segments' keys."""
     opened = []
@@ -218,7 +220,8 @@ def compare(a, b, *, size: str = "small", max_segments: int = 256,
         return side
 
     try:
-        return run_sync(compare_views(view(a), view(b), size=size, max_segments=max_segments))
+        return run_sync(compare_views(view(a), view(b), size=size, max_segments=max_segments,
+                                      bucket=bucket, start=start_key, end=end_key))
     finally:
         for opened_reader in opened:
             opened_reader.close()

@@ -38,6 +38,7 @@ from ..codec.tictac import (
     key_hash,
 )
 from ..errors import InvalidArgumentError
+from ..read.key_ranges import object_range
 
 #: The bucket where a replica keeps its replicator's positions (:mod:`leveled_ray.replication`):
 #: leveled-ray's own, left out of compares.
@@ -83,14 +84,16 @@ class FoldedSide:
         self._hashes: list[np.ndarray] = []
 
     @classmethod
-    async def fold(cls, view, size: str) -> FoldedSide:
-        """``view``'s side. A sharded view (a sharded snapshot or reader: one part per shard)
-        folds its shards at once, and its tree is the XOR merge of theirs: the shards hold
-        disjoint keys, so it equals the tree of all their keys."""
+    async def fold(cls, view, size: str, span: tuple = (None, None, None)) -> FoldedSide:
+        """``view``'s side, of the objects in ``span`` (``(bucket, start, end)`` as a fold
+        takes them: all ``None`` for the whole store). A sharded view (a sharded snapshot or
+        reader: one part per shard) folds its shards at once, and its tree is the XOR merge
+        of theirs: the shards hold disjoint keys, so it equals the tree of all their keys."""
         parts = getattr(view, "parts", None)
         if parts is None:
-            return await cls._fold_one(view, size)
-        return cls.merged(await asyncio.gather(*(cls._fold_one(p, size) for p in parts)), size)
+            return await cls._fold_one(view, size, span)
+        return cls.merged(await asyncio.gather(*(cls._fold_one(p, size, span) for p in parts)),
+                          size)
 
     @classmethod
     def merged(cls, sides: list[FoldedSide], size: str) -> FoldedSide:
@@ -104,10 +107,11 @@ class FoldedSide:
         return out
 
     @classmethod
-    async def _fold_one(cls, view, size: str) -> FoldedSide:
+    async def _fold_one(cls, view, size: str, span: tuple) -> FoldedSide:
         side = cls(size)
         shift = np.uint64(64 - SIZES[size].bit_length() + 1)
-        async for batch in view.fold_heads_batches_async(binary_names=True, batch_size=10_000):
+        async for batch in view.fold_heads_batches_async(*span, binary_names=True,
+                                                         batch_size=10_000):
             if REPLICATION_BUCKET.encode() in batch.column("bucket").unique().to_pylist():
                 batch = batch.filter(pc.not_equal(batch.column("bucket"),
                                                   REPLICATION_BUCKET.encode()))
@@ -136,12 +140,17 @@ def entry_bytes(entries: dict[tuple[str, str], int]) -> int:
     return sum(len(b.encode()) + len(k.encode()) + 8 for b, k in entries)
 
 
-async def compare_views(a, b, *, size: str = "small", max_segments: int = 256) -> Comparison:
-    """The keys that differ between views ``a`` and ``b`` (see the module docstring)."""
+async def compare_views(a, b, *, size: str = "small", max_segments: int = 256,
+                        bucket=None, start=None, end=None) -> Comparison:
+    """The keys that differ between views ``a`` and ``b`` (see the module docstring), among
+    the objects of ``bucket`` from ``start`` to ``end`` if given (a range tree, as leveled's
+    ``tictactree_obj``), else among all."""
     check_size(size)
     if not isinstance(max_segments, int) or isinstance(max_segments, bool) or max_segments < 1:
         raise InvalidArgumentError(f"max_segments must be a positive int, not {max_segments!r}")
-    side_a, side_b = await FoldedSide.fold(a, size), await FoldedSide.fold(b, size)
+    object_range(bucket, start, end)  # bad names or a range without its bucket: refused now
+    span = (bucket, start, end)
+    side_a, side_b = await FoldedSide.fold(a, size, span), await FoldedSide.fold(b, size, span)
     root_a, root_b = side_a.tree.root(), side_b.tree.root()
     out = Comparison(rounds=1, bytes_exchanged=len(root_a) + len(root_b))
     segments: list[int] = []

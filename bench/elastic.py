@@ -2,6 +2,8 @@
 
 Measures (a 4-shard store, ``--keys`` objects of 1 KiB per shard):
 
+- **a plain open taking a spare Bookie** (``lr.keep_spare_bookies``; the spare's process
+  started ahead) against the plain open (median of 3 each);
 - **node death**: from the death of a worker node (``remove_node`` without grace) to the
   first acknowledged write on a shard that ran there, against a plain open of that shard's
   URL (median of 3, same run). It includes the time Ray takes to find the node dead: its
@@ -69,6 +71,27 @@ def plain_open_s(url: str) -> float:
         store = lr.open(url)
         times.append(time.perf_counter() - t)
         store.close()
+    return statistics.median(times)
+
+
+def spare_open_s(url: str) -> float:
+    """Median time of three plain opens of ``url`` that each take a spare Bookie started
+    ahead (``lr.keep_spare_bookies``); the spares stop after."""
+    lr.keep_spare_bookies(1)
+    times = []
+    try:
+        for _ in range(3):
+            deadline = time.monotonic() + 60
+            while lr.spare_stats()["waiting"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(2.0)  # the spare's process has started and imported the package
+            t = time.perf_counter()
+            store = lr.open(url)
+            times.append(time.perf_counter() - t)
+            store.close()
+        assert lr.spare_stats()["taken"] == 3
+    finally:
+        lr.keep_spare_bookies(0)
     return statistics.median(times)
 
 
@@ -226,6 +249,8 @@ def main() -> None:
     store.close()
     plain = plain_open_s(store.shard_map.shard_url(url, 0))
     rows: list[tuple[str, float, float, str]] = []  # measure, value, peer value, unit
+    rows.append(("plain open taking a spare Bookie / plain open",
+                 spare_open_s(store.shard_map.shard_url(url, 0)), plain, "s"))
 
     store = lr.open(url, shards=4)
     try:

@@ -357,7 +357,8 @@ def cmd_backup(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    found = face.compare(args.url, args.other, size=args.size,
+    found = face.compare(args.url, args.other, bucket=args.bucket, start_key=args.start_key,
+                         end_key=args.end_key, size=args.size,
                          max_segments=args.max_segments, options=parse_options(args.option))
     if args.json:
         print(json.dumps({"differences": [vars(d) for d in found.differences],
@@ -505,6 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", default="small", help="tree size: xxsmall, xsmall, small, "
                                                      "medium or large")
     p.add_argument("--max-segments", type=int, default=256, help="segments per round")
+    p.add_argument("--bucket", help="compare only this bucket (a range tree)")
+    p.add_argument("--start-key", help="with --bucket: from this key (included)")
+    p.add_argument("--end-key", help="with --bucket: to this key (included)")
     p.add_argument("--limit", type=int, help="print at most this many differences")
     p.add_argument("--json", action="store_true")
     p = add("stats", cmd_stats, "a store's figures (rates, latency, backlog, levels, caches, "

@@ -120,8 +120,15 @@ def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bo
                   head_only: str | None, clock: Clock) -> list[Store]:
     """Start one Bookie per spec, all at once, and wait until every one has opened its store.
     If any fails, every one is stopped and its error raised."""
-    import ray
+    return open_bookies(create_bookies(specs, options, detached=detached, head_only=head_only,
+                                       clock=clock), specs, options, clock)
 
+
+def create_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bool,
+                   head_only: str | None, clock: Clock) -> list:
+    """One Bookie actor per spec, its process starting, its store not yet opened (see
+    :func:`open_bookies`): a split starts its children's processes before it closes the
+    shard. A plain Bookie is a spare, if one is waiting (:mod:`.spares`)."""
     actors = []
     for spec in specs:
         plain = spec.name is None and spec.scheduling is None and not detached
@@ -140,14 +147,28 @@ def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bo
         actors.append(bookie_mod.make_actor().options(**opts).remote(
             spec.url, options, spec.name, store=spec.store, head_only=head_only, clock=clock,
             shard=spec.shard))
+    return actors
+
+
+def open_bookies(actors: list, specs: Sequence[BookieSpec], options: Options,
+                 clock: Clock) -> list[Store]:
+    """Open the stores of Bookies from :func:`create_bookies`, all at once; if any fails,
+    every one is stopped and its error raised."""
     try:
         infos = _get([actor.start.remote() for actor in actors])
     except BaseException:
-        for actor in actors:
-            ray.kill(actor, no_restart=True)
+        stop_bookies(actors)
         raise
     return [Store(actor, options, spec.url, spec.name, info, clock)
             for actor, spec, info in zip(actors, specs, infos)]
+
+
+def stop_bookies(actors: list) -> None:
+    """End Bookie actors at once (no close, no restart)."""
+    import ray
+
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
 
 
 def connect_bookie(name: str, *, address: str | None = None) -> Store:

@@ -7,8 +7,9 @@ follow the new layout, as other handles do by themselves (see :mod:`.redirect`).
 shard pause with its writes; other shards are untouched.
 
 - **Split** (:func:`split_running`): the split at rest of :mod:`.split`, between the close and
-  the children's opens; the children start on the shard's node. If the split fails before
-  its commit point, the shard is opened again where it was, and the error raised.
+  the children's opens; the children run on the shard's node, and their processes start
+  before the close, so that the pause holds only their opens. If the split fails before its
+  commit point, the shard is opened again where it was, and the error raised.
 - **Move** (:func:`move_running`): the shard's Bookie restarted on another node, under the
   same name.
 - **Rebalance** (:func:`rebalance`): moves, one at a time, from the node that runs the most
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from typing import NamedTuple
 
 from ..client import store as plain
 from ..errors import InvalidArgumentError
@@ -28,7 +30,7 @@ from ..manifest.shard_map import ShardMap
 from . import placement
 from .layout import shard_name
 from .redirect import Layout, marked
-from .split import settle_splits, split_shard
+from .split import children_tag, settle_splits, split_shard
 
 
 def _group_name(store, prefix: str) -> str | None:
@@ -42,28 +44,64 @@ def drop_group(store, prefix: str) -> None:
                      or placement.named(_group_name(store, prefix)))
 
 
-async def _start(store, shard_map: ShardMap, shards: list[int], node: str | None) -> list:
-    """Start the Bookies of ``shards`` of ``shard_map``, each in a placement group of its own
-    on ``node`` (where Ray picks: ``None``)."""
+class _Starting(NamedTuple):
+    """Bookies whose processes start ahead of the close (see :func:`_create`)."""
+
+    shard_map: ShardMap
+    shards: list[int]
+    specs: list
+    actors: list
+
+
+async def _create(store, shard_map: ShardMap, shards: list[int], node: str | None) -> _Starting:
+    """The Bookies of ``shards`` of ``shard_map``, created (their processes start) but not yet
+    opened, each in a placement group of its own on ``node`` (where Ray picks: ``None``)."""
     specs = []
-    for shard in shards:
-        prefix = shard_map.prefixes[shard]
-        group = await asyncio.to_thread(placement.on_node, node, _group_name(store, prefix),
-                                        store.detached)
-        store._shard_groups[prefix] = group
-        specs.append(plain.BookieSpec(
-            shard_map.shard_url(store.url, shard),
-            None if store.name is None else shard_name(store.name, prefix),
-            scheduling=placement.bundle(group, 0),
-            shard=(store.name or store.url, shard_map.labels[shard])))
     try:
-        return await asyncio.to_thread(plain.start_bookies, specs, store.options,
-                                       detached=store.detached, head_only=store.head_only,
-                                       clock=store.clock)
-    except BaseException:
         for shard in shards:
-            drop_group(store, shard_map.prefixes[shard])
+            prefix = shard_map.prefixes[shard]
+            group = await asyncio.to_thread(placement.on_node, node, _group_name(store, prefix),
+                                            store.detached)
+            store._shard_groups[prefix] = group
+            specs.append(plain.BookieSpec(
+                shard_map.shard_url(store.url, shard),
+                None if store.name is None else shard_name(store.name, prefix),
+                scheduling=placement.bundle(group, 0),
+                shard=(store.name or store.url, shard_map.labels[shard])))
+        actors = await asyncio.to_thread(plain.create_bookies, specs, store.options,
+                                         detached=store.detached, head_only=store.head_only,
+                                         clock=store.clock)
+    except BaseException:
+        _drop_groups(store, shard_map, shards)
         raise
+    return _Starting(shard_map, shards, specs, actors)
+
+
+async def _open(store, starting: _Starting) -> list:
+    """Open the stores of :func:`_create`'s Bookies; on failure, stop them and drop their
+    groups."""
+    try:
+        return await asyncio.to_thread(plain.open_bookies, starting.actors, starting.specs,
+                                       store.options, store.clock)
+    except BaseException:
+        _drop_groups(store, starting.shard_map, starting.shards)
+        raise
+
+
+def _abandon(store, starting: _Starting) -> None:
+    """Stop Bookies created ahead but not to be opened, and drop their groups."""
+    plain.stop_bookies(starting.actors)
+    _drop_groups(store, starting.shard_map, starting.shards)
+
+
+def _drop_groups(store, shard_map: ShardMap, shards: list[int]) -> None:
+    for shard in shards:
+        drop_group(store, shard_map.prefixes[shard])
+
+
+async def _start(store, shard_map: ShardMap, shards: list[int], node: str | None) -> list:
+    """Start the Bookies of ``shards`` of ``shard_map`` (see :func:`_create`) and open them."""
+    return await _open(store, await _create(store, shard_map, shards, node))
 
 
 async def node_of(shard_store) -> str | None:
@@ -82,21 +120,38 @@ async def split_running(store, shard: int) -> ShardMap:
     layout = store._layout
     layout.shard_map.split(shard)  # refused here if it cannot split, before anything changes
     parent = layout.stores[shard]
-    node = await node_of(parent)
+    running = await parent.stats_async()
+    node = running["process"]["node"]
     root = ObjectStore.from_url(store.url, store.options)
-    async with _changing(store, root, layout.shard_map.prefixes[shard]):
-        await parent.close_async()
-        drop_group(store, layout.shard_map.prefixes[shard])
-        try:
-            new_map = await split_shard(store.url, shard, store.options)
-        except BaseException:
-            new_map = await settle_splits(root, layout.shard_map, store.options)
-            if layout.shard_map.prefixes[shard] in new_map.prefixes:  # before the commit point
-                again = await _start(store, layout.shard_map, [shard], node)
-                store._layout = _replaced(layout, shard, again, layout.shard_map)
-                raise
-        children = await _start(store, new_map, [shard, shard + 1], node)
-        store._layout = _replaced(layout, shard, children, new_map)
+    # The children's processes start before the close, outside the shard's pause, under the
+    # names the split will give them: it claims the shard with the next epoch.
+    planned = layout.shard_map.split(shard, children_tag(running["epoch"] + 1))
+    children = await _create(store, planned, [shard, shard + 1], node)
+    try:
+        async with _changing(store, root, layout.shard_map.prefixes[shard]):
+            await parent.close_async()
+            drop_group(store, layout.shard_map.prefixes[shard])
+            try:
+                new_map = await split_shard(store.url, shard, store.options)
+            except BaseException:
+                new_map = await settle_splits(root, layout.shard_map, store.options)
+                if layout.shard_map.prefixes[shard] in new_map.prefixes:  # before commit
+                    _abandon(store, children)
+                    children = None
+                    again = await _start(store, layout.shard_map, [shard], node)
+                    store._layout = _replaced(layout, shard, again, layout.shard_map)
+                    raise
+            if new_map.prefixes == planned.prefixes:
+                starting, children = children, None  # _open cleans up after itself
+                opened = await _open(store, starting)
+            else:  # another writer claimed the shard meanwhile: the children have other names
+                _abandon(store, children)
+                children = None
+                opened = await _start(store, new_map, [shard, shard + 1], node)
+            store._layout = _replaced(layout, shard, opened, new_map)
+    finally:
+        if children is not None:
+            _abandon(store, children)
     return new_map
 
 

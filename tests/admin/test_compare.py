@@ -155,3 +155,38 @@ def test_a_sharded_sides_tree_is_the_xor_merge_of_its_shards_trees(tmp_path):
     finally:
         for r in readers:
             r.close()
+
+
+def test_a_range_compare_sees_only_its_bucket_and_keys():
+    """Range trees (leveled's ``tictactree_obj``): given a bucket, and keys within it, a
+    compare folds and reports only that range; a key range without its bucket is refused."""
+    url_a, url_b = (f"memory://cmp-{uuid.uuid4().hex}" for _ in range(2))
+    base = {(bucket, f"k{i:02d}"): b"v" for bucket in ("b1", "b2") for i in range(20)}
+    other = {**base, ("b1", "k03"): b"new", ("b1", "k15"): b"new", ("b2", "k03"): b"new"}
+    del other[("b1", "k07")]
+
+    async def fill(url, objects):
+        bookie = Bookie(url, OPTIONS, local=True)
+        await bookie.start()
+        store = Store(LocalHandle(bookie), OPTIONS, url, None, {"head_only": None},
+                      system_clock)
+        await store.put_many_async([lr.Put(b, k, v) for (b, k), v in objects.items()])
+        await bookie.close()
+
+    asyncio.run(fill(url_a, base))
+    asyncio.run(fill(url_b, other))
+
+    def found(**span):
+        return [(d.bucket, d.key, d.kind) for d in lr.compare(url_a, url_b, **span).differences]
+
+    assert found() == [("b1", "k03", DIFFERENT), ("b1", "k07", MISSING_IN_B),
+                       ("b1", "k15", DIFFERENT), ("b2", "k03", DIFFERENT)]
+    assert found(bucket="b1") == [("b1", "k03", DIFFERENT), ("b1", "k07", MISSING_IN_B),
+                                  ("b1", "k15", DIFFERENT)]
+    assert found(bucket="b1", start_key="k05", end_key="k15") == [
+        ("b1", "k07", MISSING_IN_B), ("b1", "k15", DIFFERENT)]
+    assert found(bucket="b2", start_key="k04") == []
+    assert cli(["compare", "--url", url_a, url_b, "--bucket", "b2", "--start-key", "k04"]) == 0
+    assert cli(["compare", "--url", url_a, url_b, "--bucket", "b2"]) == 1
+    with pytest.raises(lr.InvalidArgumentError, match="need a bucket"):
+        lr.compare(url_a, url_b, start_key="k05")
