@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast simulate soak bench lint docs clean
+.PHONY: setup run test examples test-fast simulate soak bench lint docs clean
 
 setup: $(STAMP)
 
@@ -20,7 +20,12 @@ run: setup
 
 # PYTHONHASHSEED: the protocol simulation replays a seed exactly, across processes too.
 test: setup
-	PYTHONHASHSEED=0 $(BIN)/python -m pytest
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m "not example"
+
+# The guides' examples run as written, each in processes of its own that start their own
+# clusters (Ray on Spark): about a minute and a half, so not in make test; CI runs both.
+examples: setup
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m example
 
 # The protocol simulation (tests/simulation): SEEDS seeds from FIRST, each checked against
 # every invariant; a failing seed prints the command that replays it.
@@ -39,7 +44,7 @@ soak: setup
 
 # Everything but the moto S3 and slow groups.
 test-fast: setup
-	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m "not s3 and not slow"
+	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m "not s3 and not slow and not example"
 
 bench: setup
 	$(BIN)/pip install --quiet -e ".[bench]"

@@ -15,7 +15,7 @@ from support import REPO_ROOT
 
 import leveled_ray as lr
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.example]
 pytest.importorskip("pyspark")
 
 
