@@ -206,8 +206,8 @@ def compare(a, b, *, bucket=None, start_key=None, end_key=None, size: str = "sma
     segments compared per round. ``bucket`` (and within it ``start_key`` to ``end_key``, both
     included, as :meth:`~leveled_ray.Store.fold_keys` takes them) compares only that range:
     leveled's range trees. Bad input raises ``InvalidArgumentError``. Cost: a fold of
-    each side's heads (no values); the exchange itself moves a root, the dirty branches and
-    the dirty segments' keys."""
+    each side's heads (no values), then of the blocks that may hold the dirty segments' keys;
+    the exchange itself moves a root, the dirty branches and the dirty segments' keys."""
     opened = []
 
     def view(side):

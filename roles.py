@@ -79,9 +79,11 @@ class Queries(Role):
 
     @abc.abstractmethod
     def fold_heads_batches_async(self, bucket=None, start=None, end=None, *,
-                                 batch_size: int = 1000,
-                                 binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
-        """``fold_heads`` as Arrow batches."""
+                                 batch_size: int = 1000, binary_names: bool = False,
+                                 segments=None, tree_size: str = "small"
+                                 ) -> AsyncIterator[pa.RecordBatch]:
+        """``fold_heads`` as Arrow batches; ``segments``: only the keys of those tictac
+        segments of a ``tree_size`` tree."""
 
     @abc.abstractmethod
     def fold_objects_async(self, bucket=None, start=None, end=None, *, order: str = "key",

@@ -4,13 +4,14 @@
 Each side is a point in time of a store of any kind (a plain or sharded store, a snapshot, a
 checkpoint's reader, a backup or a clone opened as a reader): anything with
 ``fold_heads_batches``. A side folds its heads once into a tictac tree
-(:mod:`leveled_ray.codec.tictac`) and keeps each entry's segment. The exchange then moves only
-what it needs between the sides, and counts it:
+(:mod:`leveled_ray.codec.tictac`). The exchange then moves only what it needs between the
+sides, and counts it:
 
 1. the two roots (one hash per branch);
 2. the branches whose hashes differ (one hash per segment);
 3. the keys and value hashes of at most ``max_segments`` dirty segments per round, until every
-   dirty segment is compared.
+   dirty segment is compared: each side folds those segments again, reading only the SST
+   blocks whose segment hints hold them.
 
 Objects in :data:`REPLICATION_BUCKET` (a replica's positions) are left out. The trees are
 folded, not yet kept as writes land, so each side still reads its heads once
@@ -21,7 +22,6 @@ are what a compare across a network would send.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,12 +30,11 @@ import pyarrow.compute as pc
 from ..codec.keys import object_key
 from ..codec.tictac import (
     BRANCH_WIDTH,
-    SIZES,
     TicTacTree,
     check_size,
     dirty_branches,
     dirty_segments,
-    key_hash,
+    key_hashes,
 )
 from ..errors import InvalidArgumentError
 from ..read.key_ranges import object_range
@@ -75,13 +74,12 @@ class Comparison:
 
 
 class FoldedSide:
-    """One side of a compare: its heads folded into a tree, each entry's segment kept."""
+    """One side of a compare: its heads folded into a tree; the keys of dirty segments are
+    folded again when asked for, reading only the blocks that may hold them."""
 
-    def __init__(self, size: str):
+    def __init__(self, size: str, views: list, span: tuple):
         self.tree = TicTacTree(size)
-        self._segments: list[np.ndarray] = []
-        self._names: list[tuple[str, str]] = []
-        self._hashes: list[np.ndarray] = []
+        self.size, self.views, self.span = size, views, span
 
     @classmethod
     async def fold(cls, view, size: str, span: tuple = (None, None, None)) -> FoldedSide:
@@ -89,50 +87,50 @@ class FoldedSide:
         takes them: all ``None`` for the whole store). A sharded view (a sharded snapshot or
         reader: one part per shard) folds its shards at once, and its tree is the XOR merge
         of theirs: the shards hold disjoint keys, so it equals the tree of all their keys."""
-        parts = getattr(view, "parts", None)
-        if parts is None:
-            return await cls._fold_one(view, size, span)
-        return cls.merged(await asyncio.gather(*(cls._fold_one(p, size, span) for p in parts)),
-                          size)
-
-    @classmethod
-    def merged(cls, sides: list[FoldedSide], size: str) -> FoldedSide:
-        """One side of the entries of ``sides`` (of disjoint keys): their trees XOR-merged."""
-        out = cls(size)
-        for side in sides:
-            out.tree = out.tree.merge(side.tree)
-            out._segments += side._segments
-            out._hashes += side._hashes
-            out._names += side._names
-        return out
-
-    @classmethod
-    async def _fold_one(cls, view, size: str, span: tuple) -> FoldedSide:
-        side = cls(size)
-        shift = np.uint64(64 - SIZES[size].bit_length() + 1)
-        async for batch in view.fold_heads_batches_async(*span, binary_names=True,
-                                                         batch_size=10_000):
-            if REPLICATION_BUCKET.encode() in batch.column("bucket").unique().to_pylist():
-                batch = batch.filter(pc.not_equal(batch.column("bucket"),
-                                                  REPLICATION_BUCKET.encode()))
-            buckets, keys = batch.column("bucket").to_pylist(), batch.column("key").to_pylist()
-            khashes = np.fromiter((key_hash(object_key(b, k)) for b, k in zip(buckets, keys)),
-                                  dtype=np.uint64, count=len(keys))
-            vhashes = batch.column("hash").to_numpy(zero_copy_only=False).astype(np.uint64)
-            side.tree.add_hashes(khashes, vhashes)
-            side._segments.append((khashes >> shift).astype(np.int64))
-            side._hashes.append(vhashes)
-            side._names.extend(zip((b.decode() for b in buckets), (k.decode() for k in keys)))
+        side = cls(size, list(getattr(view, "parts", None) or [view]), span)
+        for tree in await asyncio.gather(*(side._fold_tree(v) for v in side.views)):
+            side.tree = side.tree.merge(tree)
         return side
 
-    def entries(self, segments: Iterable[int]) -> dict[tuple[str, str], int]:
-        """``(bucket, key) -> value hash`` of the entries in ``segments``."""
-        if not self._segments:
-            return {}
-        all_segments = np.concatenate(self._segments)
-        hashes = np.concatenate(self._hashes)
-        picked = np.flatnonzero(np.isin(all_segments, np.fromiter(segments, dtype=np.int64)))
-        return {self._names[i]: int(hashes[i]) for i in picked.tolist()}
+    async def _fold_tree(self, view) -> TicTacTree:
+        tree = TicTacTree(self.size)
+        async for batch in self._heads(view):
+            tree.add_hashes(_key_hashes(batch), _value_hashes(batch))
+        return tree
+
+    def _heads(self, view, segments=None):
+        return _own_objects(view.fold_heads_batches_async(
+            *self.span, binary_names=True, batch_size=10_000, segments=segments,
+            tree_size=self.size))
+
+    async def entries(self, segments: list[int]) -> dict[tuple[str, str], int]:
+        """``(bucket, key) -> value hash`` of the entries in ``segments``: a fold of those
+        segments of each view, read from the blocks that may hold them."""
+        out = {}
+        for view in self.views:
+            async for batch in self._heads(view, segments):
+                buckets, keys = batch.column("bucket").to_pylist(), batch.column("key").to_pylist()
+                out.update(zip(((b.decode(), k.decode()) for b, k in zip(buckets, keys)),
+                               _value_hashes(batch).tolist()))
+        return out
+
+
+async def _own_objects(batches):
+    """The batches, less leveled-ray's own objects (:data:`REPLICATION_BUCKET`)."""
+    async for batch in batches:
+        if REPLICATION_BUCKET.encode() in batch.column("bucket").unique().to_pylist():
+            batch = batch.filter(pc.not_equal(batch.column("bucket"),
+                                              REPLICATION_BUCKET.encode()))
+        yield batch
+
+
+def _key_hashes(batch) -> np.ndarray:
+    buckets, keys = batch.column("bucket").to_pylist(), batch.column("key").to_pylist()
+    return key_hashes([object_key(b, k) for b, k in zip(buckets, keys)])
+
+
+def _value_hashes(batch) -> np.ndarray:
+    return batch.column("hash").to_numpy(zero_copy_only=False).astype(np.uint64)
 
 
 def entry_bytes(entries: dict[tuple[str, str], int]) -> int:
@@ -163,7 +161,7 @@ async def compare_views(a, b, *, size: str = "small", max_segments: int = 256,
     out.dirty_segments = len(segments)
     for start in range(0, len(segments), max_segments):
         chunk = segments[start:start + max_segments]
-        held_a, held_b = side_a.entries(chunk), side_b.entries(chunk)
+        held_a, held_b = await side_a.entries(chunk), await side_b.entries(chunk)
         out.rounds += 1
         out.bytes_exchanged += 4 * len(chunk) + entry_bytes(held_a) + entry_bytes(held_b)
         for name in held_a.keys() | held_b.keys():

@@ -6,7 +6,8 @@ to 1 048 576 for ``large``), grouped into branches of :data:`BRANCH_WIDTH` segme
 segment and each branch holds a 32-bit hash; the *root* is the branches' hashes
 (``branches * 4`` bytes: 16 KiB for ``large``, whose whole tree is 4 MiB).
 
-Entries. An object's *key hash* is ``xxh3_64(Ledger key, seed=SEED)``: its top bits pick the
+Entries. An object's *key hash* is ``xxh3_64(tree key, seed=SEED)``, the tree key being its
+Ledger key with the bucket and key given as bytes (:func:`tree_key`): its top bits pick the
 segment. The *entry hash* mixes the key hash with the value's hash (the object's
 ``Head.hash``, xxh3-64 of the value) into 32 bits (:func:`entry_hash`), and it is XORed into
 the segment and its branch. So the tree depends only on the set
@@ -45,6 +46,88 @@ def check_size(size) -> str:
 def key_hash(lkey: bytes) -> int:
     """The 64-bit key hash of an object's Ledger key."""
     return xxhash.xxh3_64_intdigest(lkey, seed=SEED)
+
+
+def key_hashes(lkeys) -> np.ndarray:
+    """:func:`key_hash` of many Ledger keys, as ``uint64``."""
+    return np.fromiter((xxhash.xxh3_64_intdigest(k, seed=SEED) for k in lkeys),
+                       dtype=np.uint64, count=len(lkeys))
+
+
+def tree_key(lkey: bytes) -> bytes:
+    """The key a tree hashes for a Ledger key: an object's key with its bucket and key given
+    as bytes (the names' UTF-8 bytes for ``str`` ones), as a compare reads the names back
+    (``binary_names``); other Ledger keys as they are. A ``str`` and a ``bytes`` part differ
+    only in their type byte (:mod:`leveled_ray.codec.keys`), so this swaps two bytes."""
+    if lkey[:1] != b"o" or lkey[1:2] != b"\x02" and b"\x00\x02" not in lkey:
+        return lkey
+    end = lkey.find(b"\x00", 2)
+    while end >= 0 and lkey[end + 1:end + 2] == b"\xff":  # an escaped zero byte in the bucket
+        end = lkey.find(b"\x00", end + 2)
+    if end < 0 or end + 2 > len(lkey):
+        return lkey
+    return b"o\x01" + lkey[2:end + 1] + b"\x01" + lkey[end + 2:]
+
+
+def tree_key_hashes(lkeys: list[bytes]) -> np.ndarray:
+    """:func:`key_hash` of the :func:`tree_key` of many Ledger keys, as ``uint64``. Keys that
+    share the first key's bucket and key type (an SST's block, mostly) swap one prefix."""
+    if not lkeys:
+        return np.zeros(0, dtype=np.uint64)
+    first = lkeys[0]
+    end = first.find(b"\x00", 2)
+    if first[:1] == b"o" and end >= 0 and first[end + 1:end + 2] in (b"\x01", b"\x02"):
+        prefix, swapped = first[:end + 2], b"o\x01" + first[2:end + 1] + b"\x01"
+        n = len(prefix)
+        if all(k[:n] == prefix for k in lkeys):  # no escaped zero: a bucket ends at its zero
+            return key_hashes([swapped + k[n:] for k in lkeys])
+    return key_hashes([tree_key(k) for k in lkeys])
+
+
+#: Bits of a key hash an SST keeps per block (its *segment hints*): a tree's segment is the
+#: hash's top bits, so a hint tells a segment of any tree up to 2**16 segments exactly, and a
+#: larger tree's segment up to its last bits.
+HINT_BITS = 16
+
+
+def hints_of(khashes: np.ndarray) -> np.ndarray:
+    """The segment hints (top :data:`HINT_BITS` bits) of key hashes, as ``uint16``."""
+    return (np.asarray(khashes, dtype=np.uint64) >> np.uint64(64 - HINT_BITS)).astype(np.uint16)
+
+
+def wanted_hints(segments, size: str) -> np.ndarray:
+    """The sorted hints whose keys can fall in ``segments`` of a tree of ``size``."""
+    bits = SIZES[check_size(size)].bit_length() - 1
+    segs = np.unique(np.asarray(list(segments), dtype=np.int64))
+    if bits >= HINT_BITS:
+        return np.unique(segs >> (bits - HINT_BITS)).astype(np.uint16)
+    per = 1 << (HINT_BITS - bits)
+    return (segs[:, None] * per + np.arange(per)).ravel().astype(np.uint16)
+
+
+class SegmentFilter:
+    """The tictac segments a fold keeps: ``segments`` of a tree of ``size`` (checked: bad
+    input raises ``InvalidArgumentError``)."""
+
+    __slots__ = ("size", "segments", "hints", "_shift")
+
+    def __init__(self, segments, size: str = "small"):
+        count = SIZES[check_size(size)]
+        segments = list(segments) if isinstance(segments, Iterable) else [segments]
+        if any(not isinstance(s, (int, np.integer)) or isinstance(s, bool) or not 0 <= s < count
+               for s in segments):
+            raise InvalidArgumentError(f"segments must be ints from 0 to {count - 1} (a {size} "
+                                       f"tree), not {segments!r}")
+        picked = sorted({int(s) for s in segments})
+        self.size = size
+        self.segments = np.asarray(picked, dtype=np.int64)
+        self.hints = wanted_hints(picked, size)
+        self._shift = np.uint64(64 - count.bit_length() + 1)
+
+    def mask(self, lkeys) -> np.ndarray:
+        """Which of these Ledger keys fall in the segments."""
+        return np.isin((tree_key_hashes(lkeys) >> self._shift).astype(np.int64),
+                       self.segments)
 
 
 def segment_of(khash: int, segments: int) -> int:

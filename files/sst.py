@@ -7,7 +7,10 @@ Layout::
 A block is ``codec u8 | raw_len u32 | payload``: an Arrow IPC record batch of
 :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows, compressed on its own. Its checksum sits in the
 footer's block index. The footer (msgpack, compressed) holds the format version, the first key of
-each block, the bloom filter, the key range, the SQN range and counts. The trailer points at the
+each block, the bloom filter, the key range, the SQN range and counts, and (from version 2)
+each block's *segment hints*: the distinct top 16 bits of its keys' tictac key hashes
+(:mod:`leveled_ray.codec.tictac`), so that a fold of a few tree segments reads only the
+blocks that can hold them (leveled's per-block segment index). The trailer points at the
 footer and holds its checksum. Once the footer is cached, a point lookup reads one block: one
 ranged GET.
 """
@@ -23,13 +26,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import LEDGER_SCHEMA, TOMBSTONE, LedgerEntry
+from ..codec.tictac import hints_of, tree_key_hashes
 from ..errors import CorruptObjectError
 from . import framing
 from .bloom import Bloom
 from .framing import CODEC_LZ4, checksum, encode_block, encode_footer, size_cuts
 
 MAGIC = b"LRSST\x00\x00\x01"
-VERSION = 1
+VERSION = 2
+#: The versions this code reads: 1 has no segment hints (a fold of segments reads every block).
+READABLE = (1, 2)
 #: Fixed bytes of one row besides its key and extra columns (for block sizing).
 _FIXED_ROW = 8 + 1 + 4 + 8 + 8 + 8 + 8
 
@@ -60,10 +66,21 @@ class SstFooter:
     offsets: list  # block start offsets, plus the footer offset at the end
     checksums: list
     bloom: Bloom
+    hints: np.ndarray | None = None  # every block's segment hints (uint16), one after another
+    hint_offsets: np.ndarray | None = None  # where each block's start in ``hints``, and the end
 
     @property
     def block_count(self) -> int:
         return len(self.first_keys)
+
+    def blocks_with(self, wanted: np.ndarray) -> np.ndarray:
+        """Which blocks may hold keys of the segment hints ``wanted``
+        (:func:`~leveled_ray.codec.tictac.wanted_hints`), as a bool per block: every block of a
+        file written before segment hints."""
+        if self.hints is None:
+            return np.ones(self.block_count, dtype=bool)
+        hit = np.isin(self.hints, wanted).astype(np.int32)
+        return np.add.reduceat(hit, self.hint_offsets[:-1]) > 0
 
     def block_spans(self, keys: list[bytes]) -> list[tuple[int, int, int]]:
         """For sorted ``keys``: ``(block, lo, hi)`` for each block that may hold some of
@@ -91,7 +108,9 @@ class SstFooter:
 
     @property
     def nbytes(self) -> int:
-        return self.bloom.nbytes + sum(len(k) for k in self.first_keys) + 24 * len(self.offsets)
+        hints = 0 if self.hints is None else self.hints.nbytes + self.hint_offsets.nbytes
+        return (self.bloom.nbytes + sum(len(k) for k in self.first_keys)
+                + 24 * len(self.offsets) + hints)
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -114,8 +133,11 @@ def sort_and_dedupe(table: pa.Table | pa.RecordBatch) -> pa.Table:
 
 
 def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes: int = 32768,
-              bloom_bits_per_key: int = 10) -> tuple[bytes, SstInfo]:
-    """Encode sorted, deduplicated Ledger rows as an SST; returns the object bytes and its info."""
+              bloom_bits_per_key: int = 10, version: int = VERSION) -> tuple[bytes, SstInfo]:
+    """Encode sorted, deduplicated Ledger rows as an SST; returns the object bytes and its info.
+    ``version=1`` writes the format before segment hints (for compatibility tests)."""
+    if version not in READABLE:
+        raise ValueError(f"no SST format version {version}")
     n = table.num_rows
     if n == 0:
         raise ValueError("an SST needs at least one entry")
@@ -145,6 +167,12 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
         pos += len(block)
     footer_offset = pos
     offsets.append(footer_offset)
+    hint_doc = {}
+    if version >= 2:
+        hints = hints_of(tree_key_hashes(key_list))
+        per_block = [np.unique(hints[bounds[b]:bounds[b + 1]]) for b in range(len(starts))]
+        hint_doc = {"seg": np.concatenate(per_block).astype("<u2").tobytes(),
+                    "sego": np.cumsum([0] + [len(h) for h in per_block]).astype("<u4").tobytes()}
 
     sqns = table.column("sqn")
     tombstones = pc.sum(pc.equal(table.column("status"), TOMBSTONE)).as_py() or 0
@@ -152,13 +180,13 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
     min_key, max_key = key_list[0], key_list[-1]
     min_sqn, max_sqn = pc.min(sqns).as_py(), pc.max(sqns).as_py()
     doc = {
-        "v": VERSION, "n": n, "tomb": tombstones, "kmin": min_key, "kmax": max_key,
+        "v": version, "n": n, "tomb": tombstones, "kmin": min_key, "kmax": max_key,
         "smin": min_sqn, "smax": max_sqn, "first": first_keys,
         "off": np.asarray(offsets, dtype="<u8").tobytes(),
         "sum": np.asarray(checksums, dtype="<u8").tobytes(),
-        "bloom": bloom.bits, "bk": bloom.k,
+        "bloom": bloom.bits, "bk": bloom.k, **hint_doc,
     }
-    data = b"".join(parts) + encode_footer(MAGIC, VERSION, codec, doc, footer_offset)
+    data = b"".join(parts) + encode_footer(MAGIC, version, codec, doc, footer_offset)
     info = SstInfo(name, len(data), n, tombstones, min_key, max_key, min_sqn, max_sqn)
     return data, info
 
@@ -168,12 +196,12 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
 
 def footer_span(size: int, tail: bytes, path: str) -> tuple[int, int]:
     """From the object's last bytes, where its footer is: ``(offset, length)``."""
-    return framing.footer_span(MAGIC, (VERSION,), size, tail, path)
+    return framing.footer_span(MAGIC, READABLE, size, tail, path)
 
 
 def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
     """Parse the footer from the object's last bytes (which must cover footer and trailer)."""
-    doc, foff = framing.decode_footer(MAGIC, (VERSION,), size, tail, path)
+    doc, foff = framing.decode_footer(MAGIC, READABLE, size, tail, path)
     try:
         offsets = np.frombuffer(doc["off"], dtype="<u8").tolist()
         checksums = np.frombuffer(doc["sum"], dtype="<u8").tolist()
@@ -183,10 +211,16 @@ def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
             max_key=doc["kmax"], min_sqn=int(doc["smin"]), max_sqn=int(doc["smax"]),
             first_keys=first, offsets=offsets, checksums=checksums,
             bloom=Bloom(doc["bloom"], int(doc["bk"])),
+            **_hints(doc),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptObjectError(path, foff, f"malformed footer: {exc}") from None
     blocks = len(first)
+    if footer.hints is not None:
+        bounds = footer.hint_offsets
+        if (len(bounds) != blocks + 1 or bounds[0] != 0 or bounds[-1] != len(footer.hints)
+                or np.any(np.diff(bounds.astype(np.int64)) < 1)):
+            raise CorruptObjectError(path, foff, "segment hints do not match the blocks")
     if blocks == 0 or len(offsets) != blocks + 1 or len(checksums) != blocks:
         raise CorruptObjectError(path, foff, "block index lengths disagree")
     if offsets[0] != 0 or offsets[-1] != foff or any(
@@ -196,6 +230,14 @@ def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
     if not all(isinstance(k, bytes) for k in first) or first != sorted(first):
         raise CorruptObjectError(path, foff, "block first keys are not sorted bytes")
     return footer
+
+
+def _hints(doc: dict) -> dict:
+    """The segment hints of a version 2 footer document (none in version 1)."""
+    if doc["v"] < 2:
+        return {}
+    return {"hints": np.frombuffer(doc["seg"], dtype="<u2"),
+            "hint_offsets": np.frombuffer(doc["sego"], dtype="<u4")}
 
 
 class BlockKeys:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..codec import TAG_INDEX, decode_key, split_object_key
+from ..codec.tictac import SegmentFilter
 from ..errors import InvalidArgumentError
 from ..files.framing import size_cuts
 from ..files.sync import run_sync, two_forms, with_sync_twins
@@ -61,10 +62,12 @@ async def fetch_values(view: PointInTime, sqns) -> pa.Array:
 # --- the queries, as async generators of Arrow batches ----------------------------------------
 
 
-async def fold_rows(view: PointInTime, lo: bytes, hi: bytes,
-                    batch_size: int) -> AsyncIterator[pa.Table]:
-    """Live Ledger rows in ``[lo, hi)``, ``batch_size`` at a time (fewer only at the end)."""
-    async with contextlib.aclosing(rebatched(view.scan(lo, hi), batch_size)) as rows:
+async def fold_rows(view: PointInTime, lo: bytes, hi: bytes, batch_size: int,
+                    segments: SegmentFilter | None = None) -> AsyncIterator[pa.Table]:
+    """Live Ledger rows in ``[lo, hi)`` (of ``segments`` only, if given), ``batch_size`` at
+    a time (fewer only at the end)."""
+    scanned = view.scan(lo, hi) if segments is None else view.scan(lo, hi, segments=segments)
+    async with contextlib.aclosing(rebatched(scanned, batch_size)) as rows:
         async for table in rows:
             yield table
 
@@ -218,10 +221,10 @@ class Queries:
 
     # -- describing a query: (needs_values, flatten, async generator factory) --
 
-    def _rows_query(self, kind, bucket, start, end, batch_size, convert):
-        """A fold of live Ledger rows over an object range, each batch turned by
-        ``convert(table, now_s)`` into what the caller gets (``now_s``: the view's clock when
-        the query started)."""
+    def _rows_query(self, kind, bucket, start, end, batch_size, convert, segments=None):
+        """A fold of live Ledger rows over an object range (of ``segments`` only, if given),
+        each batch turned by ``convert(table, now_s)`` into what the caller gets (``now_s``:
+        the view's clock when the query started)."""
         batch_size = check_batch_size(batch_size)
         self._check_fold(kind)
 
@@ -230,7 +233,8 @@ class Queries:
             now_s = view.clock()
 
             async def gen():
-                async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size)) as rows:
+                async with contextlib.aclosing(fold_rows(view, lo, hi, batch_size,
+                                                         segments)) as rows:
                     async for table in rows:
                         yield convert(table, now_s)
             return gen()
@@ -243,11 +247,11 @@ class Queries:
         return False, not arrow, self._rows_query("keys", bucket, start, end, batch_size,
                                                   convert)
 
-    def _heads_query(self, bucket, start, end, batch_size, arrow, binary_names):
+    def _heads_query(self, bucket, start, end, batch_size, arrow, binary_names, segments=None):
         def convert(table, now_s):
             return heads_batch(table, binary_names) if arrow else python_heads(table, now_s)
         return False, not arrow, self._rows_query("heads", bucket, start, end, batch_size,
-                                                  convert)
+                                                  convert, segments)
 
     def _objects_query(self, bucket, start, end, batch_size, arrow, binary_names, order,
                        with_indexes=False):
@@ -317,11 +321,17 @@ class Queries:
 
     @two_forms(iterates=True)
     def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
-                           binary_names: bool = False) -> Iterator[pa.RecordBatch]:
+                           binary_names: bool = False, segments=None,
+                           tree_size: str = "small") -> Iterator[pa.RecordBatch]:
         """:meth:`fold_heads` as Arrow batches (columns: see
-        :data:`~leveled_ray.read.query_results.HEADS_SCHEMA`). Cost: :meth:`fold_keys`'s,
-        without a Python object per row."""
-        return self._plan(self._heads_query(bucket, start, end, batch_size, True, binary_names))
+        :data:`~leveled_ray.read.query_results.HEADS_SCHEMA`). ``segments`` (segment numbers
+        of a tictac tree of ``tree_size``, see :mod:`leveled_ray.codec.tictac`) keeps only the
+        objects whose keys fall in them. Cost: :meth:`fold_keys`'s, without a Python object
+        per row; with ``segments``, only the blocks that may hold their keys are read (all
+        blocks of files written before SST format 2)."""
+        picked = None if segments is None else SegmentFilter(segments, tree_size)
+        return self._plan(self._heads_query(bucket, start, end, batch_size, True, binary_names,
+                                            picked))
 
     @two_forms(iterates=True)
     def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",

@@ -17,10 +17,12 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import ACTIVE
+from ..codec.tictac import SegmentFilter
 from ..files.clerk import ClerkHost
 from ..files.sst import SstInfo, block_span, sort_and_dedupe
 
@@ -75,12 +77,13 @@ class _Run:
     rows reads little and a long scan reads in large requests."""
 
     def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes,
-                 owns=lambda sst: None):
+                 owns=lambda sst: None, hints: np.ndarray | None = None):
         self._host = host
         self._owns = owns  # a split shard's run, for its inherited files
+        self._hints = hints  # a fold of tictac segments reads only the blocks that hold them
         self._files = deque(f for f in files if f.max_key >= lo and f.min_key < hi)
         self._lo, self._hi = lo, hi
-        self._file: list | None = None  # [clerk, footer, next block, end block]
+        self._file: list | None = None  # [clerk, footer, the blocks left to read, owns]
         self._read_bytes = FIRST_READ_BYTES
         self._ahead: asyncio.Future | None = None
 
@@ -93,16 +96,20 @@ class _Run:
                 clerk = self._host.sst(sst)
                 footer = await clerk.footer()
                 first, end = block_span(footer, self._lo, self._hi)
-                if first < end:
-                    self._file = [clerk, footer, first, end, self._owns(sst)]
+                blocks = list(range(first, end))
+                if self._hints is not None and blocks:
+                    blocks = [first + b for b in np.flatnonzero(
+                        footer.blocks_with(self._hints)[first:end]).tolist()]
+                if blocks:
+                    self._file = [clerk, footer, deque(blocks), self._owns(sst)]
                 continue
-            clerk, footer, first, end, owns = self._file
-            stop = first + 1
-            while (stop < end
+            clerk, footer, blocks, owns = self._file
+            first = stop = blocks.popleft()
+            stop += 1  # a run of adjacent blocks, read in one request
+            while (blocks and blocks[0] == stop
                    and footer.offsets[stop + 1] - footer.offsets[first] <= self._read_bytes):
-                stop += 1
-            self._file[2] = stop
-            if stop >= end:
+                stop = blocks.popleft() + 1
+            if not blocks:
                 self._file = None
             self._read_bytes = min(2 * self._read_bytes, READ_BYTES)
             table = clip(pa.Table.from_batches(await clerk.read_blocks(first, stop)),
@@ -150,13 +157,15 @@ def live_rows(table: pa.Table, now_s: float) -> pa.Table:
     return table if pc.all(keep).as_py() else table.filter(keep)
 
 
-def sources(view: LedgerView, lo: bytes, hi: bytes) -> list:
-    """The scan's sources, newest first."""
+def sources(view: LedgerView, lo: bytes, hi: bytes, hints: np.ndarray | None = None) -> list:
+    """The scan's sources, newest first (their files' blocks that may hold keys of the segment
+    hints ``hints`` only, if given)."""
     files = view.files
     out: list = [_Overlay(view, lo, hi)]
-    out += [_Run(view.host, (sst,), lo, hi, files.foreign_owns) for sst in files.levels[0]]
-    out += [_Run(view.host, level, lo, hi, files.foreign_owns) for level in files.levels[1:]
-            if level]
+    out += [_Run(view.host, (sst,), lo, hi, files.foreign_owns, hints)
+            for sst in files.levels[0]]
+    out += [_Run(view.host, level, lo, hi, files.foreign_owns, hints)
+            for level in files.levels[1:] if level]
     return out
 
 
@@ -199,11 +208,15 @@ async def merge_sorted(sources: list, combine) -> AsyncIterator[pa.Table]:
 
 
 async def scan(view: LedgerView, lo: bytes, hi: bytes, *, now_s: float | None = None,
-               live: bool = True) -> AsyncIterator[pa.Table]:
+               live: bool = True,
+               segments: SegmentFilter | None = None) -> AsyncIterator[pa.Table]:
     """The newest entry of each Ledger key in ``[lo, hi)`` at ``view``, in key order, as Arrow
     tables of :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows. ``live`` leaves out tombstones and
-    entries expired at ``now_s`` (default: the view's clock). Closing the iterator early stops
-    its reads."""
+    entries expired at ``now_s`` (default: the view's clock). ``segments`` keeps only the keys
+    of those tictac segments, and reads only the blocks that may hold them: a block that
+    holds none of them holds no version of such a key, so skipping it hides nothing of theirs
+    (the keys of other segments it would have shadowed are dropped after the merge). Closing
+    the iterator early stops its reads."""
     now_s = view.clock() if now_s is None else now_s
     upto = view.sqn if getattr(view, "past", False) else None
 
@@ -213,10 +226,13 @@ async def scan(view: LedgerView, lo: bytes, hi: bytes, *, now_s: float | None = 
             table = table.filter(pc.less_equal(table.column("sqn"), upto))
         return sort_and_dedupe(table)
 
-    merged = merge_sorted(sources(view, lo, hi), combine)
+    merged = merge_sorted(sources(view, lo, hi, None if segments is None else segments.hints),
+                          combine)
     async with contextlib.aclosing(merged) as tables:
         async for out in tables:
             if live:
                 out = live_rows(out, now_s)
+            if segments is not None and out.num_rows:
+                out = out.filter(segments.mask(out.column("key").to_pylist()))
             if out.num_rows:
                 yield out

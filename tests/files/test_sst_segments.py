@@ -1,0 +1,130 @@
+"""An SST's segment hints (format version 2): a fold of a few tictac segments may skip a
+block only if it holds none of their keys; files of version 1 still read, every block kept
+(no Ray)."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leveled_ray import CorruptObjectError, codec
+from leveled_ray.codec.tictac import SIZES, key_hash, segment_of, wanted_hints
+from leveled_ray.files import framing
+from leveled_ray.files import sst as sfmt
+
+
+def table_of(keys):
+    rows = codec.LedgerRows()
+    for i, key in enumerate(sorted(set(keys))):
+        rows.add(key, i + 1, 0, 0, i, 10, 1000, b"")
+    return pa.Table.from_batches([rows.to_batch()])
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=24), min_size=1, max_size=400, unique=True),
+       st.sampled_from(sorted(SIZES)), st.data())
+def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, data):
+    sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=data.draw(st.integers(64, 2048)))
+    footer, table = sfmt.read_all(sst, "s")
+    segments = SIZES[size]
+    segment = {k: segment_of(key_hash(k), segments) for k in keys}
+    wanted = set(data.draw(st.lists(st.sampled_from(sorted(set(segment.values()))),
+                                    max_size=5)))
+    keep = footer.blocks_with(wanted_hints(wanted, size))
+    assert keep.shape == (footer.block_count,)
+    for b in range(footer.block_count):
+        lo, hi = footer.block_range(b)
+        block = sfmt.decode_block(sst[lo:hi], footer.checksums[b], "s", lo)
+        held = {segment[block.keys[i]] for i in range(len(block.keys))}
+        if held & wanted:
+            assert keep[b]  # never skipped when it holds a wanted key
+        elif segments <= 1 << 16:
+            assert not keep[b]  # up to 2**16 segments, hints are exact
+
+
+def test_version_1_files_still_read_and_keep_every_block():
+    keys = [b"k%05d" % i for i in range(2000)]
+    old, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512, version=1)
+    footer, table = sfmt.read_all(old, "s")
+    assert footer.hints is None and table.num_rows == 2000
+    assert footer.blocks_with(wanted_hints([0], "small")).all()
+    new, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512)
+    new_footer, _ = sfmt.read_all(new, "s")
+    # A few segments of 65 536 are in few of the blocks.
+    assert 0 < new_footer.blocks_with(wanted_hints([segment_of(key_hash(keys[7]), 1 << 16)],
+                                                   "small")).sum() < new_footer.block_count / 4
+    with pytest.raises(ValueError):
+        sfmt.build_sst("s", table_of(keys), version=3)
+
+
+def test_hints_that_do_not_match_the_blocks_are_damage():
+    keys = [b"k%05d" % i for i in range(500)]
+    sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512)
+    footer = sfmt.parse_footer(len(sst), sst, "s")
+    doc = {"v": 2, "n": footer.entries, "tomb": 0, "kmin": footer.min_key,
+           "kmax": footer.max_key, "smin": footer.min_sqn, "smax": footer.max_sqn,
+           "first": footer.first_keys,
+           "off": np.asarray(footer.offsets, dtype="<u8").tobytes(),
+           "sum": np.asarray(footer.checksums, dtype="<u8").tobytes(),
+           "bloom": footer.bloom.bits, "bk": footer.bloom.k,
+           "seg": footer.hints.tobytes(), "sego": footer.hint_offsets[:-1].tobytes()}
+    body = sst[:footer.offsets[-1]]
+    bad = body + framing.encode_footer(sfmt.MAGIC, 2, framing.CODEC_LZ4, doc, len(body))
+    with pytest.raises(CorruptObjectError, match="segment hints"):
+        sfmt.parse_footer(len(bad), bad, "s")
+
+
+def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path):
+    """Through the public fold: objects overwritten and deleted across several SSTs and the
+    Bookie's memory, under str and bytes names; bad segments are refused."""
+    import asyncio
+    import random
+
+    import leveled_ray as lr
+    from leveled_ray.actors.bookie import Bookie
+    from leveled_ray.actors.remote import LocalHandle
+    from leveled_ray.client.store import Store
+    from leveled_ray.clock import system_clock
+    from leveled_ray.codec.keys import object_key
+
+    options = lr.Options(metrics_interval_s=0,
+                         ledger=dict(push_keys=40, l0_max_keys=120, push_ms=5))
+    url = f"file://{tmp_path}/db"
+    rng = random.Random(7)
+    names = [("b", f"k{i:03d}") for i in range(150)] + [(b"raw", b"k%03d" % i)
+                                                       for i in range(50)]
+
+    async def fill():
+        bookie = Bookie(url, options, local=True)
+        await bookie.start()
+        store = Store(LocalHandle(bookie), options, url, None, {"head_only": None},
+                      system_clock)
+        for round_ in range(4):
+            await store.put_many_async([lr.Put(b, k, b"v%d" % round_)
+                                        for b, k in rng.sample(names, 120)])
+            await store.put_many_async([lr.Delete(b, k) for b, k in rng.sample(names, 20)])
+        await bookie.close()
+
+    asyncio.run(fill())
+    with lr.reader(url, options=options) as r:
+        every = [row for batch in r.fold_heads_batches(binary_names=True)
+                 for row in batch.to_pylist()]
+        assert len(list((tmp_path / "db" / "ledger").iterdir())) > 1  # several SSTs
+        for size in ("xxsmall", "small", "large"):
+            count = SIZES[size]
+            segment = {(row["bucket"], row["key"]): segment_of(
+                key_hash(object_key(row["bucket"], row["key"])), count) for row in every}
+            wanted = set(rng.sample(sorted(set(segment.values())), 6))
+            got = [(row["bucket"], row["key"], row["sqn"])
+                   for batch in r.fold_heads_batches(binary_names=True, segments=wanted,
+                                                     tree_size=size)
+                   for row in batch.to_pylist()]
+            assert got == [(row["bucket"], row["key"], row["sqn"]) for row in every
+                           if segment[(row["bucket"], row["key"])] in wanted]
+            assert got
+        for bad in ([-1], [1 << 16], ["3"], [True], 2.5):
+            with pytest.raises(lr.InvalidArgumentError):
+                r.fold_heads_batches(segments=bad)
+        with pytest.raises(lr.InvalidArgumentError):
+            r.fold_heads_batches(segments=[1], tree_size="huge")
