@@ -67,7 +67,7 @@ class SstFooter:
     checksums: list
     bloom: Bloom
     hints: np.ndarray | None = None  # every block's segment hints (uint16), one after another
-    hint_offsets: np.ndarray | None = None  # where each block's start in ``hints``, and the end
+    hint_offsets: np.ndarray | None = None  # where each block's hints start, then their end
 
     @property
     def block_count(self) -> int:
