@@ -323,8 +323,14 @@ class GcOptions(_Group):
     interval_s: float = 600.0
     #: ... and deletes only objects older than this: an upload younger than it may still be
     #: about to be published. Merges and compactions whose outputs are older than half of it
-    #: are not committed (they are redone), so GC never races a slow publisher.
+    #: are not committed (they are redone), so GC never races a slow publisher; a pass given
+    #: a smaller ``min_age`` still keeps that half while the store's writer runs.
     min_age_s: float = 3600.0
+
+    @property
+    def publish_window_s(self) -> float:
+        """How long after it began an upload a writer may still publish it."""
+        return self.min_age_s / 2
 
     _durations = ("interval_s",)
     _positive_durations = ("snapshot_timeout_s", "long_snapshot_timeout_s", "lease_renew_s",

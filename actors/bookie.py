@@ -133,7 +133,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.inker.attach_clerk(self._compaction_clerk)
         self.view.reset(mid, m, opened["files"])
         self.lease = LeasePublisher(self.store, self.options, self.epoch, self._lease_floors,
-                                    self.clock)
+                                    self.clock, self._uploads_since)
         await self.lease.start(mid)  # before any snapshot can be taken
         self.writes.durable_sqn = m.ledger_sqn
         self._pusher_task = self.tasks.start(self._pusher(), "pusher")
@@ -251,6 +251,11 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         """Record every journal file written so far in the manifest (the Penciller asks before
         it moves the persisted SQN)."""
         await self.inker.catalog()
+
+    def _uploads_since(self) -> float | None:
+        """When the oldest upload the Penciller or the Inker may still publish began."""
+        return min((t for t in (self.penciller.local.uploads_since(),
+                                self.inker.uploads_since()) if t is not None), default=None)
 
     def _lease_floors(self) -> tuple[int, int]:
         """Per kind (SSTs, journal files), the oldest version this writer's view, and the

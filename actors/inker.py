@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -416,23 +416,20 @@ class Inker(Owner):
             result = CompactionResult([])
             # Runs of small files first, oldest first, while each rewrite leaves fewer files.
             while run := self._small_run():
-                started = self.clock()  # the rewrite's files are written after this
-                merged = await self._replace(
-                    await call(self.clerk().rewrite, run, persisted, self.epoch, protect,
-                               self.owns), started)
+                merged = await self._uploaded(lambda: call(
+                    self.clerk().rewrite, run, persisted, self.epoch, protect, self.owns))
                 result += merged
                 if len(merged.added) >= len(merged.removed):
                     break
             if not small_only:
-                started = self.clock()
-                result += await self._replace(await call(
+                result += await self._uploaded(lambda: call(
                     self.clerk().compact, self.candidates(persisted), persisted, self.epoch,
-                    protect, self.owns), started)
+                    protect, self.owns))
             if not small_only and (inherited := self._inherited(persisted)):
-                started = self.clock()  # a split shard's child: its inherited files go
-                result += await self._replace(await call(
+                # a split shard's child: its inherited files go
+                result += await self._uploaded(lambda: call(
                     self.clerk().rewrite, inherited, persisted, self.epoch, protect,
-                    self.owns), started)
+                    self.owns))
             return result
         except Exception as exc:
             self.counters["compaction_failures"] += 1
@@ -440,6 +437,15 @@ class Inker(Owner):
             if isinstance(exc, FencedError):
                 self.fenced = exc
             raise
+
+    async def _uploaded(self, rewrite: Callable[[], Awaitable[CompactionResult]]
+                        ) -> CompactionResult:
+        """Run a clerk's rewrite, whose files are written after this begins, and commit it."""
+        token, started = self.begin_upload()
+        try:
+            return await self._replace(await rewrite(), started)
+        finally:
+            self.end_upload(token)
 
     async def _replace(self, result: CompactionResult,
                        started: float | None = None) -> CompactionResult:

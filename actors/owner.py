@@ -38,6 +38,25 @@ class Owner:
         self.snapshots = SnapshotRegistry(clock)
         self._checkpoints_read = 0.0
         self.tasks = Tasks(type(self).__name__)
+        #: When each of this owner's uploads that may still be published began, in wall time
+        #: (as its outputs' ULID names): the snapshot lease tells GC the oldest
+        #: (:meth:`uploads_since`).
+        self._uploads: dict[object, float] = {}
+
+    def begin_upload(self) -> tuple[object, float]:
+        """Record an upload (a flush's, merge's or compaction's outputs) about to be written;
+        returns its token, for :meth:`end_upload`, and its start by the clock."""
+        token = object()
+        self._uploads[token] = time.time()
+        return token, self.clock()
+
+    def end_upload(self, token: object) -> None:
+        """The upload was published or given up: it no longer needs GC to wait."""
+        self._uploads.pop(token, None)
+
+    def uploads_since(self) -> float | None:
+        """The start (wall time) of the oldest upload this owner may still publish, if any."""
+        return min(self._uploads.values(), default=None)
 
     async def commit(self, transition: Callable[..., Manifest], *args) -> Versioned:
         """Apply ``transition(manifest, epoch, *args)`` to the newest manifest (the CAS loop);

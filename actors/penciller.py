@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..admin.gc import check_publishable, named_at
 from ..clock import Clock
 from ..codec import LEDGER_SCHEMA
-from ..errors import ObjectStoreError
+from ..errors import ObjectStoreError, StoreClosedError
 from ..files import sst as sfmt
 from ..files.clerk import write_sst
 from ..files.store import ObjectStore
@@ -47,7 +47,8 @@ class Penciller(Owner):
         self.l0_keys = 0
         self.pushed_sqn = latest.manifest.ledger_sqn
         self._l0_since: float | None = None  # when L0 memory last went from empty to not
-        self._merge_started = 0.0  # when the merge in flight was handed out, by the clock
+        #: The merge in flight's upload (:meth:`begin_upload`) and its start, by the clock.
+        self._merge_upload: tuple[object, float] = (None, 0.0)
         self._flush_task: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -149,12 +150,16 @@ class Penciller(Owner):
                     await self.commit(persist_ledger_sqn, upto)
                     self._notify()
                 return
-            started = self.clock()
-            table = await asyncio.to_thread(self._sorted, batches)
-            info = await write_sst(self.store, table, self.options)
-            # An upload GC may already count as an orphan is not published: the flush is redone.
-            check_publishable(started, self.options, self.clock())
-            await self.commit(add_l0, info, upto)
+            token, started = self.begin_upload()
+            try:
+                table = await asyncio.to_thread(self._sorted, batches)
+                info = await write_sst(self.store, table, self.options)
+                # An upload GC may already count as an orphan is not published: the flush is
+                # redone.
+                check_publishable(started, self.options, self.clock())
+                await self.commit(add_l0, info, upto)
+            finally:
+                self.end_upload(token)
             # Only now may the flushed batches leave memory: the manifest holds them.
             del self.l0_memory[: len(batches)]
             self.l0_keys -= sum(b.num_rows for b in batches)
@@ -193,13 +198,14 @@ class Penciller(Owner):
             job = inherited_work(levels, owns) if job is None else dataclasses.replace(
                 job, owns=owns)
         self.merging = job
-        self._merge_started = self.clock()  # its outputs are written after this
+        if job is not None:
+            self._merge_upload = self.begin_upload()  # its outputs are written after this
         return self.merging
 
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
         """Commit a finished merge; returns the manifest version that removed its inputs."""
         try:
-            check_publishable(self._merge_started, self.options, self.clock())
+            check_publishable(self._merge_upload[1], self.options, self.clock())
             mid, _ = await self.commit(apply_merge, job, outputs)
         except BaseException as exc:
             self.counters["merge_failures"] += 1
@@ -207,6 +213,7 @@ class Penciller(Owner):
             raise
         finally:
             self.merging = None
+            self.end_upload(self._merge_upload[0])
         self.counters["merges"] += 1
         self._notify()
         self._merged.set()
@@ -215,6 +222,7 @@ class Penciller(Owner):
 
     def merge_failed(self, job: MergeJob, error: str) -> None:
         self.merging = None
+        self.end_upload(self._merge_upload[0])
         self.counters["merge_failures"] += 1
         self.last_error = error
         self._merged.set()
@@ -231,6 +239,8 @@ class Penciller(Owner):
         if self.error is not None:
             raise self.error
         while self.merging is not None:
+            if self.closing:  # close set the event for good: waiting again would spin
+                raise StoreClosedError("the store is closing: the bulk write was not installed")
             await self._merged.wait()
         self.merging = _INGESTING
         try:

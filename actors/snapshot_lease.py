@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from ..errors import ObjectStoreError
@@ -23,15 +24,19 @@ CHECK_S = 0.2
 class LeasePublisher:
     """Writes this writer's lease: at start, whenever its floors (``floors()``: per kind, the
     oldest version its views and running reads use) or its snapshots' versions change, at
-    least every ``lease_renew_s``, and as a closed lease at close. Snapshots are recorded
+    least every ``lease_renew_s``, and as a closed lease at close. Each lease says when the
+    oldest of the writer's uploads in flight began (``uploads()``), or else when it was
+    written, in wall time. Snapshots are recorded
     with :meth:`register` and :meth:`release`, beside their registration with the owners,
     with the same timeouts."""
 
     def __init__(self, store: ObjectStore, options: Options, epoch: int,
-                 floors: Callable[[], tuple[int, int]], clock: Callable[[], float]):
+                 floors: Callable[[], tuple[int, int]], clock: Callable[[], float],
+                 uploads: Callable[[], float | None] = lambda: None):
         self.store, self.options, self.epoch = store, options, epoch
         self.clock = clock
         self._floors = floors
+        self._uploads = uploads
         #: id -> (sst version, journal version, journal slots below, expiry)
         self.snapshots: dict[str, tuple[int, int, int, float]] = {}
         self.name = snapshot_lease_name(epoch)
@@ -72,11 +77,15 @@ class LeasePublisher:
 
     async def write(self, closed: bool = False) -> sl.SnapshotLease:
         async with self._lock:
+            uploading, wall = self._uploads(), time.time()
             lease = sl.SnapshotLease(
-                epoch=self.epoch, written_at=self.clock(), renew_s=self.options.gc.lease_renew_s,
+                epoch=self.epoch, written_at=self.clock(),
+                renew_s=self.options.gc.lease_renew_s,
                 max_timeout_s=self.options.gc.long_snapshot_timeout_s, floors=self._floors(),
                 closed=closed, snapshots=self._live(),
-                legacy_below=self.legacy[0], legacy_until=self.legacy[1])
+                legacy_below=self.legacy[0], legacy_until=self.legacy[1],
+                publish_s=self.options.gc.publish_window_s,
+                uploads_since=wall if uploading is None else min(uploading, wall))
             await self.store.put_async(self.name, sl.encode(lease))
             self.written = lease
             self.counters["lease_writes"] += 1

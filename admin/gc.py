@@ -14,7 +14,13 @@ pure function, which leaves the decision to :func:`~leveled_ray.manifest.deletio
   (:mod:`~leveled_ray.manifest.snapshot_leases`); where nothing better is known (the current
   writer has no lease), every version current within ``long_snapshot_timeout_s`` is kept;
 * it is older than ``min_age``: younger objects may be uploads about to be published (SlateDB
-  #1044); merges and compactions refuse to publish outputs older than half of it;
+  #1044); merges and compactions refuse to publish outputs older than half of ``gc.min_age_s``
+  (their writer's ``publish_window_s``);
+* its writer may not be publishing it: a running writer's lease says when its oldest upload in
+  flight began, and the pass keeps unreferenced files written since, whatever ``min_age`` it
+  was given (:func:`~leveled_ray.manifest.snapshot_leases.may_publish`), so that
+  ``min_age=0`` on a running store never deletes a merge's output about to be published. Bulk
+  writes are the caller's: a ``min_age`` shorter than their upload deletes their partitions;
 * it is not in the journal tail (slots the manifest has not recorded yet), and it is not a
   fence: a name a stale writer could otherwise create again (SlateDB #352, #1622);
 * no prepared part of a bulk write across shards names it (``txn/<id>.part``): it is
@@ -50,6 +56,7 @@ from ..files.names import (
     manifest_id_of,
     manifest_name,
     ulid_age,
+    ulid_time,
 )
 from ..files.store import NotFound, ObjectStore
 from ..manifest import checkpoints as cp
@@ -70,7 +77,7 @@ def check_publishable(started: float, options: Options, now: float) -> None:
     """Refuse to publish uploads begun more than half of ``gc.min_age_s`` before ``now`` (by
     the clock ``started`` was read from): GC may already treat them as orphans. The flush,
     merge or compaction is redone instead."""
-    limit = options.gc.min_age_s / 2
+    limit = options.gc.publish_window_s
     if now - started > limit:
         raise ObjectStoreError(f"outputs begun {now - started:.0f}s ago (over {limit:.0f}s) "
                                "are not published: GC may collect them", definite=True)
@@ -187,10 +194,12 @@ class Plan:
 
 
 def plan(metas: list[ObjectMeta], known: Known, now: float, min_age: float,
-         grace: float, doubts: Iterable[str] = ()) -> Plan:
+         grace: float, doubts: Iterable[str] = (), publish_window: float = 0.0) -> Plan:
     """The deletions for one pass, from a listing and what the pass read (``known``): every
     listed object is a candidate, the reasons to keep it make up the
-    :class:`~leveled_ray.manifest.deletion.Proof`, and :func:`deletable` decides."""
+    :class:`~leveled_ray.manifest.deletion.Proof`, and :func:`deletable` decides.
+    ``publish_window``: how young an object its writer may be publishing is, while the writer
+    has no lease yet (:func:`~leveled_ray.manifest.snapshot_leases.may_publish`)."""
     latest_id, manifest = known.latest
     kept: dict[str, int] = {}
     needed: set[str] = set()
@@ -226,7 +235,12 @@ def plan(metas: list[ObjectMeta], known: Known, now: float, min_age: float,
             return "journal tail"
         if slot is not None and any(first <= slot < end for first, end in tails):
             return "a snapshot's journal tail"
-        return "young" if now - meta.last_modified < min_age else None
+        if now - meta.last_modified < min_age:
+            return "young"
+        if sl.may_publish(known.leases, manifest.writer_epoch, ulid_time(path),
+                          now - meta.last_modified, publish_window):
+            return "its writer may publish it"
+        return None
 
     for meta in metas:
         why = reason_to_keep(meta)
@@ -335,19 +349,21 @@ async def collect(store: ObjectStore, options: Options, *, min_age: float | None
              for m in await store.list_async(prefix)]
     doubts: list[LeveledError] = []
     prepared = await read_prepared(store, doubts)
+    # The leases before the newest manifest: an upload published after the lease was read is
+    # in that manifest (see snapshot_leases.may_publish).
+    leases = await _read_leases(store, [m for m in metas if m.path.startswith(LEASE_PREFIX)],
+                                doubts)
     manifests = ManifestStore(store)
     latest = await manifests.latest()
     if latest is None:
         return Plan()
-    known = Known((latest.id, latest.manifest),
-                  await _read_leases(store, [m for m in metas
-                                             if m.path.startswith(LEASE_PREFIX)], doubts),
-                  prepared=prepared)
+    known = Known((latest.id, latest.manifest), leases, prepared=prepared)
     known.needs.update(needed_versions(
         [m for m in metas if m.path.startswith(MANIFEST_PREFIX)], known.latest, now, min_age,
         options.gc.long_snapshot_timeout_s, known.leases))
     complete = await _read_versions(manifests, known, known.needs, now, doubts)
-    out = plan(metas, known, now, min_age, grace=min_age, doubts=map(str, doubts))
+    out = plan(metas, known, now, min_age, grace=min_age, doubts=map(str, doubts),
+               publish_window=options.gc.publish_window_s)
     if doubts:
         if dry_run:
             return out

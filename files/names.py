@@ -33,20 +33,29 @@ def file_kind(path: str) -> str:
     return "sst" if path.startswith(LEDGER_PREFIX) else "other"
 
 
-def ulid() -> str:
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+def ulid(at: float | None = None) -> str:
+    """A new ULID: named now (or at ``at``, Unix seconds), sorting by that time."""
+    ms = time.time_ns() // 1_000_000 if at is None else int(at * 1000)
+    value = ms << 80 | int.from_bytes(os.urandom(10), "big")
     return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
 
 
-def ulid_age(path: str, now: float) -> float | None:
-    """Seconds since the file ``path`` (named with :func:`ulid`) was named, or ``None``."""
+def ulid_time(path: str) -> float | None:
+    """When the file ``path`` (named with :func:`ulid`) was named, in Unix seconds, or
+    ``None``."""
     stem = path.rsplit("/", 1)[-1].split(".", 1)[0]
     if len(stem) != 26 or any(ch not in _CROCKFORD for ch in stem):
         return None
     value = 0
     for ch in stem:
         value = value * 32 + _CROCKFORD.index(ch)
-    return now - (value >> 80) / 1000.0
+    return (value >> 80) / 1000.0
+
+
+def ulid_age(path: str, now: float) -> float | None:
+    """Seconds since the file ``path`` (named with :func:`ulid`) was named, or ``None``."""
+    named = ulid_time(path)
+    return None if named is None else now - named
 
 
 def manifest_name(manifest_id: int) -> str:

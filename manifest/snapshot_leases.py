@@ -63,6 +63,11 @@ class SnapshotLease:
     snapshots: tuple[tuple[int, int, int, float], ...] = ()
     legacy_below: int = -1
     legacy_until: float = 0.0
+    #: How long after it began an upload this writer may still publish it (its flushes',
+    #: merges' and compactions' outputs), and no upload it may still publish began before
+    #: ``uploads_since``: see :func:`may_publish`.
+    publish_s: float = 0.0
+    uploads_since: float | None = None
 
     def fresh(self, now: float) -> bool:
         """Renewed recently enough that its writer may still take snapshots under it."""
@@ -113,6 +118,32 @@ def pins(lease: SnapshotLease, now: float) -> Pins:
         return Pins(None, versions, tails)
     until = lease.written_at + STALE_RENEWALS * lease.renew_s + lease.max_timeout_s
     return Pins(lease.floors if now < until else None, versions, tails)
+
+
+#: How far the clock of a process that names a writer's outputs (a clerk, maybe on another
+#: node) may lag the writer's.
+CLOCK_SKEW_S = 1.0
+
+
+def may_publish(leases: dict[int, SnapshotLease], writer_epoch: int, named_at: float | None,
+                age: float, fallback_s: float) -> bool:
+    """Whether the store's writer may still publish an unreferenced object ``age`` seconds old,
+    named at ``named_at`` (wall time, from its ULID name; ``None`` for other names): GC keeps
+    it, whatever ``min_age`` it was given.
+
+    A writer's lease says ``uploads_since`` (wall time): no upload it was writing then, or
+    began later, began earlier, and its outputs are named after they begin. GC reads the
+    leases before the newest manifest, so an upload published after the lease it read was
+    written is either named after ``uploads_since`` or in that manifest. Journal files named
+    by slot are the journal tail's rule. Only the writer of ``writer_epoch`` (the newest
+    manifest's) can publish: older writers are fenced. While it has no lease (it is opening,
+    or predates leases), every object younger than ``fallback_s`` may be its upload."""
+    lease = leases.get(writer_epoch)
+    if lease is None:
+        return writer_epoch > 0 and age < fallback_s  # epoch 0: never opened
+    if lease.closed or lease.uploads_since is None or named_at is None:
+        return False
+    return age < lease.publish_s and named_at >= lease.uploads_since - CLOCK_SKEW_S
 
 
 def legacy_in_force(lease: SnapshotLease, now: float) -> bool:

@@ -12,10 +12,11 @@ from leveled_ray.admin import gc as gcm
 from leveled_ray.clock import ManualClock
 from leveled_ray.files.backends import ObjectMeta
 from leveled_ray.files.journal import JournalInfo
-from leveled_ray.files.names import journal_slot_name, manifest_name, sst_name
+from leveled_ray.files.names import journal_slot_name, manifest_name, sst_name, ulid
 from leveled_ray.files.sst import SstInfo
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest import Checkpoint, Manifest
+from leveled_ray.manifest import snapshot_leases as sl
 
 NOW = 1_000_000.0
 DAY = 86_400.0
@@ -85,6 +86,31 @@ def test_old_outputs_are_not_published():
     with pytest.raises(lr.ObjectStoreError):
         gcm.check_publishable(NOW, options, NOW + 51)
     assert abs(gcm.named_at([sst_name(), sst_name()]) - time.time()) < 1  # named just now
+
+
+def test_a_running_writers_uploads_outlive_a_small_min_age():
+    """``min_age=0`` on a running store keeps what its writer may still publish: unreferenced
+    files named since its oldest upload in flight began (its lease's ``uploads_since``, less
+    the clock skew allowed) and younger than its publish window. Older orphans, and every
+    orphan once the lease is closed, go; a writer with no lease yet keeps its window."""
+    m = Manifest.new().with_changes(writer_epoch=1)
+    named = {when: f"ledger/{ulid(NOW - when)}.sst" for when in (30, 60, 300)}
+    before, old = named[60], named[300]
+    listing = [meta(manifest_name(0), DAY), *(meta(path, when) for when, path in named.items())]
+
+    def plan(**lease):
+        leases = {} if not lease else {1: sl.SnapshotLease(
+            epoch=1, written_at=NOW - 1, renew_s=10.0, max_timeout_s=100.0, floors=(0, 0),
+            publish_s=120.0, **lease)}
+        return gcm.plan(listing, gcm.Known((0, m), leases, {0: m}), NOW, 0.0, grace=0.0,
+                        publish_window=100.0)
+
+    running = plan(uploads_since=NOW - 30 + sl.CLOCK_SKEW_S)
+    assert sorted(running.files) == sorted([before, old])
+    assert running.kept["its writer may publish it"] == 1
+    assert sorted(plan(uploads_since=NOW - 1000).files) == [old]  # beyond the publish window
+    assert sorted(plan(uploads_since=NOW, closed=True).files) == sorted(named.values())
+    assert plan().files == [old]  # no lease yet: the GC's own window
 
 
 @pytest.mark.ray

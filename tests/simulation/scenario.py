@@ -14,7 +14,7 @@ The clients, each a process of its own:
 * **cutters**: snapshots at a cut, read and checked whole and in order;
 * a **consumer** of the change feed that takes one change at a time and restarts from the
   position it saved, often;
-* **GC** passes;
+* **GC** passes, some with ``min_age=0``;
 * **chaos**: kills a shard's Bookie (then restarts it) or a writer's driver, at any step;
 * a **closer**: closes a shard's Bookie cleanly at any step (a merge may be in flight), then
   opens it again;
@@ -279,8 +279,10 @@ class Run:
             await self.pause(20.0)
             admin = (ShardedAdmin(world.url, world.shard_map, OPTIONS, world.clock)
                      if world.sharded else Admin(world.url, OPTIONS, world.clock))
+            # min_age=0 as an operator may pass it: a running writer's uploads must still be safe
+            min_age = self.rng.choice([None, 0.0])
             with contextlib.suppress(LeveledError):
-                await admin.gc_async()
+                await admin.gc_async(min_age=min_age)
 
     async def chaos(self) -> None:
         world = self.world
