@@ -244,9 +244,15 @@ class LedgerOptions(_Group):
     sst_block_bytes: int = 32 * KIB
     #: Bloom filter bits per key in SSTs (10 gives about 1% false positives).
     bloom_bits_per_key: int = 10
+    #: The tictac tree the Penciller keeps as writes land (:mod:`leveled_ray.codec.kept_tree`),
+    #: from which a compare of this store starts: its size, ``"xxsmall"`` to ``"large"``
+    #: (4 bytes per segment in memory), or ``"off"``. A compare with trees of this size or
+    #: smaller uses it.
+    tree_size: str = "small"
 
     _positive_ints = ("push_keys", "l0_max_keys", "max_l0_files", "max_unpersisted_keys",
                       "sst_max_keys", "sst_block_bytes", "bloom_bits_per_key")
+    _choices = {"tree_size": ("off", "xxsmall", "xsmall", "small", "medium", "large")}
     _durations = ("push_ms", "max_write_delay_ms")
     _positive_durations = ("l0_max_age_s",)
 

@@ -111,6 +111,11 @@ class Queries(Role):
     async def is_empty_async(self) -> bool:
         """Whether no live object exists."""
 
+    @abc.abstractmethod
+    async def kept_tree_async(self, size: str = "small"):
+        """The tictac tree of ``size`` from the one the store keeps, without a fold; ``None``
+        where a compare must fold."""
+
 
 class History(Role):
     """The change feed of the history window, by SQN. Every handle."""

@@ -127,6 +127,8 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.penciller = LocalHandle(Penciller(own_client(self.store, self.local), self.options,
                                                self.clock, self.epoch, latest))
         self.penciller.local.attach_journal(LocalHandle(self))
+        self.penciller.local.tree.host = self.view.host  # its reads' files stay while read
+        await self.penciller.local.tree.open(m)
         if any(m.levels):
             self._merge_clerk()
         opened = await self.inker.open()
@@ -253,9 +255,12 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         await self.inker.catalog()
 
     def _uploads_since(self) -> float | None:
-        """When the oldest upload the Penciller or the Inker may still publish began."""
+        """When the oldest upload this writer may still publish began: the Penciller's, the
+        Inker's, or a bulk write's begun through it (written by other processes)."""
         return min((t for t in (self.penciller.local.uploads_since(),
-                                self.inker.uploads_since()) if t is not None), default=None)
+                                self.inker.uploads_since(),
+                                self.writes.bulk_since(self.options.gc.publish_window_s))
+                    if t is not None), default=None)
 
     def _lease_floors(self) -> tuple[int, int]:
         """Per kind (SSTs, journal files), the oldest version this writer's view, and the

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..admin import checkpoints, history_leases
+from ..codec import LEDGER_SCHEMA
 from ..files.names import ulid
 from ..manifest.model import Checkpoint, HistoryLease
+from ..read.kept_trees import with_newer
 from .remote import call
 
 
@@ -41,6 +43,21 @@ class PointsInTime:
                                 timeout_s)
         return {"id": snapshot_id, "view": view, "expires_at": self.clock() + timeout_s,
                 "values": values}
+
+    async def kept_tree(self, size: str) -> bytes | None:
+        """The store's tictac tree now, of ``size``, encoded: the Penciller's kept tree of its
+        files, changed by the changes not yet in them (this process's cache). ``None`` where a
+        compare must fold (see :meth:`~.tree_keeper.TreeKeeper.current`)."""
+        self._check_readable()
+        tree = self.penciller.local.tree.current(size)
+        if tree is None:
+            return None
+        # In one step: the files, and every change not yet in them (the cache holds what the
+        # Bookie's view lacks, a superset).
+        files = self.penciller.local.files()
+        newer = pa.Table.from_batches(self.cache.overlay_batches(), LEDGER_SCHEMA)
+        found = await with_newer(tree, self.view.host, files, newer, size)
+        return None if found is None else found.encode()
 
     async def release_snapshot(self, snapshot_id: str) -> None:
         """Release a snapshot: the files only it needed may now be deleted."""

@@ -67,9 +67,12 @@ class ShardCalls:
         thaws by itself after the cut's ``hold_s``)."""
         return self.writes.thaw(cut_id)
 
-    def reserve_bulk(self) -> dict:
-        """Reserve a window of SQNs for a bulk write (see :mod:`leveled_ray.bulk.write`)."""
-        return {"base": self.writes.reserve_bulk(), "indexed": self.writes.indexed,
+    def reserve_bulk(self, at: int | None = None) -> dict:
+        """Reserve a window of SQNs for a bulk write (see :mod:`leveled_ray.bulk.write`), from
+        ``at`` if given: ``base`` is ``None`` if that is taken, and ``lowest`` says the lowest
+        base free now."""
+        base, lowest = self.writes.reserve_bulk(at)
+        return {"base": base, "lowest": lowest, "indexed": self.writes.indexed,
                 "epoch": self.epoch}
 
     async def ingest(self, packed: bytes) -> int:
@@ -87,6 +90,8 @@ class ShardCalls:
                              mark: tuple[str, int] | None = None) -> LedgerFiles:
         """:meth:`ingest`, also as the part of cross-shard bulk write ``txn``; files this
         store holds already (a part applied again after a restart) change nothing."""
+        if journal:
+            self.writes.bulk_installed(min(j.min_sqn for j in journal))
         present = {j.name for j in self.inker.files}
         if journal and all(j.name in present for j in journal):
             return self.view.files

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import time
 
@@ -27,11 +28,14 @@ from ..manifest import checkpoints
 from ..manifest.ingest import ingest
 from ..manifest.levels import MergeJob, apply_merge, choose_work, inherited_work
 from ..manifest.store import Versioned
-from ..manifest.transitions import add_l0, persist_ledger_sqn
+from ..manifest.transitions import add_l0, persist_ledger_sqn, save_tree
 from ..options import Options
 from ..read.views import LedgerFiles
 from .owner import Owner
 from .remote import call, process_stats, wait_set
+from .tree_keeper import TreeKeeper
+
+log = logging.getLogger(__name__)
 
 #: Stands for a merge while a bulk write is installed, so that no merge starts.
 _INGESTING = MergeJob(0, (), (), False)
@@ -61,6 +65,7 @@ class Penciller(Owner):
         #: before each persisted SQN moves.
         self.journal = None
         self.rng = random.Random()
+        self.tree = TreeKeeper(store, options, self.files)
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
                          "merges": 0, "merge_failures": 0, "ingests": 0, "commit_retries": 0,
                          "age_flushes": 0}
@@ -154,12 +159,14 @@ class Penciller(Owner):
             try:
                 table = await asyncio.to_thread(self._sorted, batches)
                 info = await write_sst(self.store, table, self.options)
+                change = await self.tree.change_of(table, self.files())
                 # An upload GC may already count as an orphan is not published: the flush is
                 # redone.
                 check_publishable(started, self.options, self.clock())
                 await self.commit(add_l0, info, upto)
             finally:
                 self.end_upload(token)
+            self.tree.apply(change)
             # Only now may the flushed batches leave memory: the manifest holds them.
             del self.l0_memory[: len(batches)]
             self.l0_keys -= sum(b.num_rows for b in batches)
@@ -248,7 +255,10 @@ class Penciller(Owner):
             await self.flush()
             check_publishable(named_at(f.name for f in journal + ssts), self.options,
                               time.time())  # named in wall time by the bulk writers
+            before = self.latest.id
             await self.commit(ingest, journal, ssts, mark)
+            if self.latest.id != before:  # its files joined the Ledger as they are: fold again
+                self.tree.rebuild()
             self.pushed_sqn = max(self.pushed_sqn, self.latest.manifest.ledger_sqn)
         finally:
             self.merging = None
@@ -263,6 +273,7 @@ class Penciller(Owner):
         levels = self.latest.manifest.levels
         return {
             **self.counters,
+            **self.tree.stats(),
             "l0_memory_keys": self.l0_keys,
             "l0_files": len(levels[0]),
             "level_files": [len(level) for level in levels],
@@ -285,3 +296,16 @@ class Penciller(Owner):
         if self._flush_task is not None:
             await asyncio.gather(self._flush_task, return_exceptions=True)
         await self.flush()
+        await self._save_tree()
+
+    async def _save_tree(self) -> None:
+        """Save the kept tree of the Ledger as closed, so that the next open need not fold
+        it. A failure only costs that fold."""
+        self.tree.close()
+        try:
+            saved = await self.tree.save(self.latest.manifest)
+            if saved is not None:
+                await self.commit(save_tree, saved)
+        except Exception:  # noqa: BLE001 - the close goes on; the next open folds
+            self.tree.counters["tree_failures"] += 1
+            log.warning("the kept tree could not be saved", exc_info=True)

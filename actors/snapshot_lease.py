@@ -26,9 +26,9 @@ class LeasePublisher:
     oldest version its views and running reads use) or its snapshots' versions change, at
     least every ``lease_renew_s``, and as a closed lease at close. Each lease says when the
     oldest of the writer's uploads in flight began (``uploads()``), or else when it was
-    written, in wall time. Snapshots are recorded
-    with :meth:`register` and :meth:`release`, beside their registration with the owners,
-    with the same timeouts."""
+    written, in wall time; a closed one, when the oldest bulk write still pending began.
+    Snapshots are recorded with :meth:`register` and :meth:`release`, beside their
+    registration with the owners, with the same timeouts."""
 
     def __init__(self, store: ObjectStore, options: Options, epoch: int,
                  floors: Callable[[], tuple[int, int]], clock: Callable[[], float],
@@ -85,7 +85,8 @@ class LeasePublisher:
                 closed=closed, snapshots=self._live(),
                 legacy_below=self.legacy[0], legacy_until=self.legacy[1],
                 publish_s=self.options.gc.publish_window_s,
-                uploads_since=wall if uploading is None else min(uploading, wall))
+                uploads_since=(uploading if closed else wall if uploading is None
+                               else min(uploading, wall)))
             await self.store.put_async(self.name, sl.encode(lease))
             self.written = lease
             self.counters["lease_writes"] += 1

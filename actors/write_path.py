@@ -27,7 +27,13 @@ from ..codec.index_terms import change_entry, resolve_all
 from ..errors import InvalidArgumentError
 from ..files.journal import JournalInfo
 from ..files.sst import SstInfo
-from ..manifest.ingest import WINDOW_SQNS, check_install_order, reserve_base
+from ..manifest.ingest import (
+    MAX_SQN,
+    WINDOW_SQNS,
+    IngestConflictError,
+    check_install_order,
+    reserve_base,
+)
 from ..options import Options
 from ..read.views import LedgerFiles
 from .change_tail import ChangeTail
@@ -86,6 +92,8 @@ class WritePath:
         self._one_install = asyncio.Lock()
         self._installing = False
         self.reserved_upto = 0  # end of the SQN windows reserved for bulk writes
+        #: Bulk writes begun and not yet installed: window base -> when, in wall time.
+        self.bulk_begun: dict[int, float] = {}
         #: Ledger key -> the cross-shard batch whose prepared part holds it (see
         #: :mod:`.participant`): other writes, and reads, of the key wait until it is decided.
         self.locks: dict[bytes, str] = {}
@@ -307,12 +315,35 @@ class WritePath:
 
     # -- bulk writes (see leveled_ray.bulk.write) ---
 
-    def reserve_bulk(self) -> int:
-        """Reserve a window of SQNs for a bulk write, above every SQN given out so far."""
+    def reserve_bulk(self, at: int | None = None) -> tuple[int | None, int]:
+        """Reserve a window of SQNs for a bulk write, above every SQN given out so far: the
+        lowest such window, or the one from ``at`` (a write across shards reserves one base
+        in every shard, so that its windows and another's are in the same order in each).
+        Returns its base (``None`` if ``at`` is below the lowest) and the lowest base now."""
         self.check_usable()
-        base = reserve_base(self.next_sqn - 1, self.reserved_upto)
+        lowest = reserve_base(self.next_sqn - 1, self.reserved_upto)
+        if at is not None and at < lowest:
+            return None, lowest
+        base = lowest if at is None else at
+        if base + WINDOW_SQNS > MAX_SQN:
+            raise IngestConflictError("the store's SQNs are used up for bulk writes")
         self.reserved_upto = base + WINDOW_SQNS
-        return base
+        self.bulk_begun[base] = time.time()
+        return base, reserve_base(self.next_sqn - 1, self.reserved_upto)
+
+    def bulk_installed(self, min_sqn: int) -> None:
+        """The bulk write whose window holds ``min_sqn`` is in: GC need not wait for it."""
+        began = [base for base in self.bulk_begun if base <= min_sqn]
+        if began:
+            del self.bulk_begun[max(began)]
+
+    def bulk_since(self, window_s: float) -> float | None:
+        """When the oldest bulk write begun within ``window_s`` (wall time) began, if any: its
+        files, written by other processes, may still be installed. Older ones cannot be
+        (:func:`~leveled_ray.admin.gc.check_publishable`), nor do they hold GC back."""
+        oldest = time.time() - window_s
+        self.bulk_begun = {b: t for b, t in self.bulk_begun.items() if t >= oldest}
+        return min(self.bulk_begun.values(), default=None)
 
     async def install(self, journal: list[JournalInfo], ssts: list[SstInfo],
                       install: Callable[[], Awaitable[tuple[LedgerFiles, bool]]],

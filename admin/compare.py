@@ -13,20 +13,26 @@ sides, and counts it:
    dirty segment is compared: each side folds those segments again, reading only the SST
    blocks whose segment hints hold them.
 
-Objects in :data:`REPLICATION_BUCKET` (a replica's positions) are left out. The trees are
-folded, not yet kept as writes land, so each side still reads its heads once
-(no values), a sharded one each shard at once, XOR-merging their trees; the bytes exchanged
-are what a compare across a network would send.
+Objects in :data:`REPLICATION_BUCKET` (a replica's positions) are left out. A side of the
+whole store starts from the tree its store keeps (``kept_tree_async``: see
+:mod:`leveled_ray.codec.kept_tree`): a running store's Penciller keeps one as writes land, and
+a store at rest has the one saved at its close. Where there is none it may use (trees off or
+being rebuilt, objects with a TTL, a range compare, a view of a past time), the side folds its
+heads once (no values), a sharded one each shard at once, XOR-merging their trees;
+:attr:`Comparison.kept_sides` counts the sides that did not fold. The bytes exchanged are what
+a compare across a network would send.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow.compute as pc
 
+from ..codec.kept_tree import REPLICATION_BUCKET
 from ..codec.keys import object_key
 from ..codec.tictac import (
     BRANCH_WIDTH,
@@ -36,12 +42,10 @@ from ..codec.tictac import (
     dirty_segments,
     key_hashes,
 )
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, LeveledError
 from ..read.key_ranges import object_range
 
-#: The bucket where a replica keeps its replicator's positions (:mod:`leveled_ray.replication`):
-#: leveled-ray's own, left out of compares.
-REPLICATION_BUCKET = "leveled-ray.replication"
+log = logging.getLogger(__name__)
 #: Kinds of difference.
 MISSING_IN_A, MISSING_IN_B, DIFFERENT = "missing_in_a", "missing_in_b", "different"
 
@@ -64,6 +68,8 @@ class Comparison:
     rounds: int = 0
     bytes_exchanged: int = 0
     dirty_segments: int = 0
+    #: Sides whose tree was a kept one (0, 1 or 2); the others were folded.
+    kept_sides: int = 0
 
     def __len__(self) -> int:
         return len(self.differences)
@@ -80,6 +86,7 @@ class FoldedSide:
     def __init__(self, size: str, views: list, span: tuple):
         self.tree = TicTacTree(size)
         self.size, self.views, self.span = size, views, span
+        self.kept = False  # the tree was the store's kept one, not folded
 
     @classmethod
     async def fold(cls, view, size: str, span: tuple = (None, None, None)) -> FoldedSide:
@@ -88,6 +95,9 @@ class FoldedSide:
         reader: one part per shard) folds its shards at once, and its tree is the XOR merge
         of theirs: the shards hold disjoint keys, so it equals the tree of all their keys."""
         side = cls(size, list(getattr(view, "parts", None) or [view]), span)
+        if span == (None, None, None) and (kept := await _kept_tree(view, size)) is not None:
+            side.tree, side.kept = kept, True
+            return side
         for tree in await asyncio.gather(*(side._fold_tree(v) for v in side.views)):
             side.tree = side.tree.merge(tree)
         return side
@@ -113,6 +123,18 @@ class FoldedSide:
                 out.update(zip(((b.decode(), k.decode()) for b, k in zip(buckets, keys)),
                                _value_hashes(batch).tolist()))
         return out
+
+
+async def _kept_tree(view, size: str) -> TicTacTree | None:
+    """``view``'s kept tree, or ``None`` (also if it could not be had: the side folds)."""
+    kept = getattr(view, "kept_tree_async", None)
+    if kept is None:
+        return None
+    try:
+        return await kept(size)
+    except (LeveledError, OSError):
+        log.warning("a kept tree could not be had: folding instead", exc_info=True)
+        return None
 
 
 async def _own_objects(batches):
@@ -150,7 +172,8 @@ async def compare_views(a, b, *, size: str = "small", max_segments: int = 256,
     span = (bucket, start, end)
     side_a, side_b = await FoldedSide.fold(a, size, span), await FoldedSide.fold(b, size, span)
     root_a, root_b = side_a.tree.root(), side_b.tree.root()
-    out = Comparison(rounds=1, bytes_exchanged=len(root_a) + len(root_b))
+    out = Comparison(rounds=1, bytes_exchanged=len(root_a) + len(root_b),
+                     kept_sides=side_a.kept + side_b.kept)
     segments: list[int] = []
     branches = dirty_branches(root_a, root_b)
     if branches:

@@ -71,6 +71,11 @@ from .clone import detach, shares_files
 
 #: Manifest versions a pass reads at once.
 READS_AT_ONCE = 8
+#: A version is kept, whatever ``min_age``, until its successor is this old: a writer whose
+#: cached version is older may re-create a deleted id, and it learns that its version was
+#: superseded only by comparing creation times (``ManifestStore.superseded``), which the
+#: object store gives in whole seconds (S3) and by its own clock.
+RECREATE_GUARD_S = 30.0
 
 
 def check_publishable(started: float, options: Options, now: float) -> None:
@@ -126,8 +131,9 @@ def needed_versions(metas: Iterable[ObjectMeta], latest: tuple[int, Manifest], n
                     min_age: float, window: float,
                     leases: dict[int, SnapshotLease] | None = None) -> Needs:
     """The manifest versions GC must keep (and read), each with the kinds of file it is kept
-    for: the newest, every live checkpoint's and every version younger than ``min_age``
-    whole; and what snapshots may read. A snapshot lease
+    for: the newest, every live checkpoint's, and every version younger than ``min_age`` or
+    whose successor is younger than :data:`RECREATE_GUARD_S`, whole; and what snapshots may
+    read. A snapshot lease
     (:mod:`~leveled_ray.manifest.snapshot_leases`) says that exactly, per kind. Where nothing
     better is known, every version that was current within ``window`` is kept whole: for the
     whole store when the current writer epoch has no lease, and below a lease's
@@ -155,7 +161,8 @@ def needed_versions(metas: Iterable[ObjectMeta], latest: tuple[int, Manifest], n
         [lease.legacy_below for lease in leases.values() if sl.legacy_in_force(lease, now)],
         default=-1)
     for (mid, made), (_, successor_made) in zip(created, created[1:] + [(None, now)]):
-        if now - made < min_age or (mid < window_below and now - successor_made < window):
+        if (now - made < min_age or now - successor_made < RECREATE_GUARD_S
+                or (mid < window_below and now - successor_made < window)):
             add(mid, sl.ALL)
         for kind, floor in floors:
             if mid >= floor:
@@ -166,6 +173,8 @@ def needed_versions(metas: Iterable[ObjectMeta], latest: tuple[int, Manifest], n
 def referenced(manifest: Manifest, kinds: frozenset[str] = sl.ALL) -> set[str]:
     """The objects of ``kinds`` a manifest version reads."""
     out = {s.name for s in manifest.sst_files()} if "sst" in kinds else set()
+    if "sst" in kinds and manifest.tree is not None:  # the Ledger's saved tree
+        out.add(manifest.tree.name)
     return out | ({j.name for j in manifest.journal} if "journal" in kinds else set())
 
 

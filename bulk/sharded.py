@@ -42,10 +42,16 @@ from ..cluster.admin import ShardedAdmin
 from ..cluster.layout import shard_name
 from ..codec.routing import shards_of
 from ..entry_points import connect
-from ..errors import ConflictError, LeveledError, ObjectStoreError, StoreClosedError
-from ..files.names import ulid
+from ..errors import (
+    ConflictError,
+    LeveledError,
+    ObjectStoreError,
+    StoreClosedError,
+)
+from ..files.names import ulid, ulid_age
 from ..files.store import NotFound, ObjectStore
 from ..files.sync import sync_twin
+from ..manifest.ingest import IngestConflictError
 from ..manifest.shard_map import ShardMap, read_shard_map
 from ..manifest.store import ManifestStore
 from ..manifest.txn_records import (
@@ -189,6 +195,28 @@ async def begin_write_async(url: str, options: Options | None = None, *,
                                             ray_address=ray_address)
     if store_name is None:
         await settle_offline(url, shard_map, options)
+    at = None  # through running shards: one base in every shard (see begin_shards)
+    for _ in range(WINDOW_ATTEMPTS):
+        try:
+            return ShardedBulkWrite(url, shard_map, await begin_shards(
+                url, shard_map, options, store_name, ray_address, at), options)
+        except bulk_write.WindowTaken as taken:
+            at = taken.lowest
+    raise IngestConflictError("other bulk writes kept taking the SQN windows this one asked "
+                              "for: nothing was written; begin it again")
+
+
+#: Rounds a sharded bulk write's begin tries for one base free in every shard.
+WINDOW_ATTEMPTS = 8
+
+
+async def begin_shards(url: str, shard_map: ShardMap, options: Options, store_name, ray_address,
+                       at: int | None) -> tuple[bulk_write.BulkWrite, ...]:
+    """Each shard's part of a bulk write. Through running shards, every shard reserves the
+    window from one base (the first shard's lowest, or ``at``): two writes' windows are then
+    in the same order in every shard, so each shard keeps the same one's rows where they
+    contend. A shard where that base is taken raises
+    :class:`~leveled_ray.bulk.write.WindowTaken`, with its lowest free base to try next."""
     plans: list[bulk_write.BulkWrite] = []
     try:
         for s in range(shard_map.count):
@@ -196,12 +224,14 @@ async def begin_write_async(url: str, options: Options | None = None, *,
                 shard_map.shard_url(url, s), options,
                 store_name=None if store_name is None else shard_name(store_name,
                                                                     shard_map.prefixes[s]),
-                ray_address=ray_address))
+                ray_address=ray_address, at=at))
+            if store_name is not None:
+                at = plans[0].base
     except BaseException:
         await asyncio.gather(*(bulk_write.release_pin(p) for p in plans),
                              return_exceptions=True)
         raise
-    return ShardedBulkWrite(url, shard_map, tuple(plans), options)
+    return tuple(plans)
 
 
 begin_write = sync_twin(begin_write_async)
@@ -277,6 +307,13 @@ async def _commit_across(plan: ShardedBulkWrite, txn: str, by_shard: dict[int, l
     written = [f.name for journal, ssts in files.values() for f in journal + ssts]
     check_publishable(named_at(written), plan.options, time.time())
     await prepare(plan, txn, files)
+    # Decided within the publish window of the batch's name, or not at all: GC keeps an
+    # aborted batch's record that long (cluster/admin.py), so a late commit finds it.
+    late = ulid_age(txn.rsplit(".", 1)[-1], time.time())
+    if late is not None and late > plan.options.gc.publish_window_s:
+        await drop(plan, txn, list(files))
+        raise ConflictError("not written, and nothing of it is visible: its commit took "
+                            f"over {plan.options.gc.publish_window_s:g}s. Run it again")
     if await decide(_root(plan), txn, COMMIT) != COMMIT:
         await drop(plan, txn, list(files))
         raise ConflictError(

@@ -113,12 +113,21 @@ def check_columns(names) -> None:
 # --- beginning ------------------------------------------------------------------------------
 
 
+class WindowTaken(IngestConflictError):
+    """The window asked for (``at``) is below the lowest one free: ``lowest``."""
+
+    def __init__(self, lowest: int):
+        super().__init__(f"the SQN window asked for is taken: the lowest free begins at {lowest}")
+        self.lowest = lowest
+
+
 async def begin_async(url: str, options: Options | None = None, *,
                       store_name: str | None = None,
-                      ray_address: str | None = None) -> BulkWrite:
+                      ray_address: str | None = None, at: int | None = None) -> BulkWrite:
     """Reserve SQNs for a bulk write to the store at ``url``: through its running Bookie when
     ``store_name`` names one (on the Ray cluster at ``ray_address``), else from the
-    manifest."""
+    manifest. ``at`` (through a running Bookie) asks for the window from that SQN, and raises
+    :class:`WindowTaken` if it is below the lowest free one."""
 
     options = options or Options()
     store = ObjectStore.from_url(url, options)
@@ -133,8 +142,10 @@ async def begin_async(url: str, options: Options | None = None, *,
         raise InvalidArgumentError("bulk writes to a head_only store are not supported: write "
                                    "through its Store (put_many)")
     if store_name is not None:
-        reserved = await ShardSide(await running_store(store_name, ray_address)).reserve_bulk()
+        reserved = await ShardSide(await running_store(store_name, ray_address)).reserve_bulk(at)
         base, indexed = reserved["base"], reserved["indexed"]
+        if base is None:
+            raise WindowTaken(reserved["lowest"])
     else:
         tail = [await slot_info(store, s)
                 for s in await tail_slots(store, latest.manifest.journal_next_slot)]

@@ -107,9 +107,10 @@ class ShardSide:
 
     # -- bulk writes (see leveled_ray.bulk.write) --
 
-    async def reserve_bulk(self) -> dict:
-        """Reserve a window of SQNs for a bulk write: ``{"base", "indexed", "epoch"}``."""
-        return await call(self._actor.reserve_bulk)
+    async def reserve_bulk(self, at: int | None = None) -> dict:
+        """Reserve a window of SQNs for a bulk write, from ``at`` if given:
+        ``{"base", "lowest", "indexed", "epoch"}`` (``base`` ``None``: ``at`` was taken)."""
+        return await call(self._actor.reserve_bulk, at)
 
     async def ingest(self, journal: tuple, ssts: tuple,
                      mark: tuple[str, int] | None = None) -> int:

@@ -34,6 +34,7 @@ from ..codec import (
     put_change,
 )
 from ..codec import head_only as head_only_mode
+from ..codec.tictac import TicTacTree, check_size
 from ..errors import InvalidArgumentError, StoreClosedError, StoreUnavailableError
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
@@ -598,6 +599,18 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         """Release a snapshot without waiting (a query's caller need not pay for it)."""
         snap.released = True
         self._actor.release_snapshot.remote(snap.id)
+
+    async def kept_tree_async(self, size: str = "small") -> TicTacTree | None:
+        """See :meth:`Queries.kept_tree_async <leveled_ray.read.queries.Queries.kept_tree_async>`:
+        the Penciller's kept tree, changed by the changes not yet in its files. Cost: one round
+        trip carrying the tree (4 bytes a segment), and the Bookie's lookups of those changes'
+        keys."""
+        data = await self._kept_tree_bytes_async(check_size(size))
+        return None if data is None else TicTacTree.decode(data)
+
+    @bookie_call(read=True)
+    def _kept_tree_bytes(self, size: str):
+        return self._actor.kept_tree.remote(size)
 
     async def _query_view_async(self, needs_values: bool):
         snap = await self.snapshot_async(long_running=True, values=needs_values)

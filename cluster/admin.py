@@ -131,6 +131,10 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
         parts were still being settled is seen with them. A streaming write's records go
         once a newer batch of its writer has records (whatever their age)."""
         now = self.clock()
+        # Whatever min_age: a bulk write's client decides within its publish window of
+        # beginning its commit (bulk/sharded.py), and an absent record reads as undecided: an
+        # aborted batch's record deleted sooner would let its late client decide commit.
+        min_age = max(min_age, self.options.gc.publish_window_s)
         listed = [m.path for m in await self.root.list_async(TXN_PREFIX)]
         held = {txn_of_part(m.path) for a in self._admins
                 for m in await a.store.list_async(TXN_PREFIX)}

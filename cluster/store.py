@@ -20,6 +20,7 @@ from ..client.store import Store
 from ..clock import Clock
 from ..codec import Delete, Head, Put, checked_key
 from ..codec import head_only as head_only_mode
+from ..codec.tictac import TicTacTree, check_size
 from ..errors import (
     ConflictError,
     InvalidArgumentError,
@@ -32,6 +33,7 @@ from ..manifest.model import Checkpoint
 from ..manifest.shard_map import ShardMap
 from ..options import Options
 from ..read.changes import shard_positions
+from ..read.kept_trees import merged
 from ..read.merged import MergedView
 from ..read.queries import Queries
 from . import checkpoints, placement, reshape
@@ -331,6 +333,14 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         parts = await asyncio.gather(*(store.stats_async() for store in self._stores))
         return {**totals(parts), "url": self.url, "name": self.name,
                 "route_by": self.shard_map.route_by, "shards": list(parts)}
+
+    async def kept_tree_async(self, size: str = "small") -> TicTacTree | None:
+        """The XOR merge of every shard's :meth:`Store.kept_tree_async` (the shards hold
+        disjoint keys), or ``None`` if a shard has none. Cost: the plain call's on each shard,
+        all at once."""
+        check_size(size)
+        return merged(list(await asyncio.gather(*(s.kept_tree_async(size)
+                                                  for s in self._stores))))
 
     async def compact_journal_async(self, wait: bool = False) -> list:
         """Start a journal compaction on every shard: each shard's ``"started"`` or

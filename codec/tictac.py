@@ -191,6 +191,14 @@ class TicTacTree:
 
     remove = add
 
+    def resized(self, size: str) -> TicTacTree:
+        """This tree as a tree of ``size``, no larger: a segment is its key hashes' top bits,
+        so each segment of the smaller tree is the XOR of a run of this one's."""
+        if SIZES[check_size(size)] > self.segments:
+            raise InvalidArgumentError(f"a {self.size} tree cannot grow to {size}")
+        return TicTacTree(size, np.bitwise_xor.reduce(
+            self.leaves.reshape(SIZES[size], -1), axis=1))
+
     def merge(self, other: TicTacTree) -> TicTacTree:
         """The tree of the union of two disjoint key sets."""
         self._same_size(other)

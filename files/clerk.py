@@ -32,6 +32,9 @@ from .store import NotFound, ObjectStore
 from .sync import off_loop
 
 
+class _LoadAbandoned(Exception):
+    """A shared load whose reader was cancelled: the others waiting for it load it again."""
+
 class FileState(str, enum.Enum):
     READING = "reading"
     DELETE_PENDING = "delete_pending"
@@ -102,9 +105,11 @@ class FileClerk:
             return value
         loop = asyncio.get_running_loop()
         loading = (part, loop)  # a host shared by several event loops keeps their loads apart
-        pending = self._loading.get(loading)
-        if pending is not None:
-            return await asyncio.shield(pending)
+        while (pending := self._loading.get(loading)) is not None:
+            try:
+                return await asyncio.shield(pending)
+            except _LoadAbandoned:  # its reader was cancelled, not this one: load it here
+                continue
         fut = loop.create_future()
         self._loading[loading] = fut
         try:
@@ -113,7 +118,8 @@ class FileClerk:
             fut.set_result(value)
             return value
         except BaseException as exc:
-            fut.set_exception(exc)
+            fut.set_exception(_LoadAbandoned() if isinstance(exc, asyncio.CancelledError)
+                              else exc)
             fut.exception()  # mark retrieved: the caller re-raises it
             raise
         finally:

@@ -17,7 +17,7 @@ import os
 import struct
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 
 import msgpack
 
@@ -64,6 +64,20 @@ class CloneParent:
 
 
 @dataclass(frozen=True)
+class KeptTree:
+    """The Ledger's tictac tree, saved when its writer closed (``ledger/<ulid>.tree``; see
+    :mod:`leveled_ray.codec.kept_tree`): of store ``store_id`` at ``ledger_sqn``. A version
+    whose store or Ledger moved on (a flush, a bulk write, a clone's or a split's new store)
+    holds it no more: :meth:`Manifest.kept_tree`."""
+
+    name: str
+    size: str
+    store_id: str
+    ledger_sqn: int
+    has_ttl: bool = False
+
+
+@dataclass(frozen=True)
 class Manifest:
     store_id: str
     writer_epoch: int = 0
@@ -94,6 +108,7 @@ class Manifest:
     #: A shard retired by a split: the epoch of the splitter that retired it, which names its
     #: children (see ``cluster.split``). Nothing opens or writes it again.
     split_epoch: int | None = None
+    tree: KeptTree | None = None
 
     @classmethod
     def new(cls, **settings: str) -> Manifest:
@@ -101,6 +116,12 @@ class Manifest:
 
     def with_changes(self, **changes) -> Manifest:
         return replace(self, **changes)
+
+    def kept_tree(self) -> KeptTree | None:
+        """The saved tree, if it is still this version's Ledger's."""
+        tree = self.tree
+        return tree if (tree is not None and tree.store_id == self.store_id
+                        and tree.ledger_sqn == self.ledger_sqn) else None
 
     @property
     def max_journal_sqn(self) -> int:
@@ -162,6 +183,7 @@ def encode(manifest: Manifest, manifest_id: int, codec: int = CODEC_LZ4) -> byte
         "leases": [[h.name, h.sqn, h.expires_at] for h in manifest.leases],
         "stream_batches": [list(kv) for kv in manifest.stream_batches],
         "split_epoch": manifest.split_epoch,
+        "tree": None if manifest.tree is None else list(astuple(manifest.tree)),
     }
     raw = msgpack.packb(doc, use_bin_type=True)
     used, payload = compress(codec, raw)
@@ -209,6 +231,7 @@ def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
                          for n, q, e in doc.get("leases", ())),
             stream_batches=tuple((str(w), int(b)) for w, b in doc.get("stream_batches", ())),
             split_epoch=doc.get("split_epoch"),
+            tree=None if doc.get("tree") is None else KeptTree(*doc["tree"]),
         )
     except CorruptObjectError:
         raise

@@ -127,23 +127,24 @@ CLOCK_SKEW_S = 1.0
 
 def may_publish(leases: dict[int, SnapshotLease], writer_epoch: int, named_at: float | None,
                 age: float, fallback_s: float) -> bool:
-    """Whether the store's writer may still publish an unreferenced object ``age`` seconds old,
-    named at ``named_at`` (wall time, from its ULID name; ``None`` for other names): GC keeps
-    it, whatever ``min_age`` it was given.
+    """Whether a writer may still publish an unreferenced object ``age`` seconds old, named at
+    ``named_at`` (wall time, from its ULID name; ``None`` for other names): GC keeps it,
+    whatever ``min_age`` it was given.
 
-    A writer's lease says ``uploads_since`` (wall time): no upload it was writing then, or
-    began later, began earlier, and its outputs are named after they begin. GC reads the
-    leases before the newest manifest, so an upload published after the lease it read was
-    written is either named after ``uploads_since`` or in that manifest. Journal files named
-    by slot are the journal tail's rule. Only the writer of ``writer_epoch`` (the newest
-    manifest's) can publish: older writers are fenced. While it has no lease (it is opening,
-    or predates leases), every object younger than ``fallback_s`` may be its upload."""
-    lease = leases.get(writer_epoch)
-    if lease is None:
-        return writer_epoch > 0 and age < fallback_s  # epoch 0: never opened
-    if lease.closed or lease.uploads_since is None or named_at is None:
-        return False
-    return age < lease.publish_s and named_at >= lease.uploads_since - CLOCK_SKEW_S
+    A lease says ``uploads_since`` (wall time): no upload its writer was writing then, or
+    began later, began earlier (flushes, merges, compactions, and bulk writes begun through
+    it, whose commits a later writer of the store may install), and outputs are named after
+    they begin. GC reads the leases before the newest manifest, so an upload published after
+    the lease it read was written is either named after ``uploads_since`` or in that
+    manifest. A closed lease says it only while bulk writes begun through its writer are
+    pending. Journal files named by slot are the journal tail's rule. While the newest
+    manifest's writer (``writer_epoch``) has no lease (it is opening, or predates leases),
+    every object younger than ``fallback_s`` may be its upload."""
+    if writer_epoch > 0 and writer_epoch not in leases:  # epoch 0: never opened
+        return age < fallback_s
+    return named_at is not None and any(
+        lease.uploads_since is not None and age < lease.publish_s
+        and named_at >= lease.uploads_since - CLOCK_SKEW_S for lease in leases.values())
 
 
 def legacy_in_force(lease: SnapshotLease, now: float) -> bool:
@@ -153,7 +154,8 @@ def legacy_in_force(lease: SnapshotLease, now: float) -> bool:
 def needed(lease: SnapshotLease, now: float) -> bool:
     """Is the lease object itself still needed? (While it pins anything, or its legacy
     window is in force; GC also keeps the newest lease whatever it says.)"""
-    return not pins(lease, now).empty or legacy_in_force(lease, now)
+    return (not pins(lease, now).empty or legacy_in_force(lease, now)
+            or (lease.uploads_since is not None and now < lease.uploads_since + lease.publish_s))
 
 
 def snapshot_versions(registrations) -> tuple[tuple[int, int, int, float], ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import FencedError, HistoryUnavailableError, InvalidArgumentError, WrongShardError
 from ..files.journal import JournalInfo
 from ..files.sst import SstInfo
-from .model import Manifest
+from .model import KeptTree, Manifest
 
 
 def require_writer(manifest: Manifest, epoch: int) -> None:
@@ -94,6 +94,14 @@ def persist_ledger_sqn(manifest: Manifest, epoch: int, ledger_sqn: int) -> Manif
     if ledger_sqn <= manifest.ledger_sqn:
         return manifest
     return manifest.with_changes(ledger_sqn=ledger_sqn)
+
+
+def save_tree(manifest: Manifest, epoch: int, tree: KeptTree) -> Manifest:
+    """Record the Ledger's saved tictac tree (at close), if it is still of this Ledger."""
+    require_writer(manifest, epoch)
+    if tree.store_id != manifest.store_id or tree.ledger_sqn != manifest.ledger_sqn:
+        return manifest
+    return manifest.with_changes(tree=tree)
 
 
 def replace_journal(manifest: Manifest, epoch: int, removed: tuple[str, ...],

@@ -13,6 +13,7 @@ is. Each fold has an Arrow form (``*_batches``) yielding ``pyarrow.RecordBatch``
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..codec import TAG_INDEX, decode_key, split_object_key
-from ..codec.tictac import SegmentFilter
+from ..codec.tictac import SegmentFilter, TicTacTree, check_size
 from ..errors import InvalidArgumentError
 from ..files.framing import size_cuts
 from ..files.sync import run_sync, two_forms, with_sync_twins
@@ -34,6 +35,7 @@ from .changes import (
     python_feed,
 )
 from .fold import aiterate, iterate
+from .kept_trees import view_tree
 from .key_ranges import check_term, index_prefix, index_range, next_bucket, object_range
 from .point_in_time import PointInTime
 from .query_results import heads_batch, keys_batch, objects_batch, python_heads, python_names
@@ -318,6 +320,20 @@ class Queries:
         """``(bucket, key, Head)`` of every live object in the range, in key order. Cost: as
         :meth:`fold_keys`."""
         return self._plan(self._heads_query(bucket, start, end, batch_size, False, False))
+
+    async def kept_tree_async(self, size: str = "small") -> TicTacTree | None:
+        """This point in time's tictac tree of ``size`` (see :mod:`leveled_ray.codec.tictac`)
+        from a tree the store kept, without a fold: ``None`` where there is none it may use
+        (trees off or being rebuilt, objects with a TTL, a larger ``size`` than kept), and a
+        compare folds instead. Cost: a read of the saved tree, and lookups of the keys changed
+        since it was saved."""
+        check_size(size)
+        view, on_close = await self._query_view_async(False)
+        try:
+            return await view_tree(view, size)
+        finally:
+            if on_close is not None and inspect.isawaitable(closed := on_close()):
+                await closed
 
     @two_forms(iterates=True)
     def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,

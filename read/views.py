@@ -27,7 +27,7 @@ from ..files.lru import LruCache
 from ..files.routed import is_foreign
 from ..files.sst import SstInfo
 from ..files.sync import off_loop
-from ..manifest.model import Manifest
+from ..manifest.model import KeptTree, Manifest
 
 
 @dataclass(frozen=True)
@@ -40,12 +40,14 @@ class LedgerFiles:
     levels: tuple[tuple[SstInfo, ...], ...]
     persisted_sqn: int
     owns: Owns | None = None
+    #: The tree saved of exactly these files, if any (:meth:`Manifest.kept_tree`).
+    tree: KeptTree | None = None
 
     @classmethod
     def of(cls, version: int, manifest: Manifest) -> LedgerFiles:
         """The files manifest ``version`` lists."""
         return cls(version, manifest.levels, manifest.ledger_sqn,
-                   Owns.decode(manifest.setting(OWNS)))
+                   Owns.decode(manifest.setting(OWNS)), manifest.kept_tree())
 
     def foreign_owns(self, file: SstInfo | JournalInfo) -> Owns | None:
         """The run to filter ``file``'s entries by: set for a split shard's inherited file

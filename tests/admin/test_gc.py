@@ -67,6 +67,19 @@ def test_what_a_pass_keeps_and_deletes():
                                     window=120.0)
 
 
+def test_a_version_stays_until_its_successor_is_old_enough_to_tell_a_re_creation():
+    """Whatever min_age: a writer with an older cached version could re-create a deleted id,
+    and tells so only by creation times (whole seconds on S3)."""
+    m = Manifest.new()
+
+    def kept(successor_age):
+        listing = [meta(manifest_name(1), DAY), meta(manifest_name(2), successor_age)]
+        return set(gcm.needed_versions(listing, (2, m), NOW, 0.0, 0.0))
+
+    assert kept(gcm.RECREATE_GUARD_S - 1) == {1, 2}
+    assert kept(gcm.RECREATE_GUARD_S + 1) == {2}
+
+
 def test_a_destroyed_store_goes_after_its_grace_period():
     m = Manifest.new().with_changes(levels=((sst("ledger/A.sst"),),), destroyed_at=NOW - 100)
     listing = [meta(manifest_name(0), DAY), meta(manifest_name(1), DAY),

@@ -39,6 +39,7 @@ import pyarrow as pa
 from model import SHARED_KEYS, Model, definite
 
 import leveled_ray as lr
+from leveled_ray.admin.compare import FoldedSide
 from leveled_ray.admin.handle import Admin
 from leveled_ray.bulk import sharded as bulk
 from leveled_ray.cluster.admin import ShardedAdmin
@@ -275,12 +276,14 @@ class Run:
 
     async def gc(self) -> None:
         world = self.world
+        # Its own random stream for min_age: the rest of a seed's run is as it was before.
+        ages = random.Random(f"gc-{world.seed}")
         while not self.writing_done:
             await self.pause(20.0)
             admin = (ShardedAdmin(world.url, world.shard_map, OPTIONS, world.clock)
                      if world.sharded else Admin(world.url, OPTIONS, world.clock))
             # min_age=0 as an operator may pass it: a running writer's uploads must still be safe
-            min_age = self.rng.choice([None, 0.0])
+            min_age = ages.choice([None, 0.0])
             with contextlib.suppress(LeveledError):
                 await admin.gc_async(min_age=min_age)
 
@@ -419,6 +422,7 @@ class Run:
         if world.sharded and self.store.shard_map.count != 2:  # its calls found the split
             model.checks["a handle followed a split"] += 1
         final = await self.read_all("final state")
+        await self.check_tree("final state")
         await self.check_past_views()
         await self.check_feed()
         await self.check_manifests()
@@ -428,7 +432,24 @@ class Run:
         again = await self.read_all("after a reopen")
         if again != final:
             model.violated("a reopen reads what was there", "values differ after a reopen")
+        await self.check_tree("after a reopen")
         await world.close_all()
+
+    async def check_tree(self, where: str) -> None:
+        """The tree the store keeps (each shard's, merged) equals the one a fold makes. A
+        tree being folded again (after a crash or a bulk write) is waited for."""
+        store = self.world.store()
+        for _ in range(60):
+            kept = await store.kept_tree_async("small")
+            if kept is not None:
+                break
+            await asyncio.sleep(1.0)
+        else:
+            self.model.violated("a store keeps its tree", f"{where}: none after 60 s")
+            return
+        if kept != await FoldedSide("small", [store], (None, None, None))._fold_tree(store):
+            self.model.violated("the kept tree is the folded one", where)
+        self.model.checks["kept tree"] += 1
 
     async def check_past_views(self) -> None:
         """The store as it was soon after each cross-shard batch was sent (while its parts
