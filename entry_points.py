@@ -232,10 +232,12 @@ def gc(url: str, min_age: float | None = None, *, dry_run: bool = False,
        clock: Clock | None = None) -> garbage_collection.Plan:
     """One garbage-collection pass on the store at ``url`` (running or not): deletes what no
     manifest, checkpoint, clone or snapshot can read and is older than ``min_age`` seconds
-    (default ``Options.gc.min_age_s``). While a writer runs, ``min_age`` must be longer than
-    any upload takes to be published (the default leaves an hour); ``min_age=0`` is for a
-    store nobody writes. On a sharded store, every shard's pass and the root's. Cost: a
-    listing of the store's objects and a read of every live manifest."""
+    (default ``Options.gc.min_age_s``). A running writer's uploads (flushes, merges,
+    compactions, bulk writes begun through it) and a bulk write's commit records are kept
+    while they may still be published, whatever ``min_age``; a bulk write at rest is the
+    caller's to finish before a pass whose ``min_age`` is shorter than it. On a sharded store,
+    every shard's pass and the root's. Cost: a listing of the store's objects and a read of
+    every live manifest."""
     return admin(url, options, clock=clock).gc(min_age, dry_run, progress)
 
 

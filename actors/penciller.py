@@ -302,6 +302,7 @@ class Penciller(Owner):
         """Save the kept tree of the Ledger as closed, so that the next open need not fold
         it. A failure only costs that fold."""
         self.tree.close()
+        token, _ = self.begin_upload()  # GC keeps it until the manifest names it
         try:
             saved = await self.tree.save(self.latest.manifest)
             if saved is not None:
@@ -309,3 +310,5 @@ class Penciller(Owner):
         except Exception:  # noqa: BLE001 - the close goes on; the next open folds
             self.tree.counters["tree_failures"] += 1
             log.warning("the kept tree could not be saved", exc_info=True)
+        finally:
+            self.end_upload(token)

@@ -131,9 +131,9 @@ def needed_versions(metas: Iterable[ObjectMeta], latest: tuple[int, Manifest], n
                     min_age: float, window: float,
                     leases: dict[int, SnapshotLease] | None = None) -> Needs:
     """The manifest versions GC must keep (and read), each with the kinds of file it is kept
-    for: the newest, every live checkpoint's, and every version younger than ``min_age`` or
-    whose successor is younger than :data:`RECREATE_GUARD_S`, whole; and what snapshots may
-    read. A snapshot lease
+    for: the newest, every live checkpoint's and every version younger than ``min_age``
+    whole; what snapshots may read; and, without its files, every version whose successor is
+    younger than :data:`RECREATE_GUARD_S`. A snapshot lease
     (:mod:`~leveled_ray.manifest.snapshot_leases`) says that exactly, per kind. Where nothing
     better is known, every version that was current within ``window`` is kept whole: for the
     whole store when the current writer epoch has no lease, and below a lease's
@@ -161,9 +161,10 @@ def needed_versions(metas: Iterable[ObjectMeta], latest: tuple[int, Manifest], n
         [lease.legacy_below for lease in leases.values() if sl.legacy_in_force(lease, now)],
         default=-1)
     for (mid, made), (_, successor_made) in zip(created, created[1:] + [(None, now)]):
-        if (now - made < min_age or now - successor_made < RECREATE_GUARD_S
-                or (mid < window_below and now - successor_made < window)):
+        if now - made < min_age or (mid < window_below and now - successor_made < window):
             add(mid, sl.ALL)
+        elif now - successor_made < RECREATE_GUARD_S:
+            add(mid, ())  # the object only: nothing reads its files
         for kind, floor in floors:
             if mid >= floor:
                 add(mid, (kind,))

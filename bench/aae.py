@@ -4,16 +4,18 @@ Two plain stores hold the same ``--keys`` objects of ``--value-bytes``, except f
 (40 with another value, 30 deleted from the second, 30 only in the second). Measures:
 
 - the bytes the exchange moved, against one store's size on disk;
-- the compare's time (both sides folding their heads into trees, then the exchange), against
-  a full fold of one store's objects (``fold_objects_batches``) in the same run;
+- the compare's time, both sides starting from the trees their stores kept (saved at close),
+  and with both sides folding their heads into trees instead, each against a full fold of one
+  store's objects (``fold_objects_batches``) in the same run;
 - whether it found exactly the 100 keys;
+- tree upkeep: put throughput (``put_many`` of 5 000, new keys then overwrites) of a store
+  keeping its tree against one with ``ledger.tree_size="off"``;
 - replication (``lr.replicate``) of a store taking ``--rate`` puts a second (1 KiB) for
   ``--seconds``: the delay from a change's acknowledgement on the source to its batch's on the
   target, p50 and p99, and the lag once the writes stop.
 
-Trees are folded per compare, not yet kept as writes land: the put-throughput cost of kept
-trees has nothing to measure yet. Run: ``python bench/aae.py`` (``--quick`` for a smaller
-run; ``--keys 1000000`` for the issue's size).
+Run: ``python bench/aae.py`` (``--quick`` for a smaller run; ``--keys 1000000`` for the
+issue's size).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import time
 import ray
 
 import leveled_ray as lr
+from leveled_ray.admin.compare import compare_views
+from leveled_ray.files.sync import run_sync
 
 import plots
 
@@ -83,6 +87,35 @@ def replication_delays(tmp: str, rate: int, seconds: float) -> dict:
         source.close()
 
 
+class Folded:
+    """A side that folds: the view without its kept tree."""
+
+    def __init__(self, view):
+        self.fold_heads_batches_async = view.fold_heads_batches_async
+
+
+def upkeep(tmp: str, keys: int, rounds: int = 3) -> dict:
+    """Seconds to put ``keys`` new objects, then overwrite them, with trees kept and off;
+    the best of ``rounds`` each, alternating."""
+    times = {"kept": [], "off": []}
+    value = b"v" * 1024
+    for n in range(rounds):
+        for kind, size in (("kept", "small"), ("off", "off")):
+            store = lr.open(f"file://{tmp}/upkeep-{kind}-{n}",
+                            lr.Options(ledger={"tree_size": size}))
+            try:
+                t = time.perf_counter()
+                for _ in range(2):  # new keys, then every one overwritten
+                    for i in range(0, keys, 5000):
+                        store.put_many([lr.Put("u", f"k{j:08d}", value)
+                                        for j in range(i, min(i + 5000, keys))])
+                times[kind].append(time.perf_counter() - t)
+                assert (store.kept_tree() is None) == (kind == "off")
+            finally:
+                store.close()
+    return {kind: min(ts) for kind, ts in times.items()}
+
+
 def disk_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
                for f in files)
@@ -111,11 +144,17 @@ def main() -> None:
     load(url_a, args.keys, values, set(), set(), [])
     load(url_b, args.keys, values, changed, deleted, extra)
     replicated = replication_delays(tmp, args.rate, args.seconds)
+    upkept = upkeep(tmp, min(args.keys, 100_000))
     ray.shutdown()  # both at rest: compared, and folded, without Ray
 
     t = time.perf_counter()
     found = lr.compare(url_a, url_b, size=args.size)
     compare_s = time.perf_counter() - t
+    with lr.reader(url_a) as a, lr.reader(url_b) as b:
+        t = time.perf_counter()
+        folded = run_sync(compare_views(Folded(a), Folded(b), size=args.size))
+        folded_s = time.perf_counter() - t
+    assert folded.differences == found.differences and folded.kept_sides == 0
     with lr.reader(url_a) as r:
         t = time.perf_counter()
         rows = sum(b.num_rows for b in r.fold_objects_batches(batch_size=10_000))
@@ -126,11 +165,15 @@ def main() -> None:
              | {(k, "missing_in_a") for k in extra})
     rows_out = [("bytes exchanged / one store's size on disk", found.bytes_exchanged, size,
                  "bytes"),
-                ("compare time / full fold of one store", compare_s, fold_s, "s")]
+                ("compare time (kept trees) / full fold of one store", compare_s, fold_s, "s"),
+                ("compare time (folded trees) / full fold of one store", folded_s, fold_s,
+                 "s"),
+                ("put time, trees kept / trees off", upkept["kept"], upkept["off"], "s")]
     print(f"{args.keys} keys x {args.value_bytes} B, tree {args.size}; {len(found)} "
           f"differences found ({'exactly the 100' if right else 'NOT the 100 planted'}), "
-          f"{found.dirty_segments} dirty segments, {found.rounds} rounds; fold read {rows} "
-          f"objects")
+          f"{found.dirty_segments} dirty segments, {found.rounds} rounds, "
+          f"{found.kept_sides} kept trees; fold read {rows} objects")
+    print(f"put throughput with trees kept / off: {upkept['off'] / upkept['kept']:.3f}")
     print(f"replication at {args.rate} puts/s for {args.seconds:g} s: {replicated['sent']} "
           f"puts in {replicated['batches']} batches; delay p50 "
           f"{replicated['delay_p50_s'] * 1000:.1f} ms, p99 {replicated['delay_p99_s'] * 1000:.1f} "
