@@ -71,10 +71,11 @@ from .clone import detach, shares_files
 
 #: Manifest versions a pass reads at once.
 READS_AT_ONCE = 8
-#: A version is kept, whatever ``min_age``, until its successor is this old: a writer whose
-#: cached version is older may re-create a deleted id, and it learns that its version was
-#: superseded only by comparing creation times (``ManifestStore.superseded``), which the
-#: object store gives in whole seconds (S3) and by its own clock.
+#: While a writer runs, a version is kept, whatever ``min_age``, until its successor is this
+#: old: a writer whose cached version is older may re-create a deleted id, and it learns that
+#: its version was superseded only by comparing creation times
+#: (``ManifestStore.superseded``), which the object store gives in whole seconds (S3) and by
+#: its own clock.
 RECREATE_GUARD_S = 30.0
 
 
@@ -132,8 +133,9 @@ def needed_versions(metas: Iterable[ObjectMeta], latest: tuple[int, Manifest], n
                     leases: dict[int, SnapshotLease] | None = None) -> Needs:
     """The manifest versions GC must keep (and read), each with the kinds of file it is kept
     for: the newest, every live checkpoint's and every version younger than ``min_age``
-    whole; what snapshots may read; and, without its files, every version whose successor is
-    younger than :data:`RECREATE_GUARD_S`. A snapshot lease
+    whole; what snapshots may read; and, while a writer runs (its lease is not closed),
+    without its files, every version whose successor is younger than
+    :data:`RECREATE_GUARD_S`. A snapshot lease
     (:mod:`~leveled_ray.manifest.snapshot_leases`) says that exactly, per kind. Where nothing
     better is known, every version that was current within ``window`` is kept whole: for the
     whole store when the current writer epoch has no lease, and below a lease's
@@ -157,13 +159,15 @@ def needed_versions(metas: Iterable[ObjectMeta], latest: tuple[int, Manifest], n
                 add(mid, (kind,))
         if pinned.floors is not None:
             floors += zip(sl.KINDS, pinned.floors)
+    current = leases.get(manifest.writer_epoch)
+    writing = current is None or not current.closed  # a writer may hold an older version
     window_below = latest_id + 1 if manifest.writer_epoch not in leases else max(
         [lease.legacy_below for lease in leases.values() if sl.legacy_in_force(lease, now)],
         default=-1)
     for (mid, made), (_, successor_made) in zip(created, created[1:] + [(None, now)]):
         if now - made < min_age or (mid < window_below and now - successor_made < window):
             add(mid, sl.ALL)
-        elif now - successor_made < RECREATE_GUARD_S:
+        elif writing and now - successor_made < RECREATE_GUARD_S:
             add(mid, ())  # the object only: nothing reads its files
         for kind, floor in floors:
             if mid >= floor:

@@ -68,8 +68,8 @@ def take(*, plain: bool, options: Options, **kwargs) -> object | None:
     back from Ray's key-value store)."""
     import ray
 
-    if not plain or options.max_restarts != SPARE_RESTARTS:
-        return None
+    if not plain or options.max_restarts != SPARE_RESTARTS or not _pool.ready:
+        return None  # (an unlocked look first: most opens have no spare to take)
     try:
         assignment = pickle.dumps({"options": options, **kwargs})
     except Exception:  # an object store client or clock that pickle cannot keep

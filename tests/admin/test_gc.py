@@ -72,16 +72,19 @@ def test_a_version_stays_until_its_successor_is_old_enough_to_tell_a_re_creation
     and tells so only by creation times (whole seconds on S3)."""
     m = Manifest.new()
 
-    def kept(successor_age):
+    def kept(successor_age, closed=False):
         listing = [meta(manifest_name(1), DAY), meta(manifest_name(2), successor_age)]
-        return set(gcm.needed_versions(listing, (2, m), NOW, 0.0, 0.0))
+        lease = sl.SnapshotLease(epoch=0, written_at=NOW, renew_s=10.0, max_timeout_s=100.0,
+                                 floors=(2, 2), closed=closed)
+        return set(gcm.needed_versions(listing, (2, m), NOW, 0.0, 0.0, {0: lease}))
 
     assert kept(gcm.RECREATE_GUARD_S - 1) == {1, 2}
     assert kept(gcm.RECREATE_GUARD_S + 1) == {2}
+    assert kept(gcm.RECREATE_GUARD_S - 1, closed=True) == {2}  # no writer holds an old one
 
-    def files_kept(successor_age):  # the guarded version's object only
+    def files_kept(successor_age):  # the guarded version's object only (no lease: a writer
         listing = [meta(manifest_name(1), DAY), meta(manifest_name(2), successor_age)]
-        return gcm.needed_versions(listing, (2, m), NOW, 0.0, 0.0)[1]
+        return gcm.needed_versions(listing, (2, m), NOW, 0.0, 0.0)[1]  # may be opening)
 
     assert files_kept(gcm.RECREATE_GUARD_S - 1) == frozenset()
 
