@@ -16,53 +16,59 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .entries import ACTIVE
 from .keys import TAG_OBJECT, object_key
-from .tictac import TicTacTree, tree_key, tree_key_hashes
+from .tictac import TicTacTree, tree_key_hashes
 
 #: The bucket where a replica keeps its replicator's positions (:mod:`leveled_ray.replication`):
 #: leveled-ray's own, left out of trees and compares.
 REPLICATION_BUCKET = "leveled-ray.replication"
-#: Its objects' tree keys start so.
-_OWN_PREFIX = tree_key(object_key(REPLICATION_BUCKET, ""))[:-1]
+#: How its objects' Ledger keys start (the bucket named as ``bytes``, then as ``str``).
+_OWN_PREFIXES = tuple(object_key(bucket, "")[:len(REPLICATION_BUCKET) + 3].decode()
+                      for bucket in (REPLICATION_BUCKET.encode(), REPLICATION_BUCKET))
 
 
-def counted(keys: list[bytes], status, expiry) -> tuple[np.ndarray, bool]:
+def counted(keys: pa.Array, status, expiry) -> tuple[np.ndarray, bool]:
     """Which Ledger rows a kept tree counts (a boolean mask): live objects without a TTL, not
     leveled-ray's own; and whether any live object among them has a TTL."""
     status, expiry = np.asarray(status), np.asarray(expiry)
+    objects = pc.starts_with(keys, pattern=TAG_OBJECT.decode())
+    for own in _OWN_PREFIXES:
+        objects = pc.and_(objects, pc.invert(pc.starts_with(keys, pattern=own)))
+    objects = objects.to_numpy(zero_copy_only=False)
     live = status == ACTIVE
     ttl = live & (expiry != 0)
-    objects = np.fromiter((k[:1] == TAG_OBJECT and not tree_key(k).startswith(_OWN_PREFIX)
-                           for k in keys), dtype=bool, count=len(keys))
     return live & ~ttl & objects, bool((ttl & objects).any())
+
+
+def _add(tree: TicTacTree, keys: pa.Array, status, expiry, hashes) -> bool:
+    mask, has_ttl = counted(keys, status, expiry)
+    if mask.any():
+        tree.add_hashes(tree_key_hashes(keys.filter(pa.array(mask)).to_pylist()),
+                        np.asarray(hashes, dtype=np.uint64)[mask])
+    return has_ttl
 
 
 def add_rows(tree: TicTacTree, rows: pa.Table) -> bool:
     """XOR the counted rows of a table of Ledger rows (``key``, ``status``, ``expiry``,
     ``hash``) into ``tree`` (or out again); returns whether a row had a TTL."""
-    keys = rows.column("key").to_pylist()
-    mask, has_ttl = counted(keys, rows.column("status").to_numpy(),
-                            rows.column("expiry").to_numpy())
-    if mask.any():
-        kept = [k for k, m in zip(keys, mask) if m]
-        tree.add_hashes(tree_key_hashes(kept),
-                        rows.column("hash").to_numpy().astype(np.uint64)[mask])
-    return has_ttl
+    return _add(tree, rows.column("key").combine_chunks(), rows.column("status").to_numpy(),
+                rows.column("expiry").to_numpy(), rows.column("hash").to_numpy())
 
 
-def add_entries(tree: TicTacTree, keys: list[bytes], entries: list[tuple | None]) -> bool:
+def add_entries(tree: TicTacTree, keys: pa.Array, entries: list[tuple | None]) -> bool:
     """:func:`add_rows` for Ledger entries (``(sqn, status, expiry, hash, ...)`` or ``None``)
     of ``keys``."""
-    present = [(k, e) for k, e in zip(keys, entries) if e is not None]
+    present = [i for i, e in enumerate(entries) if e is not None]
     if not present:
         return False
-    return add_rows(tree, pa.table({
-        "key": pa.array([k for k, _ in present], pa.binary()),
-        "status": pa.array([e[1] for _, e in present], pa.uint8()),
-        "expiry": pa.array([e[2] for _, e in present], pa.uint32()),
-        "hash": pa.array([e[3] for _, e in present], pa.uint64())}))
+    n = len(present)
+    return _add(tree, keys.take(pa.array(present, pa.int64())),
+                np.fromiter((entries[i][1] for i in present), np.uint8, n),
+                np.fromiter((entries[i][2] for i in present), np.uint32, n),
+                np.fromiter((entries[i][3] for i in present), np.uint64, n))
 
 
 def delta(size: str, flushed: pa.Table, before: list[tuple | None]) -> tuple[TicTacTree, bool]:
@@ -71,5 +77,5 @@ def delta(size: str, flushed: pa.Table, before: list[tuple | None]) -> tuple[Tic
     the new ones in. Returns the change, as a tree to XOR in, and whether a flushed row had a
     TTL."""
     change = TicTacTree(size)
-    add_entries(change, flushed.column("key").to_pylist(), before)
+    add_entries(change, flushed.column("key").combine_chunks(), before)
     return change, add_rows(change, flushed)
