@@ -76,7 +76,7 @@ READS_AT_ONCE = 8
 #: its version was superseded only by comparing creation times
 #: (``ManifestStore.superseded``), which the object store gives in whole seconds (S3) and by
 #: its own clock.
-RECREATE_GUARD_S = 30.0
+RECREATE_GUARD_S = 5.0
 
 
 def check_publishable(started: float, options: Options, now: float) -> None:
