@@ -90,10 +90,9 @@ class ShardCalls:
                              mark: tuple[str, int] | None = None) -> LedgerFiles:
         """:meth:`ingest`, also as the part of cross-shard bulk write ``txn``; files this
         store holds already (a part applied again after a restart) change nothing."""
-        if journal:
-            self.writes.bulk_installed(min(j.min_sqn for j in journal))
         present = {j.name for j in self.inker.files}
         if journal and all(j.name in present for j in journal):
+            self.writes.bulk_installed(min(j.min_sqn for j in journal))
             return self.view.files
 
         async def install() -> tuple[LedgerFiles, bool]:
@@ -106,7 +105,10 @@ class ShardCalls:
                 self._adopt(files)
             return files, installed
 
-        return await self.writes.install(journal, ssts, install, txn)
+        files = await self.writes.install(journal, ssts, install, txn)
+        if journal:  # in: GC need not wait for its files (not before: a failed install is retried)
+            self.writes.bulk_installed(min(j.min_sqn for j in journal))
+        return files
 
     async def prepare_ingest(self, txn: str, root_url: str, packed: bytes) -> tuple[int, int]:
         """Prepare this shard's part of a bulk write across shards (its files)."""
