@@ -272,9 +272,18 @@ class Participant:
             part = self.parts.get(lower)
             if part is None or part.applied:
                 continue
-            decision = await decide(self._root(part.part.root_url), lower, ABORT)
+            decision = await self._decision(lower, part)
             self.counters["txn_decided_here"] += decision == ABORT
             await self._settle(lower, decision)
+
+    async def _decision(self, txn: str, part: Prepared) -> str:
+        """The decision on held part ``txn``, aborting the batch if it is undecided."""
+        try:
+            return await decide(self._root(part.part.root_url), txn, ABORT)
+        except NotFound:
+            # Its record existed, then went: a client deletes its record once every part is
+            # in, and GC keeps a record while a part is held. So this part is (going) in.
+            return COMMIT
 
     async def _release(self, txn: str, part: Prepared, decision: str) -> None:
         """Unlock the keys, then delete the part object, retrying until the store lets it
@@ -321,7 +330,7 @@ class Participant:
         await asyncio.sleep(self.options.txn_timeout_s)
         while txn in self.parts and not self.parts[txn].applied:
             try:
-                decision = await decide(self._root(self.parts[txn].part.root_url), txn, ABORT)
+                decision = await self._decision(txn, self.parts[txn])
                 self.counters["txn_decided_here"] += 1
                 await self._settle(txn, decision)
             except LeveledError:
@@ -360,7 +369,7 @@ class Participant:
             part = self.parts.get(txn)
             if part is None or part.applied:
                 continue
-            await self._settle(txn, await decide(self._root(part.part.root_url), txn, ABORT))
+            await self._settle(txn, await self._decision(txn, part))
         return len(found)
 
     async def _sweep(self) -> None:

@@ -278,16 +278,17 @@ async def commit_async(plan, messages, mark: tuple[str, int] | None = None) -> i
     written (see the module's note). ``mark`` (a streaming write's ``(writer, batch id)``)
     makes a batch sent again change nothing: on a sharded store the batch is committed
     under its own claimed name (:func:`~leveled_ray.manifest.txn_records.claim_stream_batch`),
-    so a batch an earlier attempt committed is found, and this attempt's files are left to
-    garbage collection."""
+    so a batch an earlier attempt committed is found (this call returns once every shard
+    installed it), and this attempt's files are left to garbage collection."""
     if isinstance(plan, bulk_write.BulkWrite):
         return await bulk_write.commit_async(plan, messages, mark)
     messages = [m for m in messages if m is not None]
     by_shard = shard_files(plan, messages)
     try:
         if mark is not None:
-            txn = await claim_stream_batch(_root(plan), *mark)
-            if txn is None:
+            txn, claimed = await claim_stream_batch(_root(plan), *mark)
+            if not claimed:  # in: answer once every shard installed it
+                await apply(plan, txn, list(range(plan.shard_map.count)))
                 return 0
             await _commit_across(plan, txn, by_shard)
         elif len(by_shard) == 1:  # one shard: its own commit is atomic

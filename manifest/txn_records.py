@@ -189,17 +189,19 @@ async def decide(root: ObjectStore, txn_id: str, decision: str,
     return decode_record(await root.get_async(name), name)
 
 
-async def claim_stream_batch(root: ObjectStore, writer: str, batch: int) -> str | None:
-    """The batch id of a new attempt to commit streaming batch ``(writer, batch)``, claimed
-    for the caller; or ``None`` if an earlier attempt was committed (the batch is in the
-    store: nothing more to do). Each earlier attempt still undecided is aborted here."""
+async def claim_stream_batch(root: ObjectStore, writer: str,
+                             batch: int) -> tuple[str, bool]:
+    """``(batch id, True)``: a new attempt to commit streaming batch ``(writer, batch)``,
+    claimed for the caller; or ``(its id, False)``: an earlier attempt was committed (the
+    batch is decided: its shards may still be installing it). Each earlier attempt still
+    undecided is aborted here."""
     attempt, token = 0, uuid.uuid4().hex.encode()  # the same bytes would read back as ours
     while True:
         txn = stream_txn(writer, batch, attempt)
         if await root.put_if_absent_async(claim_name(txn), token):
-            return txn
+            return txn, True
         if await decide(root, txn, ABORT) == COMMIT:
-            return None
+            return txn, False
         attempt += 1
 
 

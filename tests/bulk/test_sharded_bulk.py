@@ -53,8 +53,9 @@ time.sleep(600)
 """
 
 
-def kill_driver_at(url: str, phase: str, name: str = "", address: str = "") -> str:
-    txn = f"t{uuid.uuid4().hex}"
+def kill_driver_at(url: str, phase: str, name: str = "", address: str = "",
+                   txn: str = "") -> str:
+    txn = txn or f"t{uuid.uuid4().hex}"
     run_until_ready_then_kill(DRIVER, url, phase, txn, name, address, str(N))
     return txn
 
@@ -138,9 +139,34 @@ def test_a_cut_installs_a_committed_bulk_write_it_finds_half_applied(ray_cluster
         store.close()
 
 
-def _stream_batch(url: str, value: bytes, mark: tuple[str, int]) -> int:
-    """One streaming micro-batch of every key, in two partitions, committed with ``mark``."""
-    plan = bulk.begin_write(url)
+@pytest.mark.ray
+def test_a_streaming_batch_sent_again_installs_what_its_committed_attempt_left(ray_cluster,
+                                                                               tmp_url):
+    """A retried micro-batch finds its earlier attempt committed, but installed in shard 0
+    only (the apply call to shard 1 failed, and its part waits for a decision): the retry
+    answers once shard 1 installed it too, so every key is visible when it returns."""
+    from leveled_ray.manifest.txn_records import claim_stream_batch
+
+    name = f"bulk-{uuid.uuid4().hex[:8]}"
+    address = ray_cluster.get_runtime_context().gcs_address
+    store = lr.open(tmp_url, lr.Options(txn_timeout_s=60.0), shards=2, name=name)
+    try:
+        store.put_many([lr.Put(b, k, b"old") for b, k in KEYS])
+        txn, _ = run_sync(claim_stream_batch(ObjectStore.from_url(tmp_url), "w", 0))
+        kill_driver_at(tmp_url, "partly", name, address, txn)
+        wait_until(lambda: parts_left(tmp_url) == 1)  # shard 1's waits a minute
+        assert _stream_batch(tmp_url, b"again", ("w", 0), store_name=name,
+                             ray_address=address) == 0
+        assert store.get_many(KEYS) == [b"new"] * N
+        wait_until(lambda: parts_left(tmp_url) == 0)
+    finally:
+        store.close()
+
+
+def _stream_batch(url: str, value: bytes, mark: tuple[str, int], **through) -> int:
+    """One streaming micro-batch of every key, in two partitions, committed with ``mark``
+    (``through``: ``store_name`` and ``ray_address`` of a running store)."""
+    plan = bulk.begin_write(url, **through)
     rows = pa.record_batch({"bucket": [b for b, _ in KEYS], "key": [k for _, k in KEYS],
                             "value": [value] * N})
     messages = [bulk.write_partition(plan, p, [rows.slice(p * N // 2, N // 2)]) for p in (0, 1)]
@@ -175,7 +201,7 @@ def test_a_streaming_batch_sent_again_changes_no_shard_and_a_dead_attempt_is_abo
     rows = pa.record_batch({"bucket": ["b"] * N, "key": [k for _, k in KEYS],
                             "value": [b"dead"] * N})
     messages = [bulk.write_partition(plan, 0, [rows])]
-    dead = run_sync(claim_stream_batch(root, "w", 2))
+    dead, _ = run_sync(claim_stream_batch(root, "w", 2))
     run_sync(bulk.prepare(plan, dead, {s: gather_files(p) for s, p in
                                        bulk.shard_files(plan, messages).items()}))
     assert parts_left(tmp_url) == 2
