@@ -9,7 +9,8 @@ shard pause with its writes; other shards are untouched.
 - **Split** (:func:`split_running`): the split at rest of :mod:`.split`, between the close and
   the children's opens; the children run on the shard's node, and their processes start
   before the close, so that the pause holds only their opens. If the split fails before its
-  commit point, the shard is opened again where it was, and the error raised.
+  commit point, the shard is opened again where it was, and the error raised; if that open
+  finds the shard retired (the split's commit landed late), the split is done after all.
 - **Move** (:func:`move_running`): the shard's Bookie restarted on another node, under the
   same name.
 - **Rebalance** (:func:`rebalance`): moves, one at a time, from the node that runs the most
@@ -24,7 +25,7 @@ import contextlib
 from typing import NamedTuple
 
 from ..client import store as plain
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, WrongShardError
 from ..files.store import ObjectStore
 from ..manifest.shard_map import ShardMap
 from . import placement
@@ -135,12 +136,18 @@ async def split_running(store, shard: int) -> ShardMap:
                 new_map = await split_shard(store.url, shard, store.options)
             except BaseException:
                 new_map = await settle_splits(root, layout.shard_map, store.options)
-                if layout.shard_map.prefixes[shard] in new_map.prefixes:  # before commit
-                    _abandon(store, children)
-                    children = None
-                    again = await _start(store, layout.shard_map, [shard], node)
-                    store._layout = _replaced(layout, shard, again, layout.shard_map)
-                    raise
+                if layout.shard_map.prefixes[shard] in new_map.prefixes:  # before commit...
+                    try:
+                        again = await _start(store, layout.shard_map, [shard], node)
+                    except WrongShardError:
+                        # ...or its retire, in flight, landed after that read: committed (the
+                        # shard's open, claiming the same manifest version, would fence it)
+                        new_map = await settle_splits(root, layout.shard_map, store.options)
+                    else:
+                        _abandon(store, children)
+                        children = None
+                        store._layout = _replaced(layout, shard, again, layout.shard_map)
+                        raise
             if new_map.prefixes == planned.prefixes:
                 starting, children = children, None  # _open cleans up after itself
                 opened = await _open(store, starting)

@@ -29,7 +29,7 @@ from leveled_ray.cluster.layout import shard_name
 from leveled_ray.cluster.redirect import Layout
 from leveled_ray.cluster.split import split_shard
 from leveled_ray.cluster.store import ShardedStore
-from leveled_ray.errors import LeveledError, StoreClosedError
+from leveled_ray.errors import LeveledError, StoreClosedError, WrongShardError
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
 from leveled_ray.options import Options
@@ -164,7 +164,8 @@ class World:
         """Split shard ``shard`` as a running store's handle does (``cluster/reshape.py``):
         close its Bookie, run the split (``cluster/split.py``) in a process of its own, killed
         after ``kill_after_s`` virtual seconds if given, then start the children if the split
-        retired the shard, or the shard again if not. Returns how it ended."""
+        retired the shard, or the shard again if not (and the children if that open finds the
+        shard retired: the split's commit landed late). Returns how it ended."""
         await self.close_shard(shard)
         pid = self.pid("splitter")
         self.note(f"split shard {shard} in {pid}")
@@ -175,12 +176,19 @@ class World:
             await asyncio.sleep(0.05)
         outcome = ("killed" if not task.done() else "failed" if task.cancelled()
                    or task.exception() is not None else "done")
-        found = await find_shard_map(ObjectStore.from_url(self.url, self.options), self.options)
-        retired = found.count > self.shard_map.count
+        root = ObjectStore.from_url(self.url, self.options)
+        found = await find_shard_map(root, self.options)
+        if found.count == self.shard_map.count:  # not split, it seems
+            try:
+                await self.start_shard(shard)
+                return f"{outcome}, not split"
+            except WrongShardError:  # the split's commit, in flight, landed after that read
+                found = await find_shard_map(root, self.options)
+                outcome += " late"
         self.shard_map, self.shard_count = found, found.count
-        for child in (shard, shard + 1) if retired else (shard,):
+        for child in (shard, shard + 1):
             await self.start_shard(child)
-        return f"{outcome}, {'split' if retired else 'not split'}"
+        return f"{outcome}, split"
 
     def _end(self, pid: str, error: type[StoreClosedError]) -> None:
         """Process ``pid`` ends: none of its steps runs again, and the calls still in flight

@@ -79,6 +79,11 @@ REGRESSIONS = {
     # acknowledged write is visible"). Found by make simulate SEEDS=10000.
     "a record deleted during a settling": (2637, Config(True, 2, 2, 1, 2, 0.05, 2, 2,
                                                         splits=2)),
+    # A split's commit (the shard's retire), in flight when its process was killed, landed
+    # after the handle had read that the split had not committed; its reopen of the shard then
+    # failed for good ("a shard reopens"). Found by make simulate SEEDS=10000.
+    "a split's commit that landed late": (4892, Config(True, 2, 2, 0, 4, 0.05, 2, 2,
+                                                       failover=True, splits=1)),
 }
 
 #: How a split can end in a run (each counted in the run's checks), and that a handle of the
