@@ -20,6 +20,7 @@ from .cluster.clone import create_any_clone, revert
 from .cluster.layout import is_shard_name, resolve_layout, shard_name
 from .cluster.reader import ShardedReader, open_reader
 from .cluster.store import ShardedStore
+from .codec.tictac import DEFAULT_SIZE
 from .errors import InvalidArgumentError
 from .files.store import ObjectStore
 from .files.sync import run_sync
@@ -190,7 +191,7 @@ def reader(url: str, checkpoint: str | None = None, *, options: Options | None =
                                           clock=clock, at_sqn=at_sqn, at_time=at_time)
 
 
-def compare(a, b, *, bucket=None, start_key=None, end_key=None, size: str = "small",
+def compare(a, b, *, bucket=None, start_key=None, end_key=None, size: str = DEFAULT_SIZE,
             max_segments: int = 256, options: Options | None = None) -> Comparison:
     """The keys that differ between two stores, found by exchanging tictac trees (leveled's
     anti-entropy; see :mod:`leveled_ray.admin.compare`): a
@@ -205,9 +206,10 @@ def compare(a, b, *, bucket=None, start_key=None, end_key=None, size: str = "sma
     picks the trees' shape (``"xxsmall"`` to ``"large"``); ``max_segments`` bounds the
     segments compared per round. ``bucket`` (and within it ``start_key`` to ``end_key``, both
     included, as :meth:`~leveled_ray.Store.fold_keys` takes them) compares only that range:
-    leveled's range trees. Bad input raises ``InvalidArgumentError``. Cost: a fold of
-    each side's heads (no values), then of the blocks that may hold the dirty segments' keys;
-    the exchange itself moves a root, the dirty branches and the dirty segments' keys."""
+    leveled's range trees. Bad input raises ``InvalidArgumentError``. Cost: each side's
+    kept tree (see ``ledger.tree_size``; a side without one, or a range compare, folds its
+    heads, no values), then a fold of the blocks that may hold the dirty segments' keys; the
+    exchange itself moves a root, the dirty branches and the dirty segments' keys."""
     opened = []
 
     def view(side):

@@ -248,7 +248,7 @@ class LedgerOptions(_Group):
     #: from which a compare of this store starts: its size, ``"xxsmall"`` to ``"large"``
     #: (4 bytes per segment in memory), or ``"off"``. A compare with trees of this size or
     #: smaller uses it.
-    tree_size: str = "small"
+    tree_size: str = "large"
 
     _positive_ints = ("push_keys", "l0_max_keys", "max_l0_files", "max_unpersisted_keys",
                       "sst_max_keys", "sst_block_bytes", "bloom_bits_per_key")

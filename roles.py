@@ -21,6 +21,8 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING
 
+from .codec.tictac import DEFAULT_SIZE
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
@@ -80,7 +82,7 @@ class Queries(Role):
     @abc.abstractmethod
     def fold_heads_batches_async(self, bucket=None, start=None, end=None, *,
                                  batch_size: int = 1000, binary_names: bool = False,
-                                 segments=None, tree_size: str = "small"
+                                 segments=None, tree_size: str = DEFAULT_SIZE
                                  ) -> AsyncIterator[pa.RecordBatch]:
         """``fold_heads`` as Arrow batches; ``segments``: only the keys of those tictac
         segments of a ``tree_size`` tree."""
@@ -112,7 +114,7 @@ class Queries(Role):
         """Whether no live object exists."""
 
     @abc.abstractmethod
-    async def kept_tree_async(self, size: str = "small"):
+    async def kept_tree_async(self, size: str = DEFAULT_SIZE):
         """The tictac tree of ``size`` from the one the store keeps, without a fold; ``None``
         where a compare must fold."""
 

@@ -36,6 +36,7 @@ from ..codec.kept_tree import REPLICATION_BUCKET
 from ..codec.keys import object_key
 from ..codec.tictac import (
     BRANCH_WIDTH,
+    DEFAULT_SIZE,
     TicTacTree,
     check_size,
     dirty_branches,
@@ -160,7 +161,7 @@ def entry_bytes(entries: dict[tuple[str, str], int]) -> int:
     return sum(len(b.encode()) + len(k.encode()) + 8 for b, k in entries)
 
 
-async def compare_views(a, b, *, size: str = "small", max_segments: int = 256,
+async def compare_views(a, b, *, size: str = DEFAULT_SIZE, max_segments: int = 256,
                         bucket=None, start=None, end=None) -> Comparison:
     """The keys that differ between views ``a`` and ``b`` (see the module docstring), among
     the objects of ``bucket`` from ``start`` to ``end`` if given (a range tree, as leveled's
@@ -184,7 +185,7 @@ async def compare_views(a, b, *, size: str = "small", max_segments: int = 256,
     out.dirty_segments = len(segments)
     for start in range(0, len(segments), max_segments):
         chunk = segments[start:start + max_segments]
-        held_a, held_b = await side_a.entries(chunk), await side_b.entries(chunk)
+        held_a, held_b = await asyncio.gather(side_a.entries(chunk), side_b.entries(chunk))
         out.rounds += 1
         out.bytes_exchanged += 4 * len(chunk) + entry_bytes(held_a) + entry_bytes(held_b)
         for name in held_a.keys() | held_b.keys():

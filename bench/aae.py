@@ -30,6 +30,7 @@ import ray
 
 import leveled_ray as lr
 from leveled_ray.admin.compare import compare_views
+from leveled_ray.codec.tictac import DEFAULT_SIZE
 from leveled_ray.files.sync import run_sync
 
 import plots
@@ -100,7 +101,7 @@ def upkeep(tmp: str, keys: int, rounds: int = 3) -> dict:
     times = {"kept": [], "off": []}
     value = b"v" * 1024
     for n in range(rounds):
-        for kind, size in (("kept", "small"), ("off", "off")):
+        for kind, size in (("kept", DEFAULT_SIZE), ("off", "off")):
             store = lr.open(f"file://{tmp}/upkeep-{kind}-{n}",
                             lr.Options(ledger={"tree_size": size}))
             try:
@@ -125,7 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--value-bytes", type=int, default=1024)
-    parser.add_argument("--size", default="small", help="tree size")
+    parser.add_argument("--size", default=DEFAULT_SIZE, help="tree size")
     parser.add_argument("--rate", type=int, default=1000, help="puts a second, replicated")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true")

@@ -25,6 +25,7 @@ from ..bulk.read import ReadQuery
 from ..cluster.reader import ShardsAsTheyAre
 from ..cluster.store import ShardedStore
 from ..codec import object_key
+from ..codec.tictac import DEFAULT_SIZE
 from ..errors import InvalidArgumentError, LeveledError
 from ..files import journal as jfmt
 from ..files import sst as sfmt
@@ -503,8 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
             "and OTHER, by an exchange of tictac trees (read-only, without Ray); exit status 1 "
             "if any differ")
     p.add_argument("other", help="the other store's URL")
-    p.add_argument("--size", default="small", help="tree size: xxsmall, xsmall, small, "
-                                                     "medium or large")
+    p.add_argument("--size", default=DEFAULT_SIZE, help="tree size: xxsmall, xsmall, small, "
+                                                    f"medium or large (default {DEFAULT_SIZE})")
     p.add_argument("--max-segments", type=int, default=256, help="segments per round")
     p.add_argument("--bucket", help="compare only this bucket (a range tree)")
     p.add_argument("--start-key", help="with --bucket: from this key (included)")

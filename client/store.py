@@ -34,7 +34,7 @@ from ..codec import (
     put_change,
 )
 from ..codec import head_only as head_only_mode
-from ..codec.tictac import TicTacTree, check_size
+from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
 from ..errors import InvalidArgumentError, StoreClosedError, StoreUnavailableError
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
@@ -600,7 +600,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         snap.released = True
         self._actor.release_snapshot.remote(snap.id)
 
-    async def kept_tree_async(self, size: str = "small") -> TicTacTree | None:
+    async def kept_tree_async(self, size: str = DEFAULT_SIZE) -> TicTacTree | None:
         """See :meth:`Queries.kept_tree_async <leveled_ray.read.queries.Queries.kept_tree_async>`:
         the Penciller's kept tree, changed by the changes not yet in its files. Cost: one round
         trip carrying the tree (4 bytes a segment), and the Bookie's lookups of those changes'

@@ -20,7 +20,7 @@ from ..client.store import Store
 from ..clock import Clock
 from ..codec import Delete, Head, Put, checked_key
 from ..codec import head_only as head_only_mode
-from ..codec.tictac import TicTacTree, check_size
+from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
 from ..errors import (
     ConflictError,
     InvalidArgumentError,
@@ -334,7 +334,7 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         return {**totals(parts), "url": self.url, "name": self.name,
                 "route_by": self.shard_map.route_by, "shards": list(parts)}
 
-    async def kept_tree_async(self, size: str = "small") -> TicTacTree | None:
+    async def kept_tree_async(self, size: str = DEFAULT_SIZE) -> TicTacTree | None:
         """The XOR merge of every shard's :meth:`Store.kept_tree_async` (the shards hold
         disjoint keys), or ``None`` if a shard has none. Cost: the plain call's on each shard,
         all at once."""

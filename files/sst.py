@@ -8,11 +8,11 @@ A block is ``codec u8 | raw_len u32 | payload``: an Arrow IPC record batch of
 :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows, compressed on its own. Its checksum sits in the
 footer's block index. The footer (msgpack, compressed) holds the format version, the first key of
 each block, the bloom filter, the key range, the SQN range and counts, and (from version 2)
-each block's *segment hints*: the distinct top 16 bits of its keys' tictac key hashes
-(:mod:`leveled_ray.codec.tictac`), so that a fold of a few tree segments reads only the
-blocks that can hold them (leveled's per-block segment index). The trailer points at the
-footer and holds its checksum. Once the footer is cached, a point lookup reads one block: one
-ranged GET.
+each block's *segment hints*: the distinct top bits of its keys' tictac key hashes (16 in
+version 2, 32 from version 3; :mod:`leveled_ray.codec.tictac`), so that a fold of a few tree
+segments reads only the blocks that can hold them (leveled's per-block segment index). The
+trailer points at the footer and holds its checksum. Once the footer is cached, a point lookup
+reads one block: one ranged GET.
 """
 
 from __future__ import annotations
@@ -26,16 +26,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import LEDGER_SCHEMA, TOMBSTONE, LedgerEntry
-from ..codec.tictac import hints_of, tree_key_hashes
+from ..codec.tictac import HINT_BITS, hinted_blocks, hints_of, tree_key_hashes
 from ..errors import CorruptObjectError
 from . import framing
 from .bloom import Bloom
 from .framing import CODEC_LZ4, checksum, encode_block, encode_footer, size_cuts
 
 MAGIC = b"LRSST\x00\x00\x01"
-VERSION = 2
-#: The versions this code reads: 1 has no segment hints (a fold of segments reads every block).
-READABLE = (1, 2)
+VERSION = 3
+#: The versions this code reads: 1 has no segment hints (a fold of segments reads every
+#: block), 2 has 16-bit ones.
+READABLE = (1, 2, 3)
+#: Bits of a segment hint, by format version.
+_HINT_BITS = {2: 16, 3: HINT_BITS}
 #: Fixed bytes of one row besides its key and extra columns (for block sizing).
 _FIXED_ROW = 8 + 1 + 4 + 8 + 8 + 8 + 8
 
@@ -66,20 +69,20 @@ class SstFooter:
     offsets: list  # block start offsets, plus the footer offset at the end
     checksums: list
     bloom: Bloom
-    hints: np.ndarray | None = None  # every block's segment hints (uint16), one after another
+    hints: np.ndarray | None = None  # every block's segment hints, one after another
     hint_offsets: np.ndarray | None = None  # where each block's hints start, then their end
+    hint_bits: int = 0  # of each hint
 
     @property
     def block_count(self) -> int:
         return len(self.first_keys)
 
-    def blocks_with(self, wanted: np.ndarray) -> np.ndarray:
-        """Which blocks may hold keys of the segment hints ``wanted``
-        (:func:`~leveled_ray.codec.tictac.wanted_hints`), as a bool per block: every block of a
-        file written before segment hints."""
+    def blocks_with(self, segments: np.ndarray, bits: int) -> np.ndarray:
+        """Which blocks may hold keys of ``segments`` of a tictac tree of ``2**bits``
+        segments, as a bool per block: every block of a file written before segment hints."""
         if self.hints is None:
             return np.ones(self.block_count, dtype=bool)
-        hit = np.isin(self.hints, wanted).astype(np.int32)
+        hit = hinted_blocks(self.hints, self.hint_bits, segments, bits).astype(np.int32)
         return np.add.reduceat(hit, self.hint_offsets[:-1]) > 0
 
     def block_spans(self, keys: list[bytes]) -> list[tuple[int, int, int]]:
@@ -135,7 +138,7 @@ def sort_and_dedupe(table: pa.Table | pa.RecordBatch) -> pa.Table:
 def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes: int = 32768,
               bloom_bits_per_key: int = 10, version: int = VERSION) -> tuple[bytes, SstInfo]:
     """Encode sorted, deduplicated Ledger rows as an SST; returns the object bytes and its info.
-    ``version=1`` writes the format before segment hints (for compatibility tests)."""
+    ``version`` 1 or 2 writes an older format (for compatibility tests)."""
     if version not in READABLE:
         raise ValueError(f"no SST format version {version}")
     n = table.num_rows
@@ -169,9 +172,10 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
     offsets.append(footer_offset)
     hint_doc = {}
     if version >= 2:
-        hints = hints_of(tree_key_hashes(key_list))
+        hints = hints_of(tree_key_hashes(key_list)) >> (HINT_BITS - _HINT_BITS[version])
         per_block = [np.unique(hints[bounds[b]:bounds[b + 1]]) for b in range(len(starts))]
-        hint_doc = {"seg": np.concatenate(per_block).astype("<u2").tobytes(),
+        dtype = "<u2" if version == 2 else "<u4"
+        hint_doc = {"seg": np.concatenate(per_block).astype(dtype).tobytes(),
                     "sego": np.cumsum([0] + [len(h) for h in per_block]).astype("<u4").tobytes()}
 
     sqns = table.column("sqn")
@@ -233,11 +237,12 @@ def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
 
 
 def _hints(doc: dict) -> dict:
-    """The segment hints of a version 2 footer document (none in version 1)."""
+    """The segment hints of a footer document (none in version 1)."""
     if doc["v"] < 2:
         return {}
-    return {"hints": np.frombuffer(doc["seg"], dtype="<u2"),
-            "hint_offsets": np.frombuffer(doc["sego"], dtype="<u4")}
+    return {"hints": np.frombuffer(doc["seg"], dtype="<u2" if doc["v"] == 2 else "<u4"),
+            "hint_offsets": np.frombuffer(doc["sego"], dtype="<u4"),
+            "hint_bits": _HINT_BITS[doc["v"]]}
 
 
 class BlockKeys:

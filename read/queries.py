@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..codec import TAG_INDEX, decode_key, split_object_key
-from ..codec.tictac import SegmentFilter, TicTacTree, check_size
+from ..codec.tictac import DEFAULT_SIZE, SegmentFilter, TicTacTree, check_size
 from ..errors import InvalidArgumentError
 from ..files.framing import size_cuts
 from ..files.sync import run_sync, two_forms, with_sync_twins
@@ -321,7 +321,7 @@ class Queries:
         :meth:`fold_keys`."""
         return self._plan(self._heads_query(bucket, start, end, batch_size, False, False))
 
-    async def kept_tree_async(self, size: str = "small") -> TicTacTree | None:
+    async def kept_tree_async(self, size: str = DEFAULT_SIZE) -> TicTacTree | None:
         """This point in time's tictac tree of ``size`` (see :mod:`leveled_ray.codec.tictac`)
         from a tree the store kept, without a fold: ``None`` where there is none it may use
         (trees off or being rebuilt, objects with a TTL, a larger ``size`` than kept), and a
@@ -338,7 +338,7 @@ class Queries:
     @two_forms(iterates=True)
     def fold_heads_batches(self, bucket=None, start=None, end=None, *, batch_size: int = 1000,
                            binary_names: bool = False, segments=None,
-                           tree_size: str = "small") -> Iterator[pa.RecordBatch]:
+                           tree_size: str = DEFAULT_SIZE) -> Iterator[pa.RecordBatch]:
         """:meth:`fold_heads` as Arrow batches (columns: see
         :data:`~leveled_ray.read.query_results.HEADS_SCHEMA`). ``segments`` (segment numbers
         of a tictac tree of ``tree_size``, see :mod:`leveled_ray.codec.tictac`) keeps only the

@@ -77,10 +77,10 @@ class _Run:
     rows reads little and a long scan reads in large requests."""
 
     def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes,
-                 owns=lambda sst: None, hints: np.ndarray | None = None):
+                 owns=lambda sst: None, segments: SegmentFilter | None = None):
         self._host = host
         self._owns = owns  # a split shard's run, for its inherited files
-        self._hints = hints  # a fold of tictac segments reads only the blocks that hold them
+        self._segments = segments  # a fold of tictac segments reads only their blocks
         self._files = deque(f for f in files if f.max_key >= lo and f.min_key < hi)
         self._lo, self._hi = lo, hi
         self._file: list | None = None  # [clerk, footer, the blocks left to read, owns]
@@ -97,9 +97,9 @@ class _Run:
                 footer = await clerk.footer()
                 first, end = block_span(footer, self._lo, self._hi)
                 blocks = list(range(first, end))
-                if self._hints is not None and blocks:
-                    blocks = [first + b for b in np.flatnonzero(
-                        footer.blocks_with(self._hints)[first:end]).tolist()]
+                if self._segments is not None and blocks:
+                    held = footer.blocks_with(self._segments.segments, self._segments.bits)
+                    blocks = [first + b for b in np.flatnonzero(held[first:end]).tolist()]
                 if blocks:
                     self._file = [clerk, footer, deque(blocks), self._owns(sst)]
                 continue
@@ -157,14 +157,15 @@ def live_rows(table: pa.Table, now_s: float) -> pa.Table:
     return table if pc.all(keep).as_py() else table.filter(keep)
 
 
-def sources(view: LedgerView, lo: bytes, hi: bytes, hints: np.ndarray | None = None) -> list:
-    """The scan's sources, newest first (their files' blocks that may hold keys of the segment
-    hints ``hints`` only, if given)."""
+def sources(view: LedgerView, lo: bytes, hi: bytes,
+            segments: SegmentFilter | None = None) -> list:
+    """The scan's sources, newest first (their files' blocks that may hold keys of
+    ``segments`` only, if given)."""
     files = view.files
     out: list = [_Overlay(view, lo, hi)]
-    out += [_Run(view.host, (sst,), lo, hi, files.foreign_owns, hints)
+    out += [_Run(view.host, (sst,), lo, hi, files.foreign_owns, segments)
             for sst in files.levels[0]]
-    out += [_Run(view.host, level, lo, hi, files.foreign_owns, hints)
+    out += [_Run(view.host, level, lo, hi, files.foreign_owns, segments)
             for level in files.levels[1:] if level]
     return out
 
@@ -226,8 +227,7 @@ async def scan(view: LedgerView, lo: bytes, hi: bytes, *, now_s: float | None = 
             table = table.filter(pc.less_equal(table.column("sqn"), upto))
         return sort_and_dedupe(table)
 
-    merged = merge_sorted(sources(view, lo, hi, None if segments is None else segments.hints),
-                          combine)
+    merged = merge_sorted(sources(view, lo, hi, segments), combine)
     async with contextlib.aclosing(merged) as tables:
         async for out in tables:
             if live:

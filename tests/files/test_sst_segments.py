@@ -1,6 +1,6 @@
-"""An SST's segment hints (format version 2): a fold of a few tictac segments may skip a
-block only if it holds none of their keys; files of version 1 still read, every block kept
-(no Ray)."""
+"""An SST's segment hints (32 bits from format version 3, 16 in version 2): a fold of a few
+tictac segments may skip a block only if it holds none of their keys; files of versions 1 and
+2 still read, every block kept in version 1 (no Ray)."""
 
 import numpy as np
 import pyarrow as pa
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leveled_ray import CorruptObjectError, codec
-from leveled_ray.codec.tictac import SIZES, key_hash, segment_of, wanted_hints
+from leveled_ray.codec.tictac import SIZES, key_hash, segment_of
 from leveled_ray.files import framing
 from leveled_ray.files import sst as sfmt
 
@@ -21,17 +21,23 @@ def table_of(keys):
     return pa.Table.from_batches([rows.to_batch()])
 
 
+def blocks_with(footer, segments, size: str):
+    return footer.blocks_with(np.asarray(sorted(segments), dtype=np.int64),
+                              SIZES[size].bit_length() - 1)
+
+
 @settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=24), min_size=1, max_size=400, unique=True),
-       st.sampled_from(sorted(SIZES)), st.data())
-def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, data):
-    sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=data.draw(st.integers(64, 2048)))
+       st.sampled_from(sorted(SIZES)), st.sampled_from([2, 3]), st.data())
+def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, version, data):
+    sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=data.draw(st.integers(64, 2048)),
+                            version=version)
     footer, table = sfmt.read_all(sst, "s")
     segments = SIZES[size]
     segment = {k: segment_of(key_hash(k), segments) for k in keys}
     wanted = set(data.draw(st.lists(st.sampled_from(sorted(set(segment.values()))),
                                     max_size=5)))
-    keep = footer.blocks_with(wanted_hints(wanted, size))
+    keep = blocks_with(footer, wanted, size)
     assert keep.shape == (footer.block_count,)
     for b in range(footer.block_count):
         lo, hi = footer.block_range(b)
@@ -39,30 +45,35 @@ def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, da
         held = {segment[block.keys[i]] for i in range(len(block.keys))}
         if held & wanted:
             assert keep[b]  # never skipped when it holds a wanted key
-        elif segments <= 1 << 16:
-            assert not keep[b]  # up to 2**16 segments, hints are exact
+        elif version == 3 or segments <= 1 << 16:
+            assert not keep[b]  # exact: 32-bit hints, or a tree of up to 2**16 segments
 
 
-def test_version_1_files_still_read_and_keep_every_block():
+def test_older_files_still_read_and_version_1_keeps_every_block():
     keys = [b"k%05d" % i for i in range(2000)]
     old, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512, version=1)
     footer, table = sfmt.read_all(old, "s")
     assert footer.hints is None and table.num_rows == 2000
-    assert footer.blocks_with(wanted_hints([0], "small")).all()
+    assert blocks_with(footer, [0], "small").all()
+    v2, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512, version=2)
+    v2_footer, v2_table = sfmt.read_all(v2, "s")
+    assert v2_footer.hint_bits == 16 and v2_table.equals(table)
     new, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512)
     new_footer, _ = sfmt.read_all(new, "s")
-    # A few segments of 65 536 are in few of the blocks.
-    assert 0 < new_footer.blocks_with(wanted_hints([segment_of(key_hash(keys[7]), 1 << 16)],
-                                                   "small")).sum() < new_footer.block_count / 4
+    assert new_footer.hint_bits == 32
+    # One segment of a large tree is in one block; a version 2 file tells it only to 16 bits.
+    one = [segment_of(key_hash(keys[7]), 1 << 20)]
+    assert blocks_with(new_footer, one, "large").sum() == 1
+    assert 1 <= blocks_with(v2_footer, one, "large").sum() < v2_footer.block_count / 4
     with pytest.raises(ValueError):
-        sfmt.build_sst("s", table_of(keys), version=3)
+        sfmt.build_sst("s", table_of(keys), version=4)
 
 
 def test_hints_that_do_not_match_the_blocks_are_damage():
     keys = [b"k%05d" % i for i in range(500)]
     sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512)
     footer = sfmt.parse_footer(len(sst), sst, "s")
-    doc = {"v": 2, "n": footer.entries, "tomb": 0, "kmin": footer.min_key,
+    doc = {"v": 3, "n": footer.entries, "tomb": 0, "kmin": footer.min_key,
            "kmax": footer.max_key, "smin": footer.min_sqn, "smax": footer.max_sqn,
            "first": footer.first_keys,
            "off": np.asarray(footer.offsets, dtype="<u8").tobytes(),
@@ -70,7 +81,7 @@ def test_hints_that_do_not_match_the_blocks_are_damage():
            "bloom": footer.bloom.bits, "bk": footer.bloom.k,
            "seg": footer.hints.tobytes(), "sego": footer.hint_offsets[:-1].tobytes()}
     body = sst[:footer.offsets[-1]]
-    bad = body + framing.encode_footer(sfmt.MAGIC, 2, framing.CODEC_LZ4, doc, len(body))
+    bad = body + framing.encode_footer(sfmt.MAGIC, 3, framing.CODEC_LZ4, doc, len(body))
     with pytest.raises(CorruptObjectError, match="segment hints"):
         sfmt.parse_footer(len(bad), bad, "s")
 
@@ -123,7 +134,7 @@ def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path
             assert got == [(row["bucket"], row["key"], row["sqn"]) for row in every
                            if segment[(row["bucket"], row["key"])] in wanted]
             assert got
-        for bad in ([-1], [1 << 16], ["3"], [True], 2.5):
+        for bad in ([-1], [1 << 20], ["3"], [True], 2.5):
             with pytest.raises(lr.InvalidArgumentError):
                 r.fold_heads_batches(segments=bad)
         with pytest.raises(lr.InvalidArgumentError):
