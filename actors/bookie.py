@@ -69,6 +69,9 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
                  head_only: str | None = None, clock: Clock = system_clock,
                  shard: tuple[str, str] | None = None):
         self.url, self.options, self.name = url, options, name
+        # When this Bookie was made (wall time: after its process began and imported the
+        # package) and how long its start took: a failover's parts, in stats().
+        self.opened: dict = {"created_at": round(time.time(), 3)}
         self.shard = shard  # a sharded store's (name or URL, this shard's label)
         self.clock = clock
         self.head_only = head_only
@@ -103,6 +106,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
 
     async def start(self) -> dict:
         """Claim the store (new writer epoch), fence older writers, replay the Journal tail."""
+        began = time.monotonic()
         manifests = self.manifests
         latest = await manifests.latest()
         if latest is None:
@@ -169,9 +173,10 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.participant = Participant(self.store, self.options, self.writes, self.clock,
                                        self.epoch, self._install_files)
         await self.participant.recover()  # parts prepared before a restart: before any write
+        self.opened.update(open_s=round(time.monotonic() - began, 3),
+                           replay_s=round(time.monotonic() - started, 3))
         return {"epoch": self.epoch, "manifest_id": mid, "head_only": self.head_only,
-                "replayed": self.counters["replayed"],
-                "replay_s": round(time.monotonic() - started, 3),
+                "replayed": self.counters["replayed"], "replay_s": self.opened["replay_s"],
                 "next_sqn": self.writes.next_sqn}
 
     async def _claim(self, latest):

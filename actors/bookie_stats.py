@@ -51,6 +51,7 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
         "history": history_stats(bookie),
         "io": bookie.store.stats.as_dict(),
         "process": process_stats(),
+        "opened": bookie.opened,
         "background_errors": bookie.tasks.errors,
         "last_error": bookie.tasks.last_error,
         "in_doubt": bool(writer.in_doubt),

@@ -6,9 +6,12 @@ Measures (a 4-shard store, ``--keys`` objects of 1 KiB per shard):
   started ahead) against the plain open (median of 3 each);
 - **node death**: from the death of a worker node (``remove_node`` without grace) to the
   first acknowledged write on a shard that ran there, against a plain open of that shard's
-  URL (median of 3, same run). It includes the time Ray takes to find the node dead: its
-  health checks, set here to a 0.5 s period and 3 failures (``HEALTH``; Ray's defaults are
-  3 s and 5, which adds about 13 s);
+  URL (median of 3, same run), idle and under the same writers as the failover (an open of a
+  copy of the shard's files, made while the store was closed). It includes the time Ray
+  takes to find the node dead: its health checks, set here to a 0.5 s period and 3 failures
+  (``HEALTH``; Ray's defaults are 3 s and 5, which adds about 13 s). Printed with it: when
+  the restarted Bookie's process began and its Bookie was made (after the death), and how
+  long its open took;
 - **process death**: from a SIGKILL of a shard's Bookie to the first answered read on the
   same handle, against the same plain open;
 - **the other shards' puts** during the node failover (from the death to the victim shard
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import signal
 import statistics
 import tempfile
@@ -128,6 +132,14 @@ class Writers:
         """Acks per second of ``shards`` between ``start`` and ``end``."""
         n = sum(1 for s in shards for t in self.acks[s] if start <= t < end)
         return n / (end - start)
+
+
+def process_began_s(pid: int, since_boot: float) -> float:
+    """When process ``pid`` (on this machine: the cluster is local) began, in seconds after
+    ``since_boot`` (``CLOCK_BOOTTIME``, as ``/proc`` counts)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK") - since_boot
 
 
 def serve_again(call, since: float, limit_s: float = 120.0) -> float:
@@ -247,6 +259,8 @@ def main() -> None:
         for i in range(0, len(ks), 1000):
             store.put_many([lr.Put("b", k, value_of(k)) for k in ks[i:i + 1000]])
     store.close()
+    for prefix in store.shard_map.prefixes:  # the peer of a plain open under load
+        shutil.copytree(os.path.join(tmp, "db", prefix), os.path.join(tmp, "copy", prefix))
     plain = plain_open_s(store.shard_map.shard_url(url, 0))
     rows: list[tuple[str, float, float, str]] = []  # measure, value, peer value, unit
     rows.append(("plain open taking a spare Bookie / plain open",
@@ -260,16 +274,28 @@ def main() -> None:
         others = [s for s in range(4) if s not in victims]
         writers = Writers(store, {s: keys[s][:200] for s in others})
         time.sleep(3.0)
-        died = time.perf_counter()
+        loaded = plain_open_s(f"file://{tmp}/copy/{store.shard_map.prefixes[victims[0]]}")
+        time.sleep(1.0)
+        died, died_boot = time.perf_counter(), time.clock_gettime(time.CLOCK_BOOTTIME)
+        died_wall = time.time()
         cluster.remove_node(victim_node, allow_graceful=False)
         node_s = serve_again(lambda: moved_and_writes(store, victims[0], victim_node.node_id,
                                                       keys[victims[0]][0]), died)
         served = time.perf_counter()
         writers.stop()
+        restarted = store.shard(victims[0]).stats()
+        began = process_began_s(restarted["process"]["pid"], died_boot)
+        made = restarted["opened"]["created_at"] - died_wall
         before = writers.rate(others, died - 2.5, died)
         during = writers.rate(others, died, served)
         assert not any(writers.errors.values()), writers.errors
+        print(f"node failover: {node_s:.2f} s; the new Bookie's process began at {began:.2f} s,"
+              f" its Bookie was made at {made:.2f} s and opened its store in "
+              f"{restarted['opened']['open_s']:.2f} s; plain open {plain:.2f} s idle, "
+              f"{loaded:.2f} s under the writers")
         rows.append(("failover, node death / plain open", node_s, plain, "s"))
+        rows.append(("failover, node death / plain open under the same writers", node_s,
+                     loaded, "s"))
         rows.append(("other shards' puts, during / before", during, before, "puts/s"))
 
         shard = others[0]

@@ -26,10 +26,15 @@ def test_a_killed_bookie_comes_back_on_the_same_handle(ray_cluster, tmp_url):
     store = lr.open(tmp_url)
     try:
         acked = {f"k{i}": store.put("b", f"k{i}", b"v%d" % i) for i in range(50)}
-        epoch = store.stats()["epoch"]
+        first = store.stats()
+        epoch = first["epoch"]
+        killed = time.time()
         os.kill(bookie_pid(store), signal.SIGKILL)
         # The next read is answered by the restarted Bookie (sent again if it was in flight).
         assert store.get("b", "k7") == b"v7"
+        opened = store.stats()["opened"]  # the restarted Bookie's, made after the kill
+        assert opened["created_at"] > killed > first["opened"]["created_at"]
+        assert 0 <= opened["replay_s"] <= opened["open_s"] < 60
         assert store.get_many([("b", k) for k in acked]) == [b"v%d" % i for i in range(50)]
         assert store.put("b", "after", b"x") > max(acked.values())
         assert store.stats()["epoch"] == epoch + 1  # it claimed the store again
