@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import LEDGER_SCHEMA, TOMBSTONE, LedgerEntry
-from ..codec.tictac import HINT_BITS, hinted_blocks, hints_of, tree_key_hashes
+from ..codec.tictac import HINT_BITS, hints_in_segments, hints_of, tree_key_hashes
 from ..errors import CorruptObjectError
 from . import framing
 from .bloom import Bloom
@@ -82,7 +82,7 @@ class SstFooter:
         segments, as a bool per block: every block of a file written before segment hints."""
         if self.hints is None:
             return np.ones(self.block_count, dtype=bool)
-        hit = hinted_blocks(self.hints, self.hint_bits, segments, bits).astype(np.int32)
+        hit = hints_in_segments(self.hints, self.hint_bits, segments, bits).astype(np.int32)
         return np.add.reduceat(hit, self.hint_offsets[:-1]) > 0
 
     def block_spans(self, keys: list[bytes]) -> list[tuple[int, int, int]]:

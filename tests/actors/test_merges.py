@@ -7,6 +7,7 @@ import shutil
 import tempfile
 import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -339,5 +340,32 @@ def test_close_does_not_wait_for_merges_that_will_not_come(tmp_path):
         assert info["replayed"] == 0  # everything reached an SST at close
         assert await again.get(object_key("b", "k5-19")) == b"v"
         await again.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.timeout(60)  # the bug spun without yielding: only this timeout ends it
+def test_a_bulk_install_during_a_close_with_a_merge_in_flight_is_refused(tmp_path):
+    """A bulk write's install that reaches the Penciller once close began, while a merge is in
+    flight, raises StoreClosedError at once (close sets the merges' event for good: waiting
+    for it again would spin for ever)."""
+    root = str(tmp_path / "db")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", TINY, local=True)
+        await bookie.start()
+        bookie._merge_clerk().local.stop()
+        await bookie._merges  # the clerk's loop has ended: the merge below stays in flight
+        for n in range(6):
+            await write(bookie, [lr.Put("b", f"k{n}-{i}", b"v") for i in range(20)])
+        penciller = bookie.penciller.local
+        deadline = time.monotonic() + 20
+        while penciller.merge_work() is None:  # taken once due, as a clerk takes one
+            assert time.monotonic() < deadline, "no merge came due"
+            await write(bookie, [lr.Put("b", f"more{time.monotonic()}", b"v")])
+            await asyncio.sleep(0.02)
+        await asyncio.wait_for(bookie.close(), timeout=20)
+        with pytest.raises(lr.StoreClosedError, match="closing"):
+            await asyncio.wait_for(penciller.ingest((), (), 0), timeout=5)
 
     asyncio.run(run())
