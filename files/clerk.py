@@ -199,6 +199,18 @@ class SstClerk(FileClerk):
                                footer.offsets[end])
         return await off_loop(sfmt.decode_blocks, raw, footer, first, self.name)
 
+    async def read_scattered(self, blocks: list[int]) -> list:
+        """Blocks ``blocks`` (anywhere in the file) as Arrow batches, read with one request
+        of many ranges and decoded in a thread, without filling the cache (a fold of a few
+        tictac segments reads blocks here and there)."""
+        footer = await self.footer()
+        raws = await self._read(self.host.store.get_ranges_async,
+                                [footer.offsets[b] for b in blocks],
+                                [footer.offsets[b + 1] for b in blocks])
+        return await off_loop(lambda: [
+            sfmt.decode_batch(raw, footer.checksums[b], self.name, footer.offsets[b])
+            for raw, b in zip(raws, blocks)])
+
     async def read_table(self):
         """Every entry of the file, validated (bulk reads: merges, verification)."""
         self._check_readable()

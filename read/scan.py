@@ -74,7 +74,7 @@ class _Run:
     """SSTs sorted by key range that do not overlap (one L0 file, or a whole deeper level),
     read a range of whole blocks at a time, with the next read in flight. Reads start at
     :data:`FIRST_READ_BYTES` and double up to :data:`READ_BYTES`, so a query that wants a few
-    rows reads little and a long scan reads in large requests."""
+    rows reads little and a long scan reads in large requests (see :meth:`_next_read`)."""
 
     def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes,
                  owns=lambda sst: None, segments: SegmentFilter | None = None):
@@ -104,20 +104,37 @@ class _Run:
                     self._file = [clerk, footer, deque(blocks), self._owns(sst)]
                 continue
             clerk, footer, blocks, owns = self._file
-            first = stop = blocks.popleft()
-            stop += 1  # a run of adjacent blocks, read in one request
-            while (blocks and blocks[0] == stop
-                   and footer.offsets[stop + 1] - footer.offsets[first] <= self._read_bytes):
-                stop = blocks.popleft() + 1
+            read = self._next_read(clerk, footer, blocks)
             if not blocks:
                 self._file = None
-            self._read_bytes = min(2 * self._read_bytes, READ_BYTES)
-            table = clip(pa.Table.from_batches(await clerk.read_blocks(first, stop)),
-                         self._lo, self._hi)
+            table = clip(pa.Table.from_batches(await read), self._lo, self._hi)
             if owns is not None and table.num_rows:
                 table = table.filter(owns.mask(table.column("key").to_pylist()))
+            if self._segments is not None and table.num_rows:  # the merge sees these only
+                table = table.filter(self._segments.mask(table.column("key").to_pylist()))
             if table.num_rows:
                 return table
+
+    def _next_read(self, clerk, footer, blocks: deque):
+        """The next request for the blocks of the file left to read: for a fold of tictac
+        segments, blocks here and there, many ranges to a request; else a run of adjacent
+        blocks, in requests that grow."""
+        if self._segments is not None:
+            picked, size = [], 0
+            while blocks:
+                more = footer.offsets[blocks[0] + 1] - footer.offsets[blocks[0]]
+                if picked and size + more > READ_BYTES:
+                    break
+                picked.append(blocks.popleft())
+                size += more
+            return clerk.read_scattered(picked)
+        first = stop = blocks.popleft()
+        stop += 1
+        while (blocks and blocks[0] == stop
+               and footer.offsets[stop + 1] - footer.offsets[first] <= self._read_bytes):
+            stop = blocks.popleft() + 1
+        self._read_bytes = min(2 * self._read_bytes, READ_BYTES)
+        return clerk.read_blocks(first, stop)
 
     async def next(self) -> pa.Table | None:
         ahead = self._ahead if self._ahead is not None else asyncio.ensure_future(self._read())
@@ -214,10 +231,10 @@ async def scan(view: LedgerView, lo: bytes, hi: bytes, *, now_s: float | None = 
     """The newest entry of each Ledger key in ``[lo, hi)`` at ``view``, in key order, as Arrow
     tables of :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows. ``live`` leaves out tombstones and
     entries expired at ``now_s`` (default: the view's clock). ``segments`` keeps only the keys
-    of those tictac segments, and reads only the blocks that may hold them: a block that
-    holds none of them holds no version of such a key, so skipping it hides nothing of theirs
-    (the keys of other segments it would have shadowed are dropped after the merge). Closing
-    the iterator early stops its reads."""
+    of those tictac segments, and reads only the blocks that may hold them (many to a
+    request), keeping only those keys of each: every version of such a key is in a block that
+    holds it, so the merge still finds its newest (entries in memory are filtered after the
+    merge). Closing the iterator early stops its reads."""
     now_s = view.clock() if now_s is None else now_s
     upto = view.sqn if getattr(view, "past", False) else None
 
