@@ -87,8 +87,8 @@ def tree_key_hashes(lkeys: list[bytes]) -> np.ndarray:
     return key_hashes([tree_key(k) for k in lkeys])
 
 
-#: Bits of a key hash an SST keeps per block (its *segment hints*, SST format 3; format 2
-#: kept 16): a tree's segment is the hash's top bits, so a hint tells a segment of any tree
+#: Bits of a key hash an SST keeps per block (its *segment hints*, from SST format 3;
+#: format 2 kept 16): a tree's segment is the hash's top bits, so a hint tells a segment of any tree
 #: exactly, and a fold of a few segments of a ``large`` tree reads a few blocks in a hundred.
 HINT_BITS = 32
 #: The size of tree a compare exchanges, and a store keeps, unless told otherwise: with
@@ -102,12 +102,20 @@ def hints_of(khashes: np.ndarray) -> np.ndarray:
 
 
 def hints_in_segments(hints: np.ndarray, hint_bits: int, segments: np.ndarray,
-                  bits: int) -> np.ndarray:
-    """Which of ``hints`` (of ``hint_bits`` bits each) may be keys of ``segments`` (sorted) of
-    a tree of ``2**bits`` segments, as a bool per hint."""
+                      bits: int) -> np.ndarray:
+    """Which of ``hints`` (unsigned, of ``hint_bits`` bits each) may be keys of ``segments``
+    of a tree of ``2**bits`` segments, as a bool per hint: a lookup in a table of one bool
+    per segment (at most a ``large`` tree's 1 MiB), so a footer's million hints take
+    milliseconds."""
     if bits <= hint_bits:
-        return among(hints.astype(np.int64) >> (hint_bits - bits), segments)
-    return among(hints.astype(np.int64), np.unique(segments >> (bits - hint_bits)))
+        return _member(hints >> hints.dtype.type(hint_bits - bits), segments, bits)
+    return _member(hints, segments >> (bits - hint_bits), hint_bits)
+
+
+def _member(values: np.ndarray, members: np.ndarray, bits: int) -> np.ndarray:
+    table = np.zeros(1 << bits, dtype=bool)
+    table[members] = True
+    return table[values]
 
 
 def among(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:

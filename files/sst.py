@@ -8,9 +8,11 @@ A block is ``codec u8 | raw_len u32 | payload``: an Arrow IPC record batch of
 :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows, compressed on its own. Its checksum sits in the
 footer's block index. The footer (msgpack, compressed) holds the format version, the first key of
 each block, the bloom filter, the key range, the SQN range and counts, and (from version 2)
-each block's *segment hints*: the distinct top bits of its keys' tictac key hashes (16 in
-version 2, 32 from version 3; :mod:`leveled_ray.codec.tictac`), so that a fold of a few tree
-segments reads only the blocks that can hold them (leveled's per-block segment index). The
+each block's *segment hints*: the top bits of its keys' tictac key hashes (the distinct top
+16 bits of each block's keys in version 2, 32 bits in version 3; from version 4 the top 32
+bits of every key, in row order; :mod:`leveled_ray.codec.tictac`), so that a fold of a few
+tree segments reads only the blocks that can hold them (leveled's per-block segment index),
+and, from version 4, keeps their keys without hashing any. The
 trailer points at the footer and holds its checksum. Once the footer is cached, a point lookup
 reads one block: one ranged GET.
 """
@@ -33,12 +35,12 @@ from .bloom import Bloom
 from .framing import CODEC_LZ4, checksum, encode_block, encode_footer, size_cuts
 
 MAGIC = b"LRSST\x00\x00\x01"
-VERSION = 3
+VERSION = 4
 #: The versions this code reads: 1 has no segment hints (a fold of segments reads every
-#: block), 2 has 16-bit ones.
-READABLE = (1, 2, 3)
+#: block), 2 has 16-bit ones, 3 each block's distinct 32-bit ones, 4 every row's.
+READABLE = (1, 2, 3, 4)
 #: Bits of a segment hint, by format version.
-_HINT_BITS = {2: 16, 3: HINT_BITS}
+_HINT_BITS = {2: 16, 3: HINT_BITS, 4: HINT_BITS}
 #: Fixed bytes of one row besides its key and extra columns (for block sizing).
 _FIXED_ROW = 8 + 1 + 4 + 8 + 8 + 8 + 8
 
@@ -72,6 +74,7 @@ class SstFooter:
     hints: np.ndarray | None = None  # every block's segment hints, one after another
     hint_offsets: np.ndarray | None = None  # where each block's hints start, then their end
     hint_bits: int = 0  # of each hint
+    hints_per_row: bool = False  # a hint for each row of a block, in order (version 4)
 
     @property
     def block_count(self) -> int:
@@ -84,6 +87,13 @@ class SstFooter:
             return np.ones(self.block_count, dtype=bool)
         hit = hints_in_segments(self.hints, self.hint_bits, segments, bits).astype(np.int32)
         return np.add.reduceat(hit, self.hint_offsets[:-1]) > 0
+
+    def rows_in(self, blocks: list[int], segments: np.ndarray, bits: int) -> np.ndarray:
+        """For the rows of ``blocks`` (in order, one after another; a version 4 file): which
+        are keys of ``segments`` of a tree of ``2**bits`` segments."""
+        hints = np.concatenate([self.hints[self.hint_offsets[b]:self.hint_offsets[b + 1]]
+                                for b in blocks])
+        return hints_in_segments(hints, self.hint_bits, segments, bits)
 
     def block_spans(self, keys: list[bytes]) -> list[tuple[int, int, int]]:
         """For sorted ``keys``: ``(block, lo, hi)`` for each block that may hold some of
@@ -173,10 +183,15 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
     hint_doc = {}
     if version >= 2:
         hints = hints_of(tree_key_hashes(key_list)) >> (HINT_BITS - _HINT_BITS[version])
-        per_block = [np.unique(hints[bounds[b]:bounds[b + 1]]) for b in range(len(starts))]
-        dtype = "<u2" if version == 2 else "<u4"
-        hint_doc = {"seg": np.concatenate(per_block).astype(dtype).tobytes(),
-                    "sego": np.cumsum([0] + [len(h) for h in per_block]).astype("<u4").tobytes()}
+        if version < 4:
+            per_block = [np.unique(hints[bounds[b]:bounds[b + 1]]) for b in range(len(starts))]
+            dtype = "<u2" if version == 2 else "<u4"
+            hint_doc = {"seg": np.concatenate(per_block).astype(dtype).tobytes(),
+                        "sego": np.cumsum([0] + [len(h) for h in per_block]).astype(
+                            "<u4").tobytes()}
+        else:  # every row's, so that a fold of segments need not hash the keys it reads
+            hint_doc = {"seg": hints.astype("<u4").tobytes(),
+                        "sego": np.asarray(bounds, dtype="<u4").tobytes()}
 
     sqns = table.column("sqn")
     tombstones = pc.sum(pc.equal(table.column("status"), TOMBSTONE)).as_py() or 0
@@ -223,7 +238,8 @@ def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
     if footer.hints is not None:
         bounds = footer.hint_offsets
         if (len(bounds) != blocks + 1 or bounds[0] != 0 or bounds[-1] != len(footer.hints)
-                or np.any(np.diff(bounds.astype(np.int64)) < 1)):
+                or np.any(np.diff(bounds.astype(np.int64)) < 1)
+                or footer.hints_per_row and len(footer.hints) != footer.entries):
             raise CorruptObjectError(path, foff, "segment hints do not match the blocks")
     if blocks == 0 or len(offsets) != blocks + 1 or len(checksums) != blocks:
         raise CorruptObjectError(path, foff, "block index lengths disagree")
@@ -242,7 +258,7 @@ def _hints(doc: dict) -> dict:
         return {}
     return {"hints": np.frombuffer(doc["seg"], dtype="<u2" if doc["v"] == 2 else "<u4"),
             "hint_offsets": np.frombuffer(doc["sego"], dtype="<u4"),
-            "hint_bits": _HINT_BITS[doc["v"]]}
+            "hint_bits": _HINT_BITS[doc["v"]], "hints_per_row": doc["v"] >= 4}
 
 
 class BlockKeys:

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from ..codec import ACTIVE
 from ..codec.tictac import SegmentFilter
+from ..errors import CorruptObjectError
 from ..files.clerk import ClerkHost
 from ..files.sst import SstInfo, block_span, sort_and_dedupe
 
@@ -74,7 +75,8 @@ class _Run:
     """SSTs sorted by key range that do not overlap (one L0 file, or a whole deeper level),
     read a range of whole blocks at a time, with the next read in flight. Reads start at
     :data:`FIRST_READ_BYTES` and double up to :data:`READ_BYTES`, so a query that wants a few
-    rows reads little and a long scan reads in large requests (see :meth:`_next_read`)."""
+    rows reads little and a long scan reads in large requests; a fold of tictac segments reads
+    the blocks that may hold them, scattered, many to a request."""
 
     def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes,
                  owns=lambda sst: None, segments: SegmentFilter | None = None):
@@ -104,37 +106,56 @@ class _Run:
                     self._file = [clerk, footer, deque(blocks), self._owns(sst)]
                 continue
             clerk, footer, blocks, owns = self._file
-            read = self._next_read(clerk, footer, blocks)
+            if self._segments is not None:  # blocks here and there: many ranges a request
+                picked = self._scattered(footer, blocks)
+                table = self._in_segments(clerk, footer, picked,
+                                          await clerk.read_scattered(picked))
+            else:
+                first, stop = self._adjacent(footer, blocks)
+                table = pa.Table.from_batches(await clerk.read_blocks(first, stop))
             if not blocks:
                 self._file = None
-            table = clip(pa.Table.from_batches(await read), self._lo, self._hi)
+            table = clip(table, self._lo, self._hi)
             if owns is not None and table.num_rows:
                 table = table.filter(owns.mask(table.column("key").to_pylist()))
-            if self._segments is not None and table.num_rows:  # the merge sees these only
-                table = table.filter(self._segments.mask(table.column("key").to_pylist()))
             if table.num_rows:
                 return table
 
-    def _next_read(self, clerk, footer, blocks: deque):
-        """The next request for the blocks of the file left to read: for a fold of tictac
-        segments, blocks here and there, many ranges to a request; else a run of adjacent
-        blocks, in requests that grow."""
-        if self._segments is not None:
-            picked, size = [], 0
-            while blocks:
-                more = footer.offsets[blocks[0] + 1] - footer.offsets[blocks[0]]
-                if picked and size + more > READ_BYTES:
-                    break
-                picked.append(blocks.popleft())
-                size += more
-            return clerk.read_scattered(picked)
+    def _adjacent(self, footer, blocks: deque) -> tuple[int, int]:
+        """The next run of adjacent blocks to read in one request (``first``, ``end``), in
+        requests that grow."""
         first = stop = blocks.popleft()
         stop += 1
         while (blocks and blocks[0] == stop
                and footer.offsets[stop + 1] - footer.offsets[first] <= self._read_bytes):
             stop = blocks.popleft() + 1
         self._read_bytes = min(2 * self._read_bytes, READ_BYTES)
-        return clerk.read_blocks(first, stop)
+        return first, stop
+
+    @staticmethod
+    def _scattered(footer, blocks: deque) -> list[int]:
+        """The next blocks to read in one request of many ranges, up to :data:`READ_BYTES`."""
+        picked, size = [], 0
+        while blocks:
+            more = footer.offsets[blocks[0] + 1] - footer.offsets[blocks[0]]
+            if picked and size + more > READ_BYTES:
+                break
+            picked.append(blocks.popleft())
+            size += more
+        return picked
+
+    def _in_segments(self, clerk, footer, picked: list[int], batches: list) -> pa.Table:
+        """The rows of blocks ``picked`` whose keys are in the fold's segments (the merge sees
+        these only): told by the footer's hint of each row, or, in a file older than SST
+        format 4, by hashing the keys."""
+        table = pa.Table.from_batches(batches)
+        if not footer.hints_per_row:
+            return table.filter(self._segments.mask(table.column("key").to_pylist()))
+        keep = footer.rows_in(picked, self._segments.segments, self._segments.bits)
+        if len(keep) != table.num_rows:
+            raise CorruptObjectError(clerk.name, footer.offsets[picked[0]],
+                                     "segment hints do not match the blocks' rows")
+        return table.filter(keep)
 
     async def next(self) -> pa.Table | None:
         ahead = self._ahead if self._ahead is not None else asyncio.ensure_future(self._read())

@@ -1,6 +1,8 @@
-"""An SST's segment hints (32 bits from format version 3, 16 in version 2): a fold of a few
-tictac segments may skip a block only if it holds none of their keys; files of versions 1 and
-2 still read, every block kept in version 1 (no Ray)."""
+"""An SST's segment hints (every row's 32 bits from format version 4; each block's distinct
+32 bits in version 3, 16 in version 2): a fold of a few tictac segments may skip a block only
+if it holds none of their keys, and from version 4 tells a block's keys of those segments
+without hashing them; files of versions 1 to 3 still read, every block kept in version 1
+(no Ray)."""
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +30,7 @@ def blocks_with(footer, segments, size: str):
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=24), min_size=1, max_size=400, unique=True),
-       st.sampled_from(sorted(SIZES)), st.sampled_from([2, 3]), st.data())
+       st.sampled_from(sorted(SIZES)), st.sampled_from([2, 3, 4]), st.data())
 def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, version, data):
     sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=data.draw(st.integers(64, 2048)),
                             version=version)
@@ -45,7 +47,7 @@ def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, ve
         held = {segment[block.keys[i]] for i in range(len(block.keys))}
         if held & wanted:
             assert keep[b]  # never skipped when it holds a wanted key
-        elif version == 3 or segments <= 1 << 16:
+        elif version >= 3 or segments <= 1 << 16:
             assert not keep[b]  # exact: 32-bit hints, or a tree of up to 2**16 segments
 
 
@@ -58,22 +60,25 @@ def test_older_files_still_read_and_version_1_keeps_every_block():
     v2, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512, version=2)
     v2_footer, v2_table = sfmt.read_all(v2, "s")
     assert v2_footer.hint_bits == 16 and v2_table.equals(table)
+    v3, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512, version=3)
+    v3_footer, v3_table = sfmt.read_all(v3, "s")
+    assert v3_footer.hint_bits == 32 and not v3_footer.hints_per_row and v3_table.equals(table)
     new, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512)
     new_footer, _ = sfmt.read_all(new, "s")
-    assert new_footer.hint_bits == 32
+    assert new_footer.hint_bits == 32 and new_footer.hints_per_row
     # One segment of a large tree is in one block; a version 2 file tells it only to 16 bits.
     one = [segment_of(key_hash(keys[7]), 1 << 20)]
     assert blocks_with(new_footer, one, "large").sum() == 1
     assert 1 <= blocks_with(v2_footer, one, "large").sum() < v2_footer.block_count / 4
     with pytest.raises(ValueError):
-        sfmt.build_sst("s", table_of(keys), version=4)
+        sfmt.build_sst("s", table_of(keys), version=5)
 
 
 def test_hints_that_do_not_match_the_blocks_are_damage():
     keys = [b"k%05d" % i for i in range(500)]
     sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512)
     footer = sfmt.parse_footer(len(sst), sst, "s")
-    doc = {"v": 3, "n": footer.entries, "tomb": 0, "kmin": footer.min_key,
+    doc = {"v": 4, "n": footer.entries, "tomb": 0, "kmin": footer.min_key,
            "kmax": footer.max_key, "smin": footer.min_sqn, "smax": footer.max_sqn,
            "first": footer.first_keys,
            "off": np.asarray(footer.offsets, dtype="<u8").tobytes(),
@@ -81,9 +86,28 @@ def test_hints_that_do_not_match_the_blocks_are_damage():
            "bloom": footer.bloom.bits, "bk": footer.bloom.k,
            "seg": footer.hints.tobytes(), "sego": footer.hint_offsets[:-1].tobytes()}
     body = sst[:footer.offsets[-1]]
-    bad = body + framing.encode_footer(sfmt.MAGIC, 3, framing.CODEC_LZ4, doc, len(body))
+    bad = body + framing.encode_footer(sfmt.MAGIC, 4, framing.CODEC_LZ4, doc, len(body))
     with pytest.raises(CorruptObjectError, match="segment hints"):
         sfmt.parse_footer(len(bad), bad, "s")
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=24), min_size=1, max_size=400, unique=True),
+       st.sampled_from(sorted(SIZES)), st.data())
+def test_a_version_4_file_tells_each_rows_segment_without_hashing(keys, size, data):
+    """The footer's hint of each row tells exactly the rows of the wanted segments, for any
+    run of blocks."""
+    sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=data.draw(st.integers(64, 2048)))
+    footer, table = sfmt.read_all(sst, "s")
+    blocks = sorted(data.draw(st.sets(st.integers(0, footer.block_count - 1), min_size=1)))
+    rows = [key for b in blocks for key in sfmt.decode_block(
+        sst[footer.block_range(b)[0]:footer.block_range(b)[1]], footer.checksums[b], "s",
+        footer.block_range(b)[0]).keys]
+    segment = {k: segment_of(key_hash(k), SIZES[size]) for k in keys}
+    wanted = sorted(set(data.draw(st.lists(st.sampled_from(sorted(set(segment.values()))),
+                                           max_size=5))))
+    got = footer.rows_in(blocks, np.asarray(wanted, dtype=np.int64), SIZES[size].bit_length() - 1)
+    assert got.tolist() == [segment[k] in wanted for k in rows]
 
 
 def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path):
