@@ -123,7 +123,7 @@ class TreeKeeper:
             self.counters["tree_failures"] += 1
             log.warning("a flush's earlier entries could not be read", exc_info=True)
             return (None, epoch)
-        return (kept_tree.delta(self.size, flushed, before), epoch)
+        return (kept_tree.delta(flushed, before), epoch)
 
     def apply(self, change: tuple | None) -> None:
         """Add a committed flush's change. One not known (its lookups failed, or a rebuild
@@ -134,11 +134,11 @@ class TreeKeeper:
         if found is None or epoch != self._epoch:
             self.rebuild()
             return
-        tree, has_ttl = found
+        delta, has_ttl = found
         self.has_ttl |= has_ttl
         target = self.tree if self.tree is not None else self._pending
         if target is not None:
-            target.leaves ^= tree.leaves
+            delta.xor_into(target)
 
     def current(self, size: str) -> TicTacTree | None:
         """The tree (not a copy: it changes in place at each flush), if a compare with trees

@@ -43,39 +43,58 @@ def counted(keys: pa.Array, status, expiry) -> tuple[np.ndarray, bool]:
     return live & ~ttl & objects, bool((ttl & objects).any())
 
 
-def _add(tree: TicTacTree, keys: pa.Array, status, expiry, hashes) -> bool:
-    mask, has_ttl = counted(keys, status, expiry)
-    if mask.any():
-        tree.add_hashes(tree_key_hashes(keys.filter(pa.array(mask)).to_pylist()),
-                        np.asarray(hashes, dtype=np.uint64)[mask])
-    return has_ttl
-
-
 def add_rows(tree: TicTacTree, rows: pa.Table) -> bool:
     """XOR the counted rows of a table of Ledger rows (``key``, ``status``, ``expiry``,
     ``hash``) into ``tree`` (or out again); returns whether a row had a TTL."""
-    return _add(tree, rows.column("key").combine_chunks(), rows.column("status").to_numpy(),
-                rows.column("expiry").to_numpy(), rows.column("hash").to_numpy())
+    keys = rows.column("key").combine_chunks()
+    mask, has_ttl = counted(keys, rows.column("status").to_numpy(),
+                            rows.column("expiry").to_numpy())
+    if mask.any():
+        tree.add_hashes(tree_key_hashes(keys.filter(pa.array(mask)).to_pylist()),
+                        rows.column("hash").to_numpy().astype(np.uint64)[mask])
+    return has_ttl
 
 
-def add_entries(tree: TicTacTree, keys: pa.Array, entries: list[tuple | None]) -> bool:
-    """:func:`add_rows` for Ledger entries (``(sqn, status, expiry, hash, ...)`` or ``None``)
-    of ``keys``."""
-    present = [i for i, e in enumerate(entries) if e is not None]
-    if not present:
-        return False
-    n = len(present)
-    return _add(tree, keys.take(pa.array(present, pa.int64())),
-                np.fromiter((entries[i][1] for i in present), np.uint8, n),
-                np.fromiter((entries[i][2] for i in present), np.uint32, n),
-                np.fromiter((entries[i][3] for i in present), np.uint64, n))
+class TreeChange:
+    """What a flush changes in a kept tree, kept sparse: the key and value hashes to XOR in
+    (a ``large`` tree is 4 MiB, and a flush touches a few thousand of its segments)."""
+
+    __slots__ = ("_keys", "_values")
+
+    def __init__(self):
+        self._keys: list[np.ndarray] = []
+        self._values: list[np.ndarray] = []
+
+    def add_hashes(self, khashes: np.ndarray, value_hashes: np.ndarray) -> None:
+        self._keys.append(np.asarray(khashes, dtype=np.uint64))
+        self._values.append(np.asarray(value_hashes, dtype=np.uint64))
+
+    def xor_into(self, tree: TicTacTree) -> None:
+        if self._keys:
+            tree.add_hashes(np.concatenate(self._keys), np.concatenate(self._values))
 
 
-def delta(size: str, flushed: pa.Table, before: list[tuple | None]) -> tuple[TicTacTree, bool]:
+def delta(flushed: pa.Table, before: list[tuple | None]) -> tuple[TreeChange, bool]:
     """What a flush of ``flushed`` (sorted, one row per key) changes in a kept tree, given
-    each key's newest entry in the files before it (``before``): the old entries XORed out,
-    the new ones in. Returns the change, as a tree to XOR in, and whether a flushed row had a
-    TTL."""
-    change = TicTacTree(size)
-    add_entries(change, flushed.column("key").combine_chunks(), before)
-    return change, add_rows(change, flushed)
+    each key's newest entry in the files before it (``before``: ``(sqn, status, expiry, hash,
+    ...)`` or ``None``): the old entries XORed out, the new ones in. Returns the change, and
+    whether a flushed row had a TTL. Each key is hashed once, for both."""
+    keys = flushed.column("key").combine_chunks()
+    old = np.asarray([i for i, e in enumerate(before) if e is not None], dtype=np.int64)
+    n = len(old)
+    old_hash = np.fromiter((before[i][3] for i in old), np.uint64, n)
+    old_mask, _ = counted(keys.take(pa.array(old, pa.int64())),
+                          np.fromiter((before[i][1] for i in old), np.uint8, n),
+                          np.fromiter((before[i][2] for i in old), np.uint32, n))
+    new_mask, has_ttl = counted(keys, flushed.column("status").to_numpy(),
+                                flushed.column("expiry").to_numpy())
+    hashed = new_mask.copy()
+    hashed[old[old_mask]] = True
+    where = np.flatnonzero(hashed)
+    khashes = np.zeros(len(keys), dtype=np.uint64)
+    khashes[where] = tree_key_hashes(keys.take(pa.array(where, pa.int64())).to_pylist())
+    change = TreeChange()
+    change.add_hashes(khashes[old[old_mask]], old_hash[old_mask])
+    change.add_hashes(khashes[new_mask], flushed.column("hash").to_numpy().astype(
+        np.uint64)[new_mask])
+    return change, has_ttl

@@ -26,10 +26,10 @@ async def with_newer(tree: TicTacTree, host: ClerkHost, files: LedgerFiles,
         keys = newer.column("key").to_pylist()
         with host.reading(files.version):
             before = await ledger_entries(host, files, keys, {})
-        change, has_ttl = kept_tree.delta(tree.size, newer, before)
+        change, has_ttl = kept_tree.delta(newer, before)
         if has_ttl:
             return None
-        tree = tree.merge(change)
+        change.xor_into(tree)
     return tree.resized(size)
 
 

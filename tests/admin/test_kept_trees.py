@@ -43,12 +43,12 @@ def test_a_flush_changes_the_tree_by_what_it_replaces():
     rules.add_rows(tree, rows((a, ACTIVE, 0, 1), (b, ACTIVE, 0, 2)))
     # a changes, b is deleted, c is new with a TTL, and leveled-ray's own object is left out.
     flushed = rows((a, ACTIVE, 0, 9), (b, TOMBSTONE, 0, 0), (c, ACTIVE, 99, 3), (own, ACTIVE, 0, 4))
-    change, has_ttl = rules.delta("xxsmall", flushed, [(5, ACTIVE, 0, 1), (6, ACTIVE, 0, 2),
-                                                       None, None])
+    change, has_ttl = rules.delta(flushed, [(5, ACTIVE, 0, 1), (6, ACTIVE, 0, 2), None, None])
     assert has_ttl
     expected = TicTacTree("xxsmall")
     rules.add_rows(expected, rows((a, ACTIVE, 0, 9)))
-    assert tree.merge(change) == expected
+    change.xor_into(tree)
+    assert tree == expected
     # A larger tree folds down to a smaller one exactly.
     large = TicTacTree("small")
     rules.add_rows(large, rows((a, ACTIVE, 0, 9), (b, ACTIVE, 0, 2)))
