@@ -70,7 +70,8 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
                  shard: tuple[str, str] | None = None):
         self.url, self.options, self.name = url, options, name
         # When this Bookie was made (wall time: after its process began and imported the
-        # package) and how long its start took: a failover's parts, in stats().
+        # package), how long its start took and when it ended (served_at): a failover's
+        # parts, in stats().
         self.opened: dict = {"created_at": round(time.time(), 3)}
         self.shard = shard  # a sharded store's (name or URL, this shard's label)
         self.clock = clock
@@ -90,6 +91,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.epoch = 0
         self.lost_epoch: int | None = None  # the epoch held before a restart (failover)
         self.inker = self.penciller = self.pclerk = self.iclerk = None
+        self.clerks_made: dict = {}  # each clerk's role: a future done once it is made
         self._merges = None  # the merge clerk's run, once it is started
         self.lease: LeasePublisher | None = None
         self.participant: Participant | None = None  # cross-shard parts (from start)
@@ -174,7 +176,8 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
                                        self.epoch, self._install_files)
         await self.participant.recover()  # parts prepared before a restart: before any write
         self.opened.update(open_s=round(time.monotonic() - began, 3),
-                           replay_s=round(time.monotonic() - started, 3))
+                           replay_s=round(time.monotonic() - started, 3),
+                           served_at=round(time.time(), 3))
         return {"epoch": self.epoch, "manifest_id": mid, "head_only": self.head_only,
                 "replayed": self.counters["replayed"], "replay_s": self.opened["replay_s"],
                 "next_sqn": self.writes.next_sqn}
@@ -374,10 +377,10 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         return ManifestStore(self.store)
 
     async def stats(self) -> dict:
-        merges = await call(self.pclerk.stats) if self.pclerk else dict(NO_MERGES)
+        merges = await self.clerk_stats("pclerk", NO_MERGES)
         return bookie_stats(self, self.inker.stats() if self.inker else {},
                             self.penciller.local.stats() if self.penciller else {}, merges,
-                            await call(self.iclerk.stats) if self.iclerk else {})
+                            await self.clerk_stats("iclerk", {}))
 
     async def close(self) -> None:
         """Finish queued writes, persist L0 memory and the journal catalog, stop the actors."""

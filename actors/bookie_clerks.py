@@ -9,7 +9,7 @@ from ..errors import StoreClosedError
 from ..manifest.levels import MergeJob
 from .iclerk import InkerClerk
 from .pclerk import PencillerClerk
-from .remote import call, self_handle, spawn
+from .remote import call, made, self_handle, spawn
 
 
 class Clerks:
@@ -22,6 +22,7 @@ class Clerks:
         if self.pclerk is None and not self.closing:
             self.pclerk = spawn(PencillerClerk, "pclerk", self.local, self.name, self.store,
                                 self.options, self.clock, self_handle(self, self.local))
+            self.clerks_made["pclerk"] = made(self.pclerk, self.local)
             self._merges = self.pclerk.run.remote()  # polls for merges until stopped
         return self.pclerk
 
@@ -31,7 +32,20 @@ class Clerks:
         if self.iclerk is None:
             self.iclerk = spawn(InkerClerk, "iclerk", self.local, self.name, self.store,
                                 self.options, self_handle(self, self.local))
+            self.clerks_made["iclerk"] = made(self.iclerk, self.local)
         return self.iclerk
+
+    async def clerk_stats(self, role: str, before: dict) -> dict:
+        """The ``stats()`` of the clerk ``role`` ("pclerk" or "iclerk"), or ``before`` while
+        it has none, marked ``starting`` while its process starts: a call would wait for
+        that, and the first ``stats()`` of a Bookie restarted on a loaded node would come
+        seconds after it serves again."""
+        clerk = getattr(self, role)
+        if clerk is None:
+            return dict(before)
+        if not self.clerks_made[role].done():
+            return {**before, "starting": True}
+        return await call(clerk.stats)
 
     async def _stop_merges(self) -> None:
         """Stop the merge clerk at once, at close: a clerk still starting is not waited for,

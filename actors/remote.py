@@ -8,6 +8,7 @@ process.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import pickle
 import time
 from collections.abc import Iterator
@@ -117,17 +118,72 @@ def resend_waits() -> Iterator[float]:
 
 
 async def call_read(method, *args) -> Any:
-    """:func:`call` of a method that changes nothing: sent again (see :func:`resend_waits`)
+    """:func:`call` of a method that changes nothing: sent again (see :func:`resent_async`)
     if the Bookie is lost during it."""
-    waits = resend_waits()
-    while True:
-        try:
-            return await call(method, *args)
-        except StoreUnavailableError:
-            wait = next(waits, None)
-            if wait is None:
-                raise
-            await asyncio.sleep(wait)
+    try:
+        return await call(method, *args)
+    except StoreUnavailableError as exc:
+        return await resent_async(lambda: call(method, *args), exc)
+
+
+def _answer(done) -> tuple[bool, Any]:
+    """``(True, result)`` of the first of the ``done`` sends of a read that was answered,
+    else ``(False, None)``; an error other than the Bookie's loss is raised."""
+    for send in done:
+        exc = send.exception()
+        if exc is None:
+            return True, send.result()
+        exc = unwrap(exc)
+        if not isinstance(exc, StoreUnavailableError):
+            raise exc
+    return False, None
+
+
+# Ray holds a call sent to a restarting actor for 1-2 s before it fails it (it waits to
+# learn whether the actor died). A resend made only once the send before it had failed was
+# answered up to 2 s after the reopen; a resend made after each wait, whatever became of
+# the sends before, is answered within one wait of it.
+
+def resent(send, lost: StoreUnavailableError) -> Any:
+    """The answer of a read whose Bookie was lost (``lost``), sent again by ``send()`` (a
+    ``concurrent.futures.Future``) after each of :func:`resend_waits`, without waiting for
+    the sends before it to fail; ``lost`` is raised once the waits run out."""
+    pending: set = set()
+    for wait in resend_waits():
+        pending.add(send())
+        end = time.monotonic() + wait
+        while (left := end - time.monotonic()) > 0:
+            if not pending:
+                time.sleep(left)
+                break
+            done, pending = concurrent.futures.wait(
+                pending, left, return_when=concurrent.futures.FIRST_COMPLETED)
+            answered, result = _answer(done)
+            if answered:
+                return result
+    raise lost
+
+
+async def resent_async(send, lost: StoreUnavailableError) -> Any:
+    """:func:`resent`, awaited: ``send()`` returns an awaitable."""
+    pending: set = set()
+    try:
+        for wait in resend_waits():
+            pending.add(asyncio.ensure_future(send()))
+            end = time.monotonic() + wait
+            while (left := end - time.monotonic()) > 0:
+                if not pending:
+                    await asyncio.sleep(left)
+                    break
+                done, pending = await asyncio.wait(pending, timeout=left,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                answered, result = _answer(done)
+                if answered:
+                    return result
+        raise lost
+    finally:
+        for waiting in pending:  # sends Ray still holds: their answers are not needed
+            waiting.cancel()
 
 
 def pack(records: list) -> bytes:
@@ -222,6 +278,16 @@ def spawn(cls, role: str, local: bool, owner_name: str | None, *args):
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     return as_actor(cls, max_concurrency=64).options(namespace=NAMESPACE, name=name,
                                                       scheduling_strategy=here).remote(*args)
+
+
+def made(handle, local: bool) -> concurrent.futures.Future:
+    """A future done once the actor ``handle`` has been made (its constructor run): until
+    then a call to it waits for its process to start, seconds on a loaded node."""
+    if local:
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        done.set_result(None)
+        return done
+    return handle.__ray_ready__.remote().future()
 
 
 def own_client(store, local: bool):

@@ -10,8 +10,8 @@ Measures (a 4-shard store, ``--keys`` objects of 1 KiB per shard):
   copy of the shard's files, made while the store was closed). It includes the time Ray
   takes to find the node dead: its health checks, set here to a 0.5 s period and 3 failures
   (``HEALTH``; Ray's defaults are 3 s and 5, which adds about 13 s). Printed with it: when
-  the restarted Bookie's process began and its Bookie was made (after the death), and how
-  long its open took;
+  the restarted Bookie's process began, its Bookie was made and its store was open again
+  (after the death), and how long its open took;
 - **process death**: from a SIGKILL of a shard's Bookie to the first answered read on the
   same handle, against the same plain open;
 - **the other shards' puts** during the node failover (from the death to the victim shard
@@ -286,12 +286,14 @@ def main() -> None:
         restarted = store.shard(victims[0]).stats()
         began = process_began_s(restarted["process"]["pid"], died_boot)
         made = restarted["opened"]["created_at"] - died_wall
+        opened = restarted["opened"]["served_at"] - died_wall
         before = writers.rate(others, died - 2.5, died)
         during = writers.rate(others, died, served)
         assert not any(writers.errors.values()), writers.errors
         print(f"node failover: {node_s:.2f} s; the new Bookie's process began at {began:.2f} s,"
               f" its Bookie was made at {made:.2f} s and opened its store in "
-              f"{restarted['opened']['open_s']:.2f} s; plain open {plain:.2f} s idle, "
+              f"{restarted['opened']['open_s']:.2f} s (by {opened:.2f} s); plain open "
+              f"{plain:.2f} s idle, "
               f"{loaded:.2f} s under the writers")
         rows.append(("failover, node death / plain open", node_s, plain, "s"))
         rows.append(("failover, node death / plain open under the same writers", node_s,

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import NamedTuple
 
 from .. import roles
 from ..actors import bookie as bookie_mod
-from ..actors.remote import NAMESPACE, ValueBatch, pack, resend_waits, unwrap
+from ..actors.remote import NAMESPACE, ValueBatch, pack, resent, resent_async, unwrap
 from ..admin.backup import backup_version
 from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
@@ -190,43 +190,33 @@ def connect_bookie(name: str, *, address: str | None = None) -> Store:
 class Call(NamedTuple):
     """The plan of a :func:`bookie_call` method: the Bookie call's ref, what to make of its
     result, whether a store already gone counts as done (closing it), and for a read, how to
-    make the call again if the Bookie is lost during it (``again``; sent again after each of
-    :func:`~leveled_ray.actors.remote.resend_waits`, ``waits`` once it has begun)."""
+    make the call again if the Bookie is lost during it (``again``; sent again as
+    :func:`~leveled_ray.actors.remote.resent` says)."""
 
     ref: object
     finish: Callable = lambda result: result
     closing: bool = False
     again: Callable[[], Call] | None = None
-    waits: Iterator[float] | None = None
 
     def run(self):
         try:
             return self.finish(_get(self.ref))
         except StoreClosedError as exc:
-            resend = self._resend(exc)
-            if resend is None:
+            if not self._resends(exc):
                 return self._gone(exc)
-            time.sleep(resend[0])
-            return self.again()._replace(waits=resend[1]).run()
+            return self.finish(resent(lambda: self.again().ref.future(), exc))
 
     async def run_async(self):
         try:
             return self.finish(await _await(self.ref))
         except StoreClosedError as exc:
-            resend = self._resend(exc)
-            if resend is None:
+            if not self._resends(exc):
                 return self._gone(exc)
-            await asyncio.sleep(resend[0])
-            return await self.again()._replace(waits=resend[1]).run_async()
+            return self.finish(await resent_async(lambda: _await(self.again().ref), exc))
 
-    def _resend(self, exc: StoreClosedError) -> tuple[float, Iterator[float]] | None:
-        """For a read whose Bookie was lost during it: the wait before it is sent again to
-        the restarted Bookie, and the waits after; ``None`` when it is not sent again."""
-        if not isinstance(exc, StoreUnavailableError) or self.again is None:
-            return None
-        waits = self.waits if self.waits is not None else resend_waits()
-        wait = next(waits, None)
-        return None if wait is None else (wait, waits)
+    def _resends(self, exc: StoreClosedError) -> bool:
+        """Whether this is a read whose Bookie was lost during it (sent again)."""
+        return isinstance(exc, StoreUnavailableError) and self.again is not None
 
     def _gone(self, exc: StoreClosedError):
         if not self.closing:

@@ -369,3 +369,25 @@ def test_a_bulk_install_during_a_close_with_a_merge_in_flight_is_refused(tmp_pat
             await asyncio.wait_for(penciller.ingest((), (), 0), timeout=5)
 
     asyncio.run(run())
+
+
+def test_stats_does_not_wait_for_a_clerk_still_starting(tmp_path):
+    """A clerk whose process is still starting is reported ``starting``, with no counters of
+    its own: a call to it would wait for that (seconds on a loaded node, as after a
+    failover), and stats() with it."""
+    root = str(tmp_path / "db")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", TINY, local=True)
+        await bookie.start()
+        assert "starting" not in (await bookie.stats())["merges"]  # no clerk yet
+        bookie._merge_clerk()
+        bookie.clerks_made["pclerk"] = asyncio.get_running_loop().create_future()  # starting
+        merges = (await asyncio.wait_for(bookie.stats(), timeout=5))["merges"]
+        assert merges["starting"] and merges["merges"] == 0
+        bookie.clerks_made["pclerk"].set_result(None)  # made: its own figures
+        merges = (await bookie.stats())["merges"]
+        assert "starting" not in merges and "process" in merges
+        await bookie.close()
+
+    asyncio.run(run())

@@ -35,6 +35,7 @@ def test_a_killed_bookie_comes_back_on_the_same_handle(ray_cluster, tmp_url):
         opened = store.stats()["opened"]  # the restarted Bookie's, made after the kill
         assert opened["created_at"] > killed > first["opened"]["created_at"]
         assert 0 <= opened["replay_s"] <= opened["open_s"] < 60
+        assert opened["created_at"] <= opened["served_at"] <= time.time()
         assert store.get_many([("b", k) for k in acked]) == [b"v%d" % i for i in range(50)]
         assert store.put("b", "after", b"x") > max(acked.values())
         assert store.stats()["epoch"] == epoch + 1  # it claimed the store again
