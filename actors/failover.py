@@ -25,6 +25,7 @@ import logging
 import os
 import pickle
 import sys
+import warnings
 
 from ..errors import FencedError, StoreUnavailableError
 
@@ -77,10 +78,18 @@ def assignment() -> dict | None:
     from ray.experimental import internal_kv
 
     context = ray.get_runtime_context()
-    if not context.was_current_actor_reconstructed:
+    if not _restarted(context):
         return None
     value = internal_kv._internal_kv_get(_assignment_key(context.get_actor_id()))
     return None if value is None else pickle.loads(value)
+
+
+def _restarted(context) -> bool:
+    """Whether Ray restarted this actor. (Ray's own property reads a deprecated one of its
+    own, and every Bookie's start logged Ray's warning about it.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(context.was_current_actor_reconstructed)
 
 
 def lost_epoch() -> int | None:
@@ -90,7 +99,7 @@ def lost_epoch() -> int | None:
     from ray.experimental import internal_kv
 
     context = ray.get_runtime_context()
-    if not context.was_current_actor_reconstructed:
+    if not _restarted(context):
         return None
     value = internal_kv._internal_kv_get(_epoch_key(context.get_actor_id()))
     return None if value is None else int(value)

@@ -171,7 +171,8 @@ async def compare_views(a, b, *, size: str = DEFAULT_SIZE, max_segments: int = 2
         raise InvalidArgumentError(f"max_segments must be a positive int, not {max_segments!r}")
     object_range(bucket, start, end)  # bad names or a range without its bucket: refused now
     span = (bucket, start, end)
-    side_a, side_b = await FoldedSide.fold(a, size, span), await FoldedSide.fold(b, size, span)
+    side_a, side_b = await asyncio.gather(FoldedSide.fold(a, size, span),
+                                          FoldedSide.fold(b, size, span))
     root_a, root_b = side_a.tree.root(), side_b.tree.root()
     out = Comparison(rounds=1, bytes_exchanged=len(root_a) + len(root_b),
                      kept_sides=side_a.kept + side_b.kept)

@@ -6,7 +6,7 @@ Two plain stores hold the same ``--keys`` objects of ``--value-bytes``, except f
 - the bytes the exchange moved, against one store's size on disk;
 - the compare's time, both sides starting from the trees their stores kept (saved at close),
   and with both sides folding their heads into trees instead, each against a full fold of one
-  store's objects (``fold_objects_batches``) in the same run;
+  store's objects (``fold_objects_batches``) in the same run (medians of three runs each);
 - whether it found exactly the 100 keys;
 - tree upkeep: put throughput (``put_many`` of 5 000, new keys then overwrites) of a store
   keeping its tree against one with ``ledger.tree_size="off"``;
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import tempfile
 import time
 
@@ -117,6 +118,17 @@ def upkeep(tmp: str, keys: int, rounds: int = 3) -> dict:
     return {kind: min(ts) for kind, ts in times.items()}
 
 
+def timed(run, times: int = 3):
+    """``run()``'s result and its median time over ``times`` runs (the first run of each
+    pays the process's first imports and caches)."""
+    took = []
+    for _ in range(times):
+        t = time.perf_counter()
+        result = run()
+        took.append(time.perf_counter() - t)
+    return result, statistics.median(took)
+
+
 def disk_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
                for f in files)
@@ -148,18 +160,14 @@ def main() -> None:
     upkept = upkeep(tmp, min(args.keys, 100_000))
     ray.shutdown()  # both at rest: compared, and folded, without Ray
 
-    t = time.perf_counter()
-    found = lr.compare(url_a, url_b, size=args.size)
-    compare_s = time.perf_counter() - t
+    found, compare_s = timed(lambda: lr.compare(url_a, url_b, size=args.size))
     with lr.reader(url_a) as a, lr.reader(url_b) as b:
-        t = time.perf_counter()
-        folded = run_sync(compare_views(Folded(a), Folded(b), size=args.size))
-        folded_s = time.perf_counter() - t
+        folded, folded_s = timed(
+            lambda: run_sync(compare_views(Folded(a), Folded(b), size=args.size)))
     assert folded.differences == found.differences and folded.kept_sides == 0
     with lr.reader(url_a) as r:
-        t = time.perf_counter()
-        rows = sum(b.num_rows for b in r.fold_objects_batches(batch_size=10_000))
-        fold_s = time.perf_counter() - t
+        rows, fold_s = timed(
+            lambda: sum(b.num_rows for b in r.fold_objects_batches(batch_size=10_000)))
     size = disk_bytes(f"{tmp}/a")
     right = ({(d.key, d.kind) for d in found.differences}
              == {(k, "different") for k in changed} | {(k, "missing_in_b") for k in deleted}

@@ -18,6 +18,7 @@ store's shards) merge by XOR into the tree of their union.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import lz4.block
@@ -113,9 +114,17 @@ def hints_in_segments(hints: np.ndarray, hint_bits: int, segments: np.ndarray,
 
 
 def _member(values: np.ndarray, members: np.ndarray, bits: int) -> np.ndarray:
+    return _table(bits, np.asarray(members, dtype=np.int64).tobytes())[values]
+
+
+@functools.lru_cache(maxsize=4)
+def _table(bits: int, members: bytes) -> np.ndarray:
+    """One bool per value of ``bits`` bits, set for ``members`` (int64s): kept for the next
+    footers of the same fold, as making a ``large`` tree's table took most of a lookup."""
     table = np.zeros(1 << bits, dtype=bool)
-    table[members] = True
-    return table[values]
+    table[np.frombuffer(members, dtype=np.int64)] = True
+    table.flags.writeable = False
+    return table
 
 
 def among(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:

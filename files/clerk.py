@@ -125,11 +125,11 @@ class FileClerk:
         finally:
             del self._loading[loading]
 
-    async def _footer_bytes(self, span) -> bytes:
-        """The file's last bytes, covering its footer: one ranged GET, or two when the footer
-        is larger than the speculative read. ``span(size, tail, path)`` locates the footer."""
+    async def _footer_bytes(self, span, guess: int = FOOTER_READ) -> bytes:
+        """The file's last bytes, covering its footer: one ranged GET of ``guess`` bytes, or
+        two when the footer is larger. ``span(size, tail, path)`` locates the footer."""
         get_range = self.host.store.get_range_async
-        tail = await self._read(get_range, max(0, self.size - FOOTER_READ), self.size)
+        tail = await self._read(get_range, max(0, self.size - guess), self.size)
         foff, _ = span(self.size, tail, self.name)
         if self.size - foff > len(tail):
             tail = await self._read(get_range, foff, self.size)
@@ -159,7 +159,8 @@ class SstClerk(FileClerk):
         self._check_readable()
 
         async def load():
-            tail = await self._footer_bytes(sfmt.footer_span)
+            tail = await self._footer_bytes(sfmt.footer_span,
+                                            sfmt.footer_guess(self.info.entries))
             return sfmt.parse_footer(self.size, tail, self.name)
 
         return await self._cached("footer", load, lambda f: f.nbytes)

@@ -52,12 +52,15 @@ OVERLAY_ROWS = 16_384
 
 
 class _Overlay:
-    """The point in time's overlay, sliced to the range."""
+    """The point in time's overlay, sliced to the range (and to the keys of ``segments``)."""
 
-    def __init__(self, view: LedgerView, lo: bytes, hi: bytes):
+    def __init__(self, view: LedgerView, lo: bytes, hi: bytes,
+                 segments: SegmentFilter | None = None):
         keys, table = view.overlay_table()
         start, stop = bisect.bisect_left(keys, lo), bisect.bisect_left(keys, hi)
         self._table = table.slice(start, stop - start)
+        if segments is not None and self._table.num_rows:
+            self._table = self._table.filter(segments.mask(keys[start:stop]))
         self._pos = 0
 
     async def next(self) -> pa.Table | None:
@@ -200,7 +203,7 @@ def sources(view: LedgerView, lo: bytes, hi: bytes,
     """The scan's sources, newest first (their files' blocks that may hold keys of
     ``segments`` only, if given)."""
     files = view.files
-    out: list = [_Overlay(view, lo, hi)]
+    out: list = [_Overlay(view, lo, hi, segments)]
     out += [_Run(view.host, (sst,), lo, hi, files.foreign_owns, segments)
             for sst in files.levels[0]]
     out += [_Run(view.host, level, lo, hi, files.foreign_owns, segments)
@@ -253,9 +256,9 @@ async def scan(view: LedgerView, lo: bytes, hi: bytes, *, now_s: float | None = 
     tables of :data:`~leveled_ray.codec.LEDGER_SCHEMA` rows. ``live`` leaves out tombstones and
     entries expired at ``now_s`` (default: the view's clock). ``segments`` keeps only the keys
     of those tictac segments, and reads only the blocks that may hold them (many to a
-    request), keeping only those keys of each: every version of such a key is in a block that
-    holds it, so the merge still finds its newest (entries in memory are filtered after the
-    merge). Closing the iterator early stops its reads."""
+    request), keeping only those keys of each, and only those keys of the entries in memory:
+    a key's segment is the same in every source, so the merge still finds its newest.
+    Closing the iterator early stops its reads."""
     now_s = view.clock() if now_s is None else now_s
     upto = view.sqn if getattr(view, "past", False) else None
 
@@ -270,7 +273,5 @@ async def scan(view: LedgerView, lo: bytes, hi: bytes, *, now_s: float | None = 
         async for out in tables:
             if live:
                 out = live_rows(out, now_s)
-            if segments is not None and out.num_rows:
-                out = out.filter(segments.mask(out.column("key").to_pylist()))
             if out.num_rows:
                 yield out
