@@ -9,6 +9,7 @@ from __future__ import annotations
 from .admin import gc as garbage_collection
 from .admin.compare import Comparison, compare_views
 from .admin.handle import Admin
+from .client import actor_names
 from .client import reader as plain_reader
 from .client import store as plain
 from .client.ray_connection import ensure_ray
@@ -77,6 +78,9 @@ def open(url: str, options: Options | None = None, *, shards: int | None = None,
 
 def _open_shards(url: str, shard_map: ShardMap, options: Options, name: str | None,
                  detached: bool, head_only: str | None, clock: Clock) -> ShardedStore:
+    if name is not None:  # none runs (refuse_running): what a crashed one moved is stale
+        for prefix in shard_map.prefixes:
+            actor_names.forget(shard_name(name, prefix))
     group = placement.spread(shard_map.count, name, detached)
     try:
         specs = [plain.BookieSpec(shard_map.shard_url(url, s),

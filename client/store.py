@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import NamedTuple
@@ -42,7 +41,7 @@ from ..files.sync import two_forms, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options
 from ..read.queries import Queries, check_index_query
-from . import spares
+from . import actor_names, spares
 from .coalesce import Part, WriteCoalescer
 from .listen import Listener
 from .ray_connection import ensure_ray
@@ -98,7 +97,7 @@ def refuse_running(*names: str | None) -> None:
         if name is None:
             continue
         try:
-            ray.get_actor(name, namespace=NAMESPACE)
+            ray.get_actor(actor_names.resolve(name), namespace=NAMESPACE)
         except ValueError:
             continue
         raise InvalidArgumentError(f"a store named {name!r} is already running: use "
@@ -179,7 +178,7 @@ def connect_bookie(name: str, *, address: str | None = None) -> Store:
     import ray
 
     try:
-        actor = ray.get_actor(name, namespace=NAMESPACE)
+        actor = ray.get_actor(actor_names.resolve(name), namespace=NAMESPACE)
     except ValueError:
         raise InvalidArgumentError(f"no running store named {name!r}") from None
     stats = _get(actor.stats.remote())

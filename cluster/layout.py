@@ -54,6 +54,8 @@ def shard_name(name: str, prefix: str) -> str:
 
 
 def is_shard_name(name: str, actor_name: str) -> bool:
-    """Whether ``actor_name`` is the Bookie of a shard of the store named ``name`` (not one
-    of its clerks, named ``<Bookie's name>.<role>``)."""
-    return re.fullmatch(rf"{re.escape(name)}\.shard-\d+(\.[01](-e\d+)?)*", actor_name) is not None
+    """Whether ``actor_name`` is the Bookie of a shard of the store named ``name``, under the
+    shard's name or one a move gave it (:func:`~leveled_ray.client.actor_names.moved`), and
+    not one of its clerks (named ``<Bookie's name>.<role>``)."""
+    return re.fullmatch(rf"{re.escape(name)}\.shard-\d+(\.[01](-e\d+)?)*(~[0-9a-f]{{8}})?",
+                        actor_name) is not None

@@ -71,9 +71,10 @@ def on_node(node_id: str, name: str | None, detached: bool):
     return group
 
 
-def shard_placement_name(name: str, prefix: str) -> str:
-    """The name of the placement group of the shard at ``prefix`` once it moved or split."""
-    return f"{name}.{prefix}.placement"
+def shard_placement_name(actor_name: str | None) -> str | None:
+    """The name of the placement group of a shard that moved or split, after the name of
+    the actor that runs its Bookie (``None`` for none)."""
+    return None if actor_name is None else f"{actor_name}.placement"
 
 
 def alive_nodes() -> list[str]:

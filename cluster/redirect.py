@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 from typing import NamedTuple
 
+from ..client import actor_names
 from ..client import store as plain
 from ..errors import ObjectStoreError, StoreClosedError, StoreUnavailableError, WrongShardError
 from ..files.store import NotFound, ObjectStore
@@ -87,7 +88,8 @@ def _connect(name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
     stores = []
     for prefix in shard_map.prefixes:
         try:
-            actor = ray.get_actor(shard_name(name, prefix), namespace=plain.NAMESPACE)
+            actor = ray.get_actor(actor_names.resolve(shard_name(name, prefix)),
+                                  namespace=plain.NAMESPACE)
         except ValueError:
             return None  # not running (yet): nothing to send the call to
         known = mine.get(prefix)

@@ -11,8 +11,9 @@ shard pause with its writes; other shards are untouched.
   before the close, so that the pause holds only their opens. If the split fails before its
   commit point, the shard is opened again where it was, and the error raised; if that open
   finds the shard retired (the split's commit landed late), the split is done after all.
-- **Move** (:func:`move_running`): the shard's Bookie restarted on another node, under the
-  same name.
+- **Move** (:func:`move_running`): the shard's Bookie restarted on another node. Its new
+  process starts before the close, under a name of its own, which handles find through the
+  shard's (:mod:`..client.actor_names`), so that the pause holds only its open.
 - **Rebalance** (:func:`rebalance`): moves, one at a time, from the node that runs the most
   shards to the one that runs the fewest, until they are at most one apart.
 """
@@ -24,6 +25,7 @@ import collections
 import contextlib
 from typing import NamedTuple
 
+from ..client import actor_names
 from ..client import store as plain
 from ..errors import InvalidArgumentError, WrongShardError
 from ..files.store import ObjectStore
@@ -34,15 +36,18 @@ from .redirect import Layout, marked
 from .split import children_tag, settle_splits, split_shard
 
 
-def _group_name(store, prefix: str) -> str | None:
-    return None if store.name is None else placement.shard_placement_name(store.name, prefix)
+def _name(store, prefix: str) -> str | None:
+    """The name of the Bookie of the shard at ``prefix`` (its actor may run under another:
+    see :mod:`..client.actor_names`)."""
+    return None if store.name is None else shard_name(store.name, prefix)
 
 
 def drop_group(store, prefix: str) -> None:
     """Remove the placement group of the shard at ``prefix``, if it moved or split (once its
     Bookie is closed: Ray ends the actors of a removed group)."""
-    placement.remove(store._shard_groups.pop(prefix, None)
-                     or placement.named(_group_name(store, prefix)))
+    name = _name(store, prefix)
+    placement.remove(store._shard_groups.pop(prefix, None) or placement.named(
+        placement.shard_placement_name(None if name is None else actor_names.resolve(name))))
 
 
 class _Starting(NamedTuple):
@@ -52,52 +57,66 @@ class _Starting(NamedTuple):
     shards: list[int]
     specs: list
     actors: list
+    groups: list  # each one's placement group
 
 
-async def _create(store, shard_map: ShardMap, shards: list[int], node: str | None) -> _Starting:
-    """The Bookies of ``shards`` of ``shard_map``, created (their processes start) but not yet
-    opened, each in a placement group of its own on ``node`` (where Ray picks: ``None``)."""
-    specs = []
+async def _create(store, shard_map: ShardMap, shards: list[int], node: str | None, *,
+                  moving: bool = False) -> _Starting:
+    """The Bookies of ``shards`` of ``shard_map``, made (their processes started) but not yet
+    opened, each in a placement group of its own on ``node`` (where Ray picks: ``None``),
+    under its shard's name, or when ``moving``, under a name of its own: the shard's Bookie
+    still runs under the shard's."""
+    specs, groups = [], []
     try:
         for shard in shards:
-            prefix = shard_map.prefixes[shard]
-            group = await asyncio.to_thread(placement.on_node, node, _group_name(store, prefix),
-                                            store.detached)
-            store._shard_groups[prefix] = group
+            name = _name(store, shard_map.prefixes[shard])
+            actor_name = actor_names.moved(name) if moving and name is not None else name
+            groups.append(await asyncio.to_thread(
+                placement.on_node, node, placement.shard_placement_name(actor_name),
+                store.detached))
             specs.append(plain.BookieSpec(
-                shard_map.shard_url(store.url, shard),
-                None if store.name is None else shard_name(store.name, prefix),
-                scheduling=placement.bundle(group, 0),
+                shard_map.shard_url(store.url, shard), actor_name,
+                scheduling=placement.bundle(groups[-1], 0),
                 shard=(store.name or store.url, shard_map.labels[shard])))
         actors = await asyncio.to_thread(plain.create_bookies, specs, store.options,
                                          detached=store.detached, head_only=store.head_only,
                                          clock=store.clock)
     except BaseException:
-        _drop_groups(store, shard_map, shards)
+        for group in groups:
+            placement.remove(group)
         raise
-    return _Starting(shard_map, shards, specs, actors)
+    starting = _Starting(shard_map, shards, specs, actors, groups)
+    try:  # their processes up (seconds under load): a pause that follows holds their opens only
+        await asyncio.gather(*(actor.__ray_ready__.remote() for actor in actors))
+    except BaseException:
+        _abandon(store, starting)
+        raise
+    return starting
 
 
 async def _open(store, starting: _Starting) -> list:
-    """Open the stores of :func:`_create`'s Bookies; on failure, stop them and drop their
-    groups."""
+    """Open the stores of :func:`_create`'s Bookies, and have handles find them by their
+    shards' names; on failure, stop them and drop their groups."""
     try:
-        return await asyncio.to_thread(plain.open_bookies, starting.actors, starting.specs,
-                                       store.options, store.clock)
+        opened = await asyncio.to_thread(plain.open_bookies, starting.actors, starting.specs,
+                                         store.options, store.clock)
     except BaseException:
-        _drop_groups(store, starting.shard_map, starting.shards)
+        for group in starting.groups:
+            placement.remove(group)
         raise
+    for shard, spec, group in zip(starting.shards, starting.specs, starting.groups):
+        prefix = starting.shard_map.prefixes[shard]
+        store._shard_groups[prefix] = group
+        if spec.name is not None:
+            actor_names.point(_name(store, prefix), spec.name)
+    return opened
 
 
 def _abandon(store, starting: _Starting) -> None:
     """Stop Bookies created ahead but not to be opened, and drop their groups."""
     plain.stop_bookies(starting.actors)
-    _drop_groups(store, starting.shard_map, starting.shards)
-
-
-def _drop_groups(store, shard_map: ShardMap, shards: list[int]) -> None:
-    for shard in shards:
-        drop_group(store, shard_map.prefixes[shard])
+    for group in starting.groups:
+        placement.remove(group)
 
 
 async def _start(store, shard_map: ShardMap, shards: list[int], node: str | None) -> list:
@@ -171,11 +190,20 @@ async def move_running(store, shard: int, node_id: str) -> None:
     if await node_of(layout.stores[shard]) == node_id:
         return
     root = ObjectStore.from_url(store.url, store.options)
-    async with _changing(store, root, layout.shard_map.prefixes[shard]):
-        await layout.stores[shard].close_async()
-        drop_group(store, layout.shard_map.prefixes[shard])
-        moved = await _start(store, layout.shard_map, [shard], node_id)
-        store._layout = _replaced(layout, shard, moved, layout.shard_map)
+    prefix = layout.shard_map.prefixes[shard]
+    # The new Bookie's process starts before the close, outside the shard's pause, under a
+    # name of its own (the shard's is held until the close).
+    starting = await _create(store, layout.shard_map, [shard], node_id, moving=True)
+    try:
+        async with _changing(store, root, prefix):
+            await layout.stores[shard].close_async()
+            drop_group(store, prefix)
+            opening, starting = starting, None  # _open cleans up after itself
+            moved = await _open(store, opening)
+            store._layout = _replaced(layout, shard, moved, layout.shard_map)
+    finally:
+        if starting is not None:
+            _abandon(store, starting)
 
 
 async def rebalance(store) -> list[dict]:

@@ -15,6 +15,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from .. import roles
+from ..client import actor_names
 from ..client.shard_side import ShardSide
 from ..client.store import Store
 from ..clock import Clock
@@ -40,6 +41,7 @@ from . import checkpoints, placement, reshape
 from .backup import backup
 from .cut import Early, cut
 from .fanout import per_shard_checked, shard_groups
+from .layout import shard_name
 from .listen import ShardedListener
 from .redirect import CHANGE_WAIT_S, REDIRECTS, Layout, followed, wait_for_layout
 from .snapshot import ShardedSnapshot
@@ -401,6 +403,8 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
                 None if self.name is None else placement.placement_name(self.name)))
             for prefix in self.shard_map.prefixes:
                 reshape.drop_group(self, prefix)
+                if self.name is not None:
+                    actor_names.forget(shard_name(self.name, prefix))
 
     # -- the layout: split and move shards through the running store --
 

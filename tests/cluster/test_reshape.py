@@ -135,5 +135,15 @@ def test_a_shard_moves_to_another_node_and_rebalance_spreads_them(ray_cluster, t
         assert len(set(after)) == 2 and after.count(crowded) == 1
         assert store.rebalance() == []  # balanced: nothing moves
         check_model(copy, model)
+        # A moved Bookie's process started before the close, under a name of its own; a
+        # handle made from the store's name finds it through the shard's name.
+        assert any("~" in s["name"] for s in store.stats()["shards"])
+        check_model(lr.connect("reshape-move"), model)
     finally:
         store.close()
+    again = lr.open(f"file://{tmp_path}/db", OPTIONS, name="reshape-move")  # the names free
+    try:
+        assert nodes_of(lr.connect("reshape-move")) == nodes_of(again)
+        check_model(again, model)
+    finally:
+        again.close()
