@@ -127,15 +127,23 @@ class World:
         """Open shard ``shard`` in a new Bookie process (fencing any earlier one); with
         ``lost_epoch``, as Ray's restart of a Bookie that held that epoch (failover: it
         claims the store only if no one opened it since)."""
-        key = self.key(shard)
-        pid = self.pid(f"shard{shard}")
+        await self._start(shard, self._made(shard), lost_epoch)
+
+    def _made(self, shard: int) -> Incarnation:
+        """A new Bookie process for shard ``shard``, its store not yet opened (its
+        constructor reads and writes nothing)."""
         label = self.shard_map.labels[shard] if self.sharded else None
-        bookie = Bookie(self.shard_url(shard), self.options, self.name(shard), local=True,
-                        clock=self.clock, shard=(NAME, label) if self.sharded else None)
-        bookie.lost_epoch = lost_epoch
-        self.note(f"start {pid}" if lost_epoch is None else f"restart {pid} after {lost_epoch}")
-        await run_in(pid, bookie.start())
-        self.live[key] = Incarnation(pid, bookie)
+        return Incarnation(self.pid(f"shard{shard}"), Bookie(
+            self.shard_url(shard), self.options, self.name(shard), local=True,
+            clock=self.clock, shard=(NAME, label) if self.sharded else None))
+
+    async def _start(self, shard: int, made: Incarnation, lost_epoch: int | None = None) -> None:
+        key = self.key(shard)
+        made.bookie.lost_epoch = lost_epoch
+        self.note(f"start {made.pid}" if lost_epoch is None
+                  else f"restart {made.pid} after {lost_epoch}")
+        await run_in(made.pid, made.bookie.start())
+        self.live[key] = made
 
     def client(self, shard: int) -> Store:
         return self._client(self.key(shard), self.shard_url(shard))
@@ -189,6 +197,31 @@ class World:
         for child in (shard, shard + 1):
             await self.start_shard(child)
         return f"{outcome}, split"
+
+    async def move(self, shard: int, kill_after_s: float | None) -> str:
+        """Move shard ``shard`` as a running store's handle does (``cluster/reshape.py``): a
+        new Bookie process made first, then the shard's closed and the new one opened, all
+        driven by a mover's process; killed after ``kill_after_s`` virtual seconds if given,
+        and the new Bookie with it (the driver owns it). Returns how it ended: ``"done"``,
+        or, when not, whether the shard was left ``"closed"`` (its user opens it again)."""
+        made, mover = self._made(shard), self.pid("mover")
+        self.note(f"move shard {shard} to {made.pid} in {mover}")
+
+        async def move() -> None:
+            await self.close_shard(shard)
+            await self._start(shard, made)
+
+        task = run_in(mover, move())
+        if kill_after_s is not None:
+            self.loop.call_later(kill_after_s, lambda: task.done() or self.kill(mover))
+        while not task.done() and mover not in self.loop.dead:
+            await asyncio.sleep(0.05)
+        if task.done() and not task.cancelled() and task.exception() is None:
+            return "done"
+        if made.pid not in self.loop.dead:
+            self.kill(made.pid)  # Ray ends the actors of a driver that died, or stops them
+        outcome = "killed" if mover in self.loop.dead else "failed"
+        return f"{outcome}, {'closed' if self.running(shard) is None else 'not moved'}"
 
     def _end(self, pid: str, error: type[StoreClosedError]) -> None:
         """Process ``pid`` ends: none of its steps runs again, and the calls still in flight

@@ -21,7 +21,10 @@ The clients, each a process of its own:
 * a **splitter**: splits a shard as a running store's handle does (close, split, start the
   children), its process killed at a random moment in some runs; clients that hold the old
   layout follow the new one (``cluster/redirect.py``), and consumers resume their positions
-  in the children.
+  in the children;
+* a **mover**: moves a shard as a running store's handle does (a new Bookie made, the
+  shard's closed, the new one opened), its process killed at a random moment in some runs
+  (a shard left closed is opened again).
 
 Then the faults stop, every shard is opened again, undecided parts time out, and the final
 state, views of the store as it was at past times, the change feed, the manifests, a reopen
@@ -79,6 +82,7 @@ class Config:
     #: its calls in flight fail as unavailable), not reopened.
     failover: bool = False
     splits: int = 0
+    moves: int = 0
 
 
 def config_of(seed: int) -> Config:
@@ -89,8 +93,10 @@ def config_of(seed: int) -> Config:
                     fault_rate=rng.choice([0.0, 0.0, 0.02, 0.05, 0.1]),
                     kills=rng.choice([0, 0, 1, 2]), closes=rng.choice([0, 0, 1, 2]),
                     failover=rng.random() < 0.5)
-    config.splits = rng.choice([0, 1, 2]) if config.sharded else 0  # drawn last: the rest
-    return config  # of a seed's run is as it was before splits
+    # Drawn last, each after the one before: the rest of a seed's run is as it was.
+    config.splits = rng.choice([0, 1, 2]) if config.sharded else 0
+    config.moves = rng.choice([0, 1, 2]) if config.sharded else 0
+    return config
 
 
 @dataclass
@@ -156,6 +162,7 @@ class Run:
         chaos = world.spawn("chaos", self.chaos())[1]
         closer = [world.spawn("closer", self.closer())[1]] if config.closes else []
         closer += [world.spawn("splitter", self.splitter())[1]] if config.splits else []
+        closer += [world.spawn("mover", self.mover())[1]] if config.moves else []
         while any(not task.done() and pid not in world.loop.dead
                   for pid, task in self.drivers):
             await asyncio.sleep(1.0)
@@ -345,6 +352,26 @@ class Run:
                 kill_after = self.rng.expovariate(4.0) if self.rng.random() < 0.5 else None
                 outcome = await world.split(self.index(key), kill_after)
                 self.model.checks[f"splits {outcome}"] += 1
+            finally:
+                world.busy.discard(key)
+
+    async def mover(self) -> None:
+        """Moves of a shard, each as a running store's handle makes it; in some, the mover's
+        process is killed at a random moment of the move, and a shard left closed is opened
+        again, as its user would."""
+        world = self.world
+        for _ in range(self.config.moves):
+            await self.pause(8.0)
+            key = self.pick()
+            if key is None:
+                continue
+            world.busy.add(key)
+            try:
+                kill_after = self.rng.expovariate(4.0) if self.rng.random() < 0.5 else None
+                outcome = await world.move(self.index(key), kill_after)
+                self.model.checks[f"moves {outcome}"] += 1
+                if world.running(self.index(key)) is None:
+                    await self.restart(self.index(key))
             finally:
                 world.busy.discard(key)
 

@@ -131,6 +131,26 @@ def test_a_split_killed_at_any_moment_leaves_one_layout_and_handles_follow():
     assert seen == SPLIT_OUTCOMES
 
 
+#: How a move can end in a run: done, or its mover killed with the shard left closed (its
+#: user then opens it again).
+MOVE_OUTCOMES = {"moves done", "moves killed, closed"}
+
+
+def test_a_move_killed_at_any_moment_leaves_the_shard_whole():
+    """Shards moved while clients write, read, cut, listen and collect garbage: seeds (each
+    with two moves) until the mover has finished and been killed, every run keeping every
+    invariant."""
+    seen: set[str] = set()
+    for seed in range(1, 61):
+        report = scenario.run(seed, dataclasses.replace(scenario.config_of(seed),
+                                                        sharded=True, moves=2))
+        assert not report.violations, failures(report)
+        seen |= MOVE_OUTCOMES & set(report.checks)
+        if seen == MOVE_OUTCOMES:
+            break
+    assert seen == MOVE_OUTCOMES
+
+
 def test_a_merge_that_finishes_after_a_close_began_is_refused():
     """A clean close while the merge clerk works: the merge's commit is refused (its files
     are left to GC), and every invariant holds, a reopen's reads included."""
