@@ -118,12 +118,12 @@ def resend_waits() -> Iterator[float]:
 
 
 async def call_read(method, *args) -> Any:
-    """:func:`call` of a method that changes nothing: sent again (see :func:`resent_async`)
-    if the Bookie is lost during it."""
+    """:func:`call` of a method that changes nothing: sent again (see :func:`resent`) if the
+    Bookie is lost during it."""
     try:
         return await call(method, *args)
     except StoreUnavailableError as exc:
-        return await resent_async(lambda: call(method, *args), exc)
+        return await resent(lambda: call(method, *args), exc)
 
 
 def _answer(done) -> tuple[bool, Any]:
@@ -139,33 +139,15 @@ def _answer(done) -> tuple[bool, Any]:
     return False, None
 
 
-# Ray holds a call sent to a restarting actor for 1-2 s before it fails it (it waits to
-# learn whether the actor died). A resend made only once the send before it had failed was
-# answered up to 2 s after the reopen; a resend made after each wait, whatever became of
-# the sends before, is answered within one wait of it.
+async def resent(send, lost: StoreUnavailableError) -> Any:
+    """The answer of a read whose Bookie was lost (``lost``), sent again by ``send()`` (an
+    awaitable) after each of :func:`resend_waits`, without waiting for the sends before it
+    to fail; ``lost`` is raised once the waits run out.
 
-def resent(send, lost: StoreUnavailableError) -> Any:
-    """The answer of a read whose Bookie was lost (``lost``), sent again by ``send()`` (a
-    ``concurrent.futures.Future``) after each of :func:`resend_waits`, without waiting for
-    the sends before it to fail; ``lost`` is raised once the waits run out."""
-    pending: set = set()
-    for wait in resend_waits():
-        pending.add(send())
-        end = time.monotonic() + wait
-        while (left := end - time.monotonic()) > 0:
-            if not pending:
-                time.sleep(left)
-                break
-            done, pending = concurrent.futures.wait(
-                pending, left, return_when=concurrent.futures.FIRST_COMPLETED)
-            answered, result = _answer(done)
-            if answered:
-                return result
-    raise lost
-
-
-async def resent_async(send, lost: StoreUnavailableError) -> Any:
-    """:func:`resent`, awaited: ``send()`` returns an awaitable."""
+    Ray holds a call sent to a restarting actor 1-2 s before it fails it (it waits to learn
+    whether the actor died): a resend made only once the send before it had failed was
+    answered up to 2 s after the reopen, and one made after each wait is answered within a
+    wait of it."""
     pending: set = set()
     try:
         for wait in resend_waits():

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from .. import roles
 from ..actors import bookie as bookie_mod
-from ..actors.remote import NAMESPACE, ValueBatch, pack, resent, resent_async, unwrap
+from ..actors.remote import NAMESPACE, ValueBatch, pack, resent, unwrap
 from ..admin.backup import backup_version
 from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
@@ -37,7 +37,7 @@ from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
 from ..errors import InvalidArgumentError, StoreClosedError, StoreUnavailableError
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
-from ..files.sync import two_forms, with_sync_twins
+from ..files.sync import run_sync, two_forms, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options
 from ..read.queries import Queries, check_index_query
@@ -203,7 +203,7 @@ class Call(NamedTuple):
         except StoreClosedError as exc:
             if not self._resends(exc):
                 return self._gone(exc)
-            return self.finish(resent(lambda: self.again().ref.future(), exc))
+            return self.finish(run_sync(resent(lambda: _await(self.again().ref), exc)))
 
     async def run_async(self):
         try:
@@ -211,7 +211,7 @@ class Call(NamedTuple):
         except StoreClosedError as exc:
             if not self._resends(exc):
                 return self._gone(exc)
-            return self.finish(await resent_async(lambda: _await(self.again().ref), exc))
+            return self.finish(await resent(lambda: _await(self.again().ref), exc))
 
     def _resends(self, exc: StoreClosedError) -> bool:
         """Whether this is a read whose Bookie was lost during it (sent again)."""

@@ -82,8 +82,7 @@ async def _create(store, shard_map: ShardMap, shards: list[int], node: str | Non
                                          detached=store.detached, head_only=store.head_only,
                                          clock=store.clock)
     except BaseException:
-        for group in groups:
-            placement.remove(group)
+        _remove(groups)
         raise
     starting = _Starting(shard_map, shards, specs, actors, groups)
     try:  # their processes up (seconds under load): a pause that follows holds their opens only
@@ -101,8 +100,7 @@ async def _open(store, starting: _Starting) -> list:
         opened = await asyncio.to_thread(plain.open_bookies, starting.actors, starting.specs,
                                          store.options, store.clock)
     except BaseException:
-        for group in starting.groups:
-            placement.remove(group)
+        _remove(starting.groups)
         raise
     for shard, spec, group in zip(starting.shards, starting.specs, starting.groups):
         prefix = starting.shard_map.prefixes[shard]
@@ -115,7 +113,11 @@ async def _open(store, starting: _Starting) -> list:
 def _abandon(store, starting: _Starting) -> None:
     """Stop Bookies created ahead but not to be opened, and drop their groups."""
     plain.stop_bookies(starting.actors)
-    for group in starting.groups:
+    _remove(starting.groups)
+
+
+def _remove(groups: list) -> None:
+    for group in groups:
         placement.remove(group)
 
 

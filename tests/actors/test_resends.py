@@ -4,8 +4,6 @@ out under load; and Ray holds each such call a second or two before it fails it,
 resend must not wait for the send before it (pure: scripted sends, no Ray)."""
 
 import asyncio
-import concurrent.futures
-import threading
 import time
 
 import pytest
@@ -35,17 +33,6 @@ class Restarting:
             return "answered"
         return answer()
 
-    def future(self) -> concurrent.futures.Future:
-        """The same call as a ``concurrent.futures.Future`` (the sync path's sends)."""
-        self.calls += 1
-        out: concurrent.futures.Future = concurrent.futures.Future()
-        if time.monotonic() >= self.back_at:
-            out.set_result("answered")
-        else:
-            lost = StoreUnavailableError("the actor is restarting")
-            threading.Timer(self.held_s, out.set_exception, (lost,)).start()
-        return out
-
 
 def test_a_read_is_sent_again_until_the_restarted_bookie_answers():
     method = Restarting(back_after_s=0.6)
@@ -68,19 +55,13 @@ def test_a_resend_does_not_wait_for_the_held_sends_before_it():
     began = time.monotonic()
     assert asyncio.run(remote.call_read(method)) == "answered"
     assert time.monotonic() - began < 0.5 + remote.MOST_RESEND_WAIT_S + 0.5
-    method = Restarting(back_after_s=0.5, held_s=2.0)
-    began = time.monotonic()
-    assert remote.resent(method.future, StoreUnavailableError("lost")) == "answered"
-    assert time.monotonic() - began < 0.5 + remote.MOST_RESEND_WAIT_S + 0.5
 
 
 def test_a_resend_answered_with_another_error_raises_it():
-    def send():
-        out: concurrent.futures.Future = concurrent.futures.Future()
-        out.set_exception(InvalidArgumentError("bad key"))
-        return out
+    async def send():
+        raise InvalidArgumentError("bad key")
     with pytest.raises(InvalidArgumentError):
-        remote.resent(send, StoreUnavailableError("lost"))
+        asyncio.run(remote.resent(send, StoreUnavailableError("lost")))
 
 
 def test_the_waits_grow_to_a_bound_and_end_with_the_time():
