@@ -163,3 +163,15 @@ def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path
                 r.fold_heads_batches(segments=bad)
         with pytest.raises(lr.InvalidArgumentError):
             r.fold_heads_batches(segments=[1], tree_size="huge")
+
+
+@pytest.mark.parametrize("count", [10, 2_000, 20_000])
+def test_a_footer_is_read_in_one_request(count):
+    """The tail a reader fetches for a format 4 footer (``footer_guess``, from the entry
+    count the manifest lists) covers it: the per-row hints grow it with the entries."""
+    sst, _ = sfmt.build_sst("s", table_of([codec.object_key("b", f"k{i:08d}")
+                                           for i in range(count)]), version=4)
+    offset, _ = sfmt.footer_span(len(sst), sst[-sfmt.footer_guess(count):], "s")
+    assert len(sst) - offset <= sfmt.footer_guess(count)
+    if count == 20_000:
+        assert len(sst) - offset > framing.FOOTER_READ  # the fixed read would not have
