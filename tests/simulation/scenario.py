@@ -161,8 +161,12 @@ class Run:
                   world.spawn("gc", self.gc())[1]]
         chaos = world.spawn("chaos", self.chaos())[1]
         closer = [world.spawn("closer", self.closer())[1]] if config.closes else []
-        closer += [world.spawn("splitter", self.splitter())[1]] if config.splits else []
-        closer += [world.spawn("mover", self.mover())[1]] if config.moves else []
+        if config.splits:
+            closer.append(world.spawn("splitter", self.reshaper("splits", config.splits,
+                                                                world.split))[1])
+        if config.moves:
+            closer.append(world.spawn("mover", self.reshaper("moves", config.moves,
+                                                             world.move))[1])
         while any(not task.done() and pid not in world.loop.dead
                   for pid, task in self.drivers):
             await asyncio.sleep(1.0)
@@ -338,11 +342,13 @@ class Run:
             finally:
                 world.busy.discard(key)
 
-    async def splitter(self) -> None:
-        """Splits of a shard, each as a running store's handle makes it; in some, the
-        splitter's process is killed at a random moment of the split."""
+    async def reshaper(self, kind: str, count: int, change) -> None:
+        """``count`` changes of a shard, each made by ``change(shard, kill_after_s)`` as a
+        running store's handle makes it (:meth:`World.split`, :meth:`World.move`) and counted
+        as ``kind``; in some, the process making it is killed at a random moment, and a shard
+        it left closed is opened again, as its user would."""
         world = self.world
-        for _ in range(self.config.splits):
+        for _ in range(count):
             await self.pause(8.0)
             key = self.pick()
             if key is None:
@@ -350,27 +356,9 @@ class Run:
             world.busy.add(key)
             try:
                 kill_after = self.rng.expovariate(4.0) if self.rng.random() < 0.5 else None
-                outcome = await world.split(self.index(key), kill_after)
-                self.model.checks[f"splits {outcome}"] += 1
-            finally:
-                world.busy.discard(key)
-
-    async def mover(self) -> None:
-        """Moves of a shard, each as a running store's handle makes it; in some, the mover's
-        process is killed at a random moment of the move, and a shard left closed is opened
-        again, as its user would."""
-        world = self.world
-        for _ in range(self.config.moves):
-            await self.pause(8.0)
-            key = self.pick()
-            if key is None:
-                continue
-            world.busy.add(key)
-            try:
-                kill_after = self.rng.expovariate(4.0) if self.rng.random() < 0.5 else None
-                outcome = await world.move(self.index(key), kill_after)
-                self.model.checks[f"moves {outcome}"] += 1
-                if world.running(self.index(key)) is None:
+                outcome = await change(self.index(key), kill_after)
+                self.model.checks[f"{kind} {outcome}"] += 1
+                if outcome.endswith("closed"):
                     await self.restart(self.index(key))
             finally:
                 world.busy.discard(key)

@@ -116,19 +116,25 @@ def test_runs_that_found_protocol_bugs_keep_every_invariant(name):
     assert {"feed", "listener", "manifest files", "shared", "past"} <= set(report.checks)
 
 
+def outcomes_come_up(outcomes: set[str], **config) -> None:
+    """Seeds (each with ``config`` replaced) until every one of ``outcomes`` has been
+    counted in a run, every run keeping every invariant."""
+    seen: set[str] = set()
+    for seed in range(1, 61):
+        report = scenario.run(seed, dataclasses.replace(scenario.config_of(seed),
+                                                        sharded=True, **config))
+        assert not report.violations, failures(report)
+        seen |= outcomes & set(report.checks)
+        if seen == outcomes:
+            break
+    assert seen == outcomes
+
+
 def test_a_split_killed_at_any_moment_leaves_one_layout_and_handles_follow():
     """Shards split while clients write, read, cut, listen and collect garbage: seeds (each
     with two splits) until every outcome has come up, the splitter killed before and after
     the commit point and a split refused among them, every run keeping every invariant."""
-    seen: set[str] = set()
-    for seed in range(1, 61):
-        report = scenario.run(seed, dataclasses.replace(scenario.config_of(seed),
-                                                        sharded=True, splits=2))
-        assert not report.violations, failures(report)
-        seen |= SPLIT_OUTCOMES & set(report.checks)
-        if seen == SPLIT_OUTCOMES:
-            break
-    assert seen == SPLIT_OUTCOMES
+    outcomes_come_up(SPLIT_OUTCOMES, splits=2)
 
 
 #: How a move can end in a run: done, or its mover killed with the shard left closed (its
@@ -140,15 +146,7 @@ def test_a_move_killed_at_any_moment_leaves_the_shard_whole():
     """Shards moved while clients write, read, cut, listen and collect garbage: seeds (each
     with two moves) until the mover has finished and been killed, every run keeping every
     invariant."""
-    seen: set[str] = set()
-    for seed in range(1, 61):
-        report = scenario.run(seed, dataclasses.replace(scenario.config_of(seed),
-                                                        sharded=True, moves=2))
-        assert not report.violations, failures(report)
-        seen |= MOVE_OUTCOMES & set(report.checks)
-        if seen == MOVE_OUTCOMES:
-            break
-    assert seen == MOVE_OUTCOMES
+    outcomes_come_up(MOVE_OUTCOMES, moves=2)
 
 
 def test_a_merge_that_finishes_after_a_close_began_is_refused():
