@@ -388,6 +388,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
             return
         self.closing = True
         self.cache.persisted.set()  # writers held by backpressure see the close and give up
+        self.writes.wake_waiters()  # and those held by a cut, a bulk install or a lock
         await self.writes.writer.idle.wait()
         self.cache.wake_pusher.set()
         if self._pusher_task is not None:

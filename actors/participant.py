@@ -184,6 +184,11 @@ class Participant:
 
     async def _hold(self, txn: str, part: Part) -> tuple[int, int]:
         await self.store.put_if_absent_async(part_name(txn), encode_part(part), unique=True)
+        # A close that began while the part was written refuses it: a writer opened since
+        # (a moved shard's, or a reopen's) may have listed the parts before this one landed,
+        # and would answer its commit as done. The client aborts the batch on the refusal,
+        # and a writer that finds the part settles it by that decision.
+        self.writes.check_usable()
         held = self.parts[txn] = Prepared(part)
         self.prepared += 1
         held.number = self.began()

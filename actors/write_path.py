@@ -134,7 +134,8 @@ class WritePath:
         self.check_usable()
         while True:
             await self._admission(txn)
-            await self.wait_unlocked([c.lkey for c in changes] if self.locks else (), txn)
+            await self.wait_unlocked([c.lkey for c in changes] if self.locks else (), txn,
+                                     refused=self.check_usable)
             await self._backpressure()
             stored: dict[bytes, tuple | None] = {}
             if conditional or self.indexed:
@@ -144,6 +145,8 @@ class WritePath:
             if self._admits(txn) and not (
                     self.locks and self.locked([c.lkey for c in changes], txn)):
                 break  # else a bulk write or a cut holds writes, or a key was locked: again
+        # A close that began while it waited refuses it: its writer takes no more groups.
+        self.check_usable()
         # From here to the allocation nothing awaits, so no other change can slip in.
         now_s = self.view.clock()
         known = lambda k: self.cache.known_entry(k, stored)  # noqa: E731
@@ -177,7 +180,16 @@ class WritePath:
 
     async def _admission(self, txn: str | None) -> None:
         while not self._admits(txn):
+            self.check_usable()  # a close wakes the waiters (wake_waiters): refused then
             await self._gate.wait()
+
+    def wake_waiters(self) -> None:
+        """At close: the writes waiting for admission or for a locked key look again, and
+        are refused (nothing would admit or unlock them)."""
+        woken, self._gate = self._gate, asyncio.Event()
+        woken.set()
+        woken, self._unlocked = self._unlocked, asyncio.Event()
+        woken.set()
 
     def _set_gate(self, open_: bool, lets_in: set[str] = frozenset()) -> None:
         self.writes_open, self.cut_lets_in = open_, set(lets_in)
@@ -191,9 +203,11 @@ class WritePath:
         locks = self.locks
         return bool(locks) and any(locks.get(k, txn) != txn for k in lkeys)
 
-    async def wait_unlocked(self, lkeys, txn: str | None = None) -> None:
-        """Wait until no batch other than ``txn`` holds any of ``lkeys``."""
+    async def wait_unlocked(self, lkeys, txn: str | None = None, refused=lambda: None) -> None:
+        """Wait until no batch other than ``txn`` holds any of ``lkeys``; ``refused()``
+        raises to stop waiting (a write's :meth:`check_usable`)."""
         while self.locked(lkeys, txn):
+            refused()
             await self._unlocked.wait()
 
     def locked_in(self, ssts) -> list[bytes]:

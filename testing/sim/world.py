@@ -127,7 +127,7 @@ class World:
         """Open shard ``shard`` in a new Bookie process (fencing any earlier one); with
         ``lost_epoch``, as Ray's restart of a Bookie that held that epoch (failover: it
         claims the store only if no one opened it since)."""
-        await self._start(shard, self._made(shard), lost_epoch)
+        await self._start(self.key(shard), self._made(shard), lost_epoch)
 
     def _made(self, shard: int) -> Incarnation:
         """A new Bookie process for shard ``shard``, its store not yet opened (its
@@ -137,8 +137,8 @@ class World:
             self.shard_url(shard), self.options, self.name(shard), local=True,
             clock=self.clock, shard=(NAME, label) if self.sharded else None))
 
-    async def _start(self, shard: int, made: Incarnation, lost_epoch: int | None = None) -> None:
-        key = self.key(shard)
+    async def _start(self, key: str, made: Incarnation, lost_epoch: int | None = None) -> None:
+        """Open the shard at ``key`` (its prefix) in ``made``."""
         made.bookie.lost_epoch = lost_epoch
         self.note(f"start {made.pid}" if lost_epoch is None
                   else f"restart {made.pid} after {lost_epoch}")
@@ -204,12 +204,13 @@ class World:
         driven by a mover's process; killed after ``kill_after_s`` virtual seconds if given,
         and the new Bookie with it (the driver owns it). Returns how it ended: ``"done"``,
         or, when not, whether the shard was left ``"closed"`` (its user opens it again)."""
-        made, mover = self._made(shard), self.pid("mover")
+        # By its prefix: a split of another shard meanwhile shifts the shards' numbers.
+        key, made, mover = self.key(shard), self._made(shard), self.pid("mover")
         self.note(f"move shard {shard} to {made.pid} in {mover}")
 
         async def move() -> None:
             await self.close_shard(shard)
-            await self._start(shard, made)
+            await self._start(key, made)
 
         task = run_in(mover, move())
         if kill_after_s is not None:
@@ -221,7 +222,7 @@ class World:
         if made.pid not in self.loop.dead:
             self.kill(made.pid)  # Ray ends the actors of a driver that died, or stops them
         outcome = "killed" if mover in self.loop.dead else "failed"
-        return f"{outcome}, {'closed' if self.running(shard) is None else 'not moved'}"
+        return f"{outcome}, {'closed' if self.live.get(key) is None else 'not moved'}"
 
     def _end(self, pid: str, error: type[StoreClosedError]) -> None:
         """Process ``pid`` ends: none of its steps runs again, and the calls still in flight

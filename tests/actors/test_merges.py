@@ -391,3 +391,23 @@ def test_stats_does_not_wait_for_a_clerk_still_starting(tmp_path):
         await bookie.close()
 
     asyncio.run(run())
+
+
+def test_a_write_waiting_for_a_cut_when_the_store_closes_is_refused(tmp_path):
+    """A write held by a cut (or a bulk install, or a prepared batch's lock) when close
+    begins is refused at once with StoreClosedError: it would otherwise wait for the thaw,
+    then queue a group for a writer that has stopped, and never be answered."""
+    root = str(tmp_path / "db")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", TINY, local=True)
+        await bookie.start()
+        await write(bookie, [lr.Put("b", "k", b"v")])
+        assert (await bookie.freeze("cut-1", 30.0))["pending"] == []  # holds writes 30 s
+        held = asyncio.ensure_future(write(bookie, [lr.Put("b", "k2", b"v")]))
+        await asyncio.sleep(0)  # the write reaches its admission and waits there
+        await asyncio.wait_for(bookie.close(), timeout=20)
+        with pytest.raises(lr.StoreClosedError):
+            await asyncio.wait_for(held, timeout=5)
+
+    asyncio.run(run())

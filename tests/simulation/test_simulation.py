@@ -84,6 +84,20 @@ REGRESSIONS = {
     # failed for good ("a shard reopens"). Found by make simulate SEEDS=10000.
     "a split's commit that landed late": (4892, Config(True, 2, 2, 0, 4, 0.05, 2, 2,
                                                        failover=True, splits=1)),
+    # A mover was killed while the shard's Bookie closed, so nothing ended that process; a
+    # cross-shard part's apply, waiting for a cut's thaw when the close began, then queued a
+    # write for the stopped writer and was never answered ("every run ends"). Found by make
+    # simulate SEEDS=10000, once moves were simulated.
+    "a write waiting when its Bookie closed": (1989, Config(True, 1, 1, 1, 3, 0.1, 1, 0,
+                                                           failover=True, moves=2)),
+    # The same closing Bookie finished writing a bulk part after the shard's reopen had
+    # listed the parts, and answered it prepared; the reopened shard answered its commit as
+    # done, never having seen it ("contending bulk writes never mix"). Found likewise.
+    "a part prepared as its Bookie closed": (3426, Config(True, 0, 1, 1, 3, 0.1, 0, 0,
+                                                         failover=True, splits=1, moves=1)),
+    # A move ran while another shard split, and the simulation's mover opened its Bookie
+    # under the shard's number of before the split ("nothing visible in part").
+    "a move beside a split": (3975, Config(True, 1, 2, 0, 3, 0.05, 0, 0, splits=2, moves=2)),
 }
 
 #: How a split can end in a run (each counted in the run's checks), and that a handle of the
