@@ -202,8 +202,10 @@ class World:
         """Move shard ``shard`` as a running store's handle does (``cluster/reshape.py``): a
         new Bookie process made first, then the shard's closed and the new one opened, all
         driven by a mover's process; killed after ``kill_after_s`` virtual seconds if given,
-        and the new Bookie with it (the driver owns it). Returns how it ended: ``"done"``,
-        or, when not, whether the shard was left ``"closed"`` (its user opens it again)."""
+        and the new Bookie with it (the driver owns it). The old Bookie's close goes on in
+        its own process, which nothing ends then (as a detached store's Bookie). Returns how
+        it ended: ``"done"``, or, when not, whether the shard was left ``"closed"`` (its user
+        opens it again)."""
         # By its prefix: a split of another shard meanwhile shifts the shards' numbers.
         key, made, mover = self.key(shard), self._made(shard), self.pid("mover")
         self.note(f"move shard {shard} to {made.pid} in {mover}")
