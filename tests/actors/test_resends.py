@@ -4,12 +4,25 @@ out under load; and Ray holds each such call a second or two before it fails it,
 resend must not wait for the send before it (pure: scripted sends, no Ray)."""
 
 import asyncio
+import random
 import time
 
 import pytest
 
 from leveled_ray.actors import remote
 from leveled_ray.errors import InvalidArgumentError, StoreUnavailableError
+from leveled_ray.testing.sim.loop import SimLoop, deterministic
+
+
+def virtual(run):
+    """``run()`` (a coroutine function) on the simulation's loop, where waits take virtual
+    time, not real time: its result, and the virtual seconds it took."""
+    loop = SimLoop(random.Random(0))
+    try:
+        with deterministic(loop, 0):
+            return loop.run_until_complete(run()), loop.now
+    finally:
+        loop.close()
 
 
 class Restarting:
@@ -35,26 +48,37 @@ class Restarting:
 
 
 def test_a_read_is_sent_again_until_the_restarted_bookie_answers():
-    method = Restarting(back_after_s=0.6)
-    assert asyncio.run(remote.call_read(method)) == "answered"
-    assert 3 <= method.calls < 20  # waits that grow: not a busy loop, not one long sleep
+    async def run():
+        method = Restarting(back_after_s=0.6)
+        return await remote.call_read(method), method.calls
+
+    (answer, calls), took = virtual(run)
+    assert answer == "answered" and 0.6 <= took <= 0.6 + remote.MOST_RESEND_WAIT_S
+    assert 3 <= calls < 20  # waits that grow: not a busy loop, not one long sleep
 
 
-def test_a_read_gives_up_once_the_resend_time_has_passed(monkeypatch):
-    monkeypatch.setattr(remote, "READ_RESEND_S", 0.3)
-    method = Restarting(back_after_s=5.0)
-    with pytest.raises(StoreUnavailableError):
-        asyncio.run(remote.call_read(method))
-    assert method.calls >= 3
+def test_a_read_gives_up_once_the_resend_time_has_passed():
+    method = None
+
+    async def run():
+        nonlocal method
+        method = Restarting(back_after_s=3600.0)
+        with pytest.raises(StoreUnavailableError):
+            await remote.call_read(method)
+
+    _, took = virtual(run)
+    assert remote.READ_RESEND_S - remote.MOST_RESEND_WAIT_S <= took <= remote.READ_RESEND_S
+    assert method.calls >= remote.READ_RESEND_S / remote.MOST_RESEND_WAIT_S
 
 
 def test_a_resend_does_not_wait_for_the_held_sends_before_it():
     # Sends made while the Bookie restarts fail only 2 s later: the read is answered within
-    # about one wait of its return all the same, from a send made after it.
-    method = Restarting(back_after_s=0.5, held_s=2.0)
-    began = time.monotonic()
-    assert asyncio.run(remote.call_read(method)) == "answered"
-    assert time.monotonic() - began < 0.5 + remote.MOST_RESEND_WAIT_S + 0.5
+    # one wait of its return all the same, from a send made after it.
+    async def run():
+        return await remote.call_read(Restarting(back_after_s=0.5, held_s=2.0))
+
+    answer, took = virtual(run)
+    assert answer == "answered" and took <= 0.5 + remote.MOST_RESEND_WAIT_S
 
 
 def test_a_resend_answered_with_another_error_raises_it():
