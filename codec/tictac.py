@@ -88,9 +88,10 @@ def tree_key_hashes(lkeys: list[bytes]) -> np.ndarray:
     return key_hashes([tree_key(k) for k in lkeys])
 
 
-#: Bits of a key hash an SST keeps per block (its *segment hints*, from SST format 3;
-#: format 2 kept 16): a tree's segment is the hash's top bits, so a hint tells a segment of any tree
-#: exactly, and a fold of a few segments of a ``large`` tree reads a few blocks in a hundred.
+#: Bits of a key hash an SST keeps as a *segment hint* (each block's distinct ones in SST
+#: format 3, every row's from format 4; format 2 kept 16): a tree's segment is the hash's top
+#: bits, so a hint tells a segment of any tree exactly, and a fold of 100 segments of a
+#: ``large`` tree reads about 8% of the blocks.
 HINT_BITS = 32
 #: The size of tree a compare exchanges, and a store keeps, unless told otherwise: with
 #: a ``large`` tree's segments, a fold of 100 dirty ones reads about 8% of the blocks.
