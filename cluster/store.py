@@ -412,14 +412,16 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         """Split shard ``shard`` in two, by reference (see :mod:`.split` and
         :mod:`.reshape`); returns the new shard map. The shard's writes pause meanwhile (this
         handle's calls wait and go on; other handles follow the new layout by themselves,
-        see :mod:`.redirect`); other shards are untouched. Cost: the shard's close, the
-        split (a manifest per child), and the children's opens."""
+        see :mod:`.redirect`); other shards are untouched. The children's processes start
+        before the pause. Cost: two processes started, the shard's close, the split (a
+        manifest per child), and the children's opens."""
         return await reshape.split_running(self, shard)
 
     async def move_shard_async(self, shard: int, node_id: str) -> None:
         """Restart shard ``shard``'s Bookie on the Ray node ``node_id`` (a hex id, as in
-        ``stats()``); its writes pause for about one reopen, as for a split. Cost: the
-        shard's close and open."""
+        ``stats()``): the new Bookie's process starts first, then the shard's writes pause
+        for its close and the new one's open (see :mod:`.reshape`). Cost: a process started,
+        the shard's close and open."""
         await reshape.move_running(self, shard, node_id)
 
     async def rebalance_async(self) -> list[dict]:
