@@ -22,7 +22,7 @@ from ..manifest.transitions import record_journal
 async def record_tail(manifests: ManifestStore, current: Versioned | None = None) -> Versioned:
     """Record the journal files written since the newest version recorded them (a running
     writer records them every ``catalog_s``), so that the newest version holds every write
-    acknowledged so far."""
+    acknowledged so far. Returns that version, read or written just now."""
     latest = await manifests.latest(current)
     if latest is None:
         raise InvalidArgumentError(f"no store at {manifests.store.url}")
@@ -45,11 +45,12 @@ async def create_checkpoint(manifests: ManifestStore, lifetime: float | None = N
     checkpoint ``source``. ``checkpoint_id`` gives it that id (every shard's part of a
     sharded store's checkpoint has the same)."""
     new = cp.new_checkpoint(lifetime, name, clock(), checkpoint_id)
-    if source is None:
+    fresh = source is None
+    if fresh:
         current = await record_tail(manifests, current)
     _, m = await manifests.update(
         lambda mid, m: cp.add_checkpoint(mid, m, new, source, clock()), current,
-        with_id=True)
+        with_id=True, fresh=fresh)
     return cp.find(m, new.id, clock())
 
 
@@ -73,7 +74,8 @@ async def release_checkpoint(manifests: ManifestStore, checkpoint_id: str,
         await delete_checkpoint(manifests, checkpoint_id, clock)
 
 
-async def list_checkpoints(manifests: ManifestStore,
-                           clock: Clock = system_clock) -> list[Checkpoint]:
-    latest = await manifests.latest()
+async def list_checkpoints(manifests: ManifestStore, clock: Clock = system_clock,
+                           current: Versioned | None = None) -> list[Checkpoint]:
+    """The live checkpoints of the newest version (at or after ``current``)."""
+    latest = await manifests.latest(current)
     return [] if latest is None else list(cp.live(latest.manifest, clock()))

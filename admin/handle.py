@@ -13,7 +13,7 @@ from ..files.store import ObjectStore
 from ..files.sync import with_sync_twins
 from ..manifest import checkpoints as cp
 from ..manifest.model import Checkpoint
-from ..manifest.store import ManifestStore
+from ..manifest.store import ManifestStore, Versioned
 from ..manifest.transitions import mark_destroyed
 from ..options import Options
 from . import gc as garbage_collection
@@ -42,11 +42,19 @@ class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administr
         self.clock = clock or system_clock
         self.store = ObjectStore.from_url(url, self.options)
         self.manifests = ManifestStore(self.store)
+        self._seen = False  # a store was found here (its manifest outlives even a destroy)
 
-    async def _existing(self) -> ManifestStore:
-        if await self.manifests.latest() is None:
+    async def _existing(self) -> Versioned | None:
+        """Refuse a URL with no store, checked at the first call: the newest version then
+        (a first guess for what follows, which need not list every version again), else
+        ``None``."""
+        if self._seen:
+            return None
+        newest = await self.manifests.latest()
+        if newest is None:
             raise InvalidArgumentError(f"no store at {self.url}")
-        return self.manifests
+        self._seen = True
+        return newest
 
     async def create_checkpoint_async(self, lifetime: float | None = None,
                                       name: str | None = None, source: str | None = None, *,
@@ -55,24 +63,26 @@ class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administr
         (``None``: until deleted). ``checkpoint_id`` gives it that id (a sharded store's
         checkpoint has the same in every shard). Cost: a read of the newest manifest and one
         manifest write."""
-        return await create_checkpoint(await self._existing(), lifetime, name, source,
-                                       clock=self.clock, checkpoint_id=checkpoint_id)
+        return await create_checkpoint(self.manifests, lifetime, name, source,
+                                       await self._existing(), clock=self.clock,
+                                       checkpoint_id=checkpoint_id)
 
     async def list_checkpoints_async(self) -> list[Checkpoint]:
         """The live (unexpired) checkpoints. Cost: a read of the newest manifest."""
-        return await list_checkpoints(await self._existing(), self.clock)
+        return await list_checkpoints(self.manifests, self.clock, await self._existing())
 
     async def refresh_checkpoint_async(self, checkpoint_id: str,
                                        lifetime: float | None = None) -> Checkpoint:
         """Expire the checkpoint ``lifetime`` seconds from now (``None``: never). Cost: one
         manifest write."""
-        return await refresh_checkpoint(await self._existing(), checkpoint_id, lifetime,
-                                        self.clock)
+        await self._existing()
+        return await refresh_checkpoint(self.manifests, checkpoint_id, lifetime, self.clock)
 
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
         """Delete a checkpoint; the files only it pinned may then be deleted. Cost: one
         manifest write."""
-        await delete_checkpoint(await self._existing(), checkpoint_id, self.clock)
+        await self._existing()
+        await delete_checkpoint(self.manifests, checkpoint_id, self.clock)
 
     def _pinned_reads(self) -> PinnedReads:
         return PinnedReads([self])
@@ -97,9 +107,9 @@ class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administr
         then a copy of each journal file the backup lacks (one read and one write each) and
         of the manifest."""
         target = ObjectStore.from_url(target_url, target_options or self.options)
-        pin = await create_checkpoint(await self._existing(),
-                                      self.options.gc.long_snapshot_timeout_s,
-                                      name="backup", clock=self.clock)
+        pin = await create_checkpoint(self.manifests, self.options.gc.long_snapshot_timeout_s,
+                                      name="backup", current=await self._existing(),
+                                      clock=self.clock)
         try:
             return (await backup_version(self.store, self.options, pin.manifest_id, target,
                                          progress_of(progress, "backup"))).as_dict()

@@ -13,6 +13,7 @@ from ..errors import (
     SnapshotExpiredError,
 )
 from ..files.sync import with_sync_twins
+from ..manifest.model import Checkpoint
 from ..options import Options
 from ..read.history_view import as_of
 from ..read.point_in_time import KeyReads
@@ -45,6 +46,7 @@ class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, ro
         self._admin = Admin(url, self.options, clock)
         self._view: StoreReader | None = None
         self._lease: CheckpointLease | None = None  # of the checkpoint it owns
+        self._made: Checkpoint | None = None  # the checkpoint it made last (no list to find it)
         self.closed = False
 
     def __reduce__(self):
@@ -63,12 +65,14 @@ class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, ro
         if self.checkpoint_id is None:
             await self.refresh_async()
         if self._view is None:
-            found = await self._admin.list_checkpoints_async()
-            pinned = {c.id: c.manifest_id for c in found}
-            if self.checkpoint_id not in pinned:
-                raise CheckpointNotFoundError(f"no live checkpoint {self.checkpoint_id!r}")
+            pinned = self._made
+            if pinned is None or pinned.id != self.checkpoint_id:
+                found = await self._admin.list_checkpoints_async()
+                pinned = next((c for c in found if c.id == self.checkpoint_id), None)
+                if pinned is None:
+                    raise CheckpointNotFoundError(f"no live checkpoint {self.checkpoint_id!r}")
             view = await StoreReader.open(self._admin.store, self.options,
-                                          manifest_id=pinned[self.checkpoint_id],
+                                          manifest_id=pinned.manifest_id,
                                           clock=self._admin.clock)
             if self.at_time is not None or self.at_sqn is not None:  # an earlier moment
                 view = await as_of(view, self.at_sqn, self.at_time)
@@ -106,7 +110,7 @@ class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, ro
                                        "move (open a new reader for a newer one)")
         old = self.checkpoint_id
         new = await self._admin.create_checkpoint_async(self.lifetime, name="reader")
-        self.checkpoint_id, self._view = new.id, None
+        self.checkpoint_id, self._view, self._made = new.id, None, new
         self._lease = CheckpointLease(self._admin.manifests, new.id, self.lifetime,
                                       self._admin.clock)
         if old is not None:
