@@ -158,8 +158,10 @@ class Penciller(Owner):
             token, started = self.begin_upload()
             try:
                 table = await asyncio.to_thread(self._sorted, batches)
-                info = await write_sst(self.store, table, self.options)
-                change = await self.tree.change_of(table, self.files())
+                hashes = await asyncio.to_thread(self.tree.key_hashes, table)
+                info, change = await asyncio.gather(
+                    write_sst(self.store, table, self.options, hashes),
+                    self.tree.change_of(table, self.files(), hashes))
                 # An upload GC may already count as an orphan is not published: the flush is
                 # redone.
                 check_publishable(started, self.options, self.clock())

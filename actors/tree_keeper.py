@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
+import numpy as np
+
 from ..codec import kept_tree
-from ..codec.tictac import SIZES, TicTacTree
+from ..codec.tictac import SIZES, TicTacTree, tree_key_hashes
 from ..errors import LeveledError
 from ..files.clerk import ClerkHost
 from ..files.names import LEDGER_PREFIX, ulid
@@ -49,7 +52,7 @@ class TreeKeeper:
         #: Moves on each rebuild: a flush's change looked up before it belongs to no tree.
         self._epoch = 0
         self.counters = {"tree_rebuilds": 0, "tree_loads": 0, "tree_saves": 0,
-                         "tree_failures": 0}
+                         "tree_failures": 0, "tree_upkeep_s": 0.0}
         self._failed_folds = 0  # in a row: the next fold waits longer
 
     def _host(self) -> ClerkHost:
@@ -109,12 +112,22 @@ class TreeKeeper:
         self._rebuild = None
         self.counters["tree_rebuilds"] += 1
 
-    async def change_of(self, flushed, files: LedgerFiles) -> tuple | None:
-        """What flushing ``flushed`` (sorted Ledger rows, one per key) into ``files`` changes,
-        for :meth:`apply`: the keys' entries before it are looked up in the files, together.
-        ``None`` when trees are off."""
+    def key_hashes(self, flushed) -> np.ndarray | None:
+        """The tree key hashes of the rows a flush writes (``None`` when trees are off): the
+        flush's SST keeps their top bits as segment hints, and :meth:`change_of` uses them."""
         if self.size is None:
             return None
+        return tree_key_hashes(flushed.column("key").to_pylist())
+
+    async def change_of(self, flushed, files: LedgerFiles,
+                        tree_hashes: np.ndarray | None = None) -> tuple | None:
+        """What flushing ``flushed`` (sorted Ledger rows, one per key; ``tree_hashes``, their
+        :meth:`key_hashes`) into ``files`` changes, for :meth:`apply`: the keys' entries
+        before it are looked up in the files, together. ``None`` when trees are off. Its
+        seconds are counted in ``tree_upkeep_s``."""
+        if self.size is None:
+            return None
+        started = time.perf_counter()
         epoch, keys = self._epoch, flushed.column("key").to_pylist()
         try:
             with self._host().reading(files.version):
@@ -123,7 +136,9 @@ class TreeKeeper:
             self.counters["tree_failures"] += 1
             log.warning("a flush's earlier entries could not be read", exc_info=True)
             return (None, epoch)
-        return (kept_tree.delta(flushed, before), epoch)
+        found = kept_tree.delta(flushed, before, tree_hashes)
+        self.counters["tree_upkeep_s"] += time.perf_counter() - started
+        return (found, epoch)
 
     def apply(self, change: tuple | None) -> None:
         """Add a committed flush's change. One not known (its lookups failed, or a rebuild

@@ -74,11 +74,13 @@ class TreeChange:
             tree.add_hashes(np.concatenate(self._keys), np.concatenate(self._values))
 
 
-def delta(flushed: pa.Table, before: list[tuple | None]) -> tuple[TreeChange, bool]:
+def delta(flushed: pa.Table, before: list[tuple | None],
+          tree_hashes: np.ndarray | None = None) -> tuple[TreeChange, bool]:
     """What a flush of ``flushed`` (sorted, one row per key) changes in a kept tree, given
     each key's newest entry in the files before it (``before``: ``(sqn, status, expiry, hash,
     ...)`` or ``None``): the old entries XORed out, the new ones in. Returns the change, and
-    whether a flushed row had a TTL. Each key is hashed once, for both."""
+    whether a flushed row had a TTL. Each key is hashed once, for both, unless the caller
+    has every row's :func:`~.tictac.tree_key_hashes` (``tree_hashes``)."""
     keys = flushed.column("key").combine_chunks()
     old = np.asarray([i for i, e in enumerate(before) if e is not None], dtype=np.int64)
     n = len(old)
@@ -90,9 +92,11 @@ def delta(flushed: pa.Table, before: list[tuple | None]) -> tuple[TreeChange, bo
                                 flushed.column("expiry").to_numpy())
     hashed = new_mask.copy()
     hashed[old[old_mask]] = True
-    where = np.flatnonzero(hashed)
-    khashes = np.zeros(len(keys), dtype=np.uint64)
-    khashes[where] = tree_key_hashes(keys.take(pa.array(where, pa.int64())).to_pylist())
+    khashes = tree_hashes
+    if khashes is None:
+        where = np.flatnonzero(hashed)
+        khashes = np.zeros(len(keys), dtype=np.uint64)
+        khashes[where] = tree_key_hashes(keys.take(pa.array(where, pa.int64())).to_pylist())
     change = TreeChange()
     change.add_hashes(khashes[old[old_mask]], old_hash[old_mask])
     change.add_hashes(khashes[new_mask], flushed.column("hash").to_numpy().astype(

@@ -35,7 +35,7 @@ BRANCH_WIDTH = 256
 #: The seed of the key hash: segments must not follow the shard routing's partitions (which
 #: hash the same key unseeded), so that each shard's keys spread over every segment.
 SEED = 0x7469637461632D31  # "tictac-1"
-#: The encoded tree's format: 1 held the leaves as they are, 2 compressed (lz4: a store's
+#: The encoded tree's format: 1 holds the leaves as they are, 2 compressed (lz4: a store's
 #: saved ``large`` tree is 4 MiB, mostly zeros while the store is small).
 FORMAT = 2
 
@@ -115,7 +115,9 @@ def hints_in_segments(hints: np.ndarray, hint_bits: int, segments: np.ndarray,
 
 
 def _member(values: np.ndarray, members: np.ndarray, bits: int) -> np.ndarray:
-    return _table(bits, np.asarray(members, dtype=np.int64).tobytes())[values]
+    # np.take, not indexing: it reads the unsigned values as they are (indexing converts
+    # them to intp first, at twice the cost)
+    return np.take(_table(bits, np.asarray(members, dtype=np.int64).tobytes()), values)
 
 
 @functools.lru_cache(maxsize=4)
@@ -224,9 +226,12 @@ class TicTacTree:
 
     def resized(self, size: str) -> TicTacTree:
         """This tree as a tree of ``size``, no larger: a segment is its key hashes' top bits,
-        so each segment of the smaller tree is the XOR of a run of this one's."""
+        so each segment of the smaller tree is the XOR of a run of this one's. (Of its own
+        size: this tree itself.)"""
         if SIZES[check_size(size)] > self.segments:
             raise InvalidArgumentError(f"a {self.size} tree cannot grow to {size}")
+        if size == self.size:
+            return self
         return TicTacTree(size, np.bitwise_xor.reduce(
             self.leaves.reshape(SIZES[size], -1), axis=1))
 
@@ -255,8 +260,12 @@ class TicTacTree:
             "<u4").tobytes()
 
     def encode(self) -> bytes:
-        return bytes([FORMAT]) + self.size.encode().ljust(8, b"\0") + lz4.block.compress(
-            self.leaves.astype("<u4").tobytes())
+        """The tree as bytes: compressed (format 2) unless that saves under an eighth, as
+        for a full store's tree of random hashes (format 1: then a decode is one copy)."""
+        raw = self.leaves.astype("<u4").tobytes()
+        packed = lz4.block.compress(raw)
+        form, body = (FORMAT, packed) if len(packed) < len(raw) * 7 // 8 else (1, raw)
+        return bytes([form]) + self.size.encode().ljust(8, b"\0") + body
 
     @classmethod
     def decode(cls, data: bytes) -> TicTacTree:
@@ -264,7 +273,8 @@ class TicTacTree:
             raise InvalidArgumentError("not a tictac tree of a known format")
         size = check_size(data[1:9].rstrip(b"\0").decode(errors="replace"))
         try:
-            leaves = data[9:] if data[0] == 1 else lz4.block.decompress(data[9:])
+            body = memoryview(data)[9:]
+            leaves = body if data[0] == 1 else lz4.block.decompress(body)
             return cls(size, np.frombuffer(leaves, dtype="<u4").copy())
         except (lz4.block.LZ4BlockError, ValueError):
             raise InvalidArgumentError(f"a damaged {size} tictac tree") from None

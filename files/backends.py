@@ -103,6 +103,41 @@ class LocalBackend(Backend):
         obstore.delete(self.inner, path)
 
 
+class DirectoryBackend(LocalBackend):
+    """A local directory. Reads go straight to the file (``os.pread``: about 10 us, against
+    about 150 us for obstore's call, which hands each read to its runtime's threads; a fold
+    of tictac segments makes two reads of each Ledger file). Writes, lists and deletes go
+    through obstore's local store, whose writes are staged and moved into place, so a read
+    sees a file whole or not at all."""
+
+    def __init__(self, root: str):
+        super().__init__(LocalStore(root))
+        self.root = root
+
+    def _open(self, path: str) -> int:
+        return os.open(os.path.join(self.root, path), os.O_RDONLY)
+
+    async def get(self, path):
+        with open(os.path.join(self.root, path), "rb") as file:
+            return file.read()
+
+    async def get_range(self, path, start, end):
+        return (await self.get_ranges(path, [start], [end]))[0]
+
+    async def get_ranges(self, path, starts, ends):
+        fd = self._open(path)
+        try:
+            size = os.fstat(fd).st_size
+            for start, end in zip(starts, ends):
+                if end <= start:
+                    raise ValueError(f"Invalid range requested, start: {start} end: {end}")
+                if start >= size:
+                    raise ShortRead(f"a range of {path} starts past its end ({size} bytes)")
+            return [os.pread(fd, end - start, start) for start, end in zip(starts, ends)]
+        finally:
+            os.close(fd)
+
+
 # --- memory:// stores ---------------------------------------------------------------------------
 
 _local_memory: dict[str, MemoryStore] = {}
@@ -204,7 +239,7 @@ def make_backend(config: StoreConfig, scheme: str, location: str, prefix: str):
             os.makedirs(location, exist_ok=True)
         except OSError as exc:  # a path that cannot be a directory: the store is unusable
             raise ObjectStoreError(f"cannot use {location} as a store: {exc}") from None
-        return LocalBackend(LocalStore(location))
+        return DirectoryBackend(location)
     s3 = dict(config.s3)
     endpoint = s3.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or ""
     if "allow_http" not in s3 and endpoint.startswith("http://"):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..codec.tictac import SegmentFilter
 from ..errors import CorruptObjectError, LeveledError
 from . import journal as jfmt
 from . import sst as sfmt
@@ -200,17 +201,42 @@ class SstClerk(FileClerk):
                                footer.offsets[end])
         return await off_loop(sfmt.decode_blocks, raw, footer, first, self.name)
 
-    async def read_scattered(self, blocks: list[int]) -> list:
-        """Blocks ``blocks`` (anywhere in the file) as Arrow batches, read with one request
-        of many ranges and decoded in a thread, without filling the cache (a fold of a few
-        tictac segments reads blocks here and there)."""
+    async def segment_rows(self, segments: SegmentFilter, first: int, end: int,
+                           max_bytes: int) -> pa.Table | None:
+        """The rows of blocks ``first`` to ``end - 1`` that are keys of ``segments``, or
+        ``None`` if none can be: only the blocks whose segment hints may hold them are read
+        (one request of many ranges per ``max_bytes`` of blocks), decoded and filtered in a
+        thread, without filling the cache (a fold of a few tictac segments finds a few rows
+        here and there). A row's segment is told by its hint in a version 4 file, and by
+        hashing its key in an older one."""
         footer = await self.footer()
-        raws = await self._read(self.host.store.get_ranges_async,
-                                [footer.offsets[b] for b in blocks],
-                                [footer.offsets[b + 1] for b in blocks])
-        return await off_loop(lambda: [
-            sfmt.decode_batch(raw, footer.checksums[b], self.name, footer.offsets[b])
-            for raw, b in zip(raws, blocks)])
+        hits = footer.hits(segments.segments, segments.bits)
+        held = footer.blocks_with(hits)[first:end]
+        blocks = [first + b for b in np.flatnonzero(held).tolist()]
+        tables = []
+        while blocks:
+            picked, size = [], 0
+            while blocks and (not picked or size + footer.block_size(blocks[0]) <= max_bytes):
+                size += footer.block_size(blocks[0])
+                picked.append(blocks.pop(0))
+            raws = await self._read(self.host.store.get_ranges_async,
+                                    [footer.offsets[b] for b in picked],
+                                    [footer.offsets[b + 1] for b in picked])
+            tables.append(await off_loop(self._rows_of, footer, picked, raws, hits, segments))
+        return pa.concat_tables(tables) if tables else None
+
+    def _rows_of(self, footer: sfmt.SstFooter, blocks: list[int], raws: list,
+                 hits: np.ndarray | None, segments: SegmentFilter) -> pa.Table:
+        batches = [sfmt.decode_batch(raw, footer.checksums[b], self.name, footer.offsets[b])
+                   for raw, b in zip(raws, blocks)]
+        if not footer.hints_per_row:
+            table = pa.Table.from_batches(batches)
+            return table.filter(segments.mask(table.column("key").to_pylist()))
+        keep = footer.rows_in(blocks, hits)
+        if len(keep) != sum(batch.num_rows for batch in batches):
+            raise CorruptObjectError(self.name, footer.offsets[blocks[0]],
+                                     "segment hints do not match the blocks' rows")
+        return sfmt.kept_rows(batches, keep)
 
     async def read_table(self):
         """Every entry of the file, validated (bulk reads: merges, verification)."""
@@ -341,15 +367,16 @@ class JournalClerk(FileClerk):
         return list(jfmt.iter_records(data, self.name, after_sqn))
 
 
-async def write_sst(store: ObjectStore, table, options) -> SstInfo:
+async def write_sst(store: ObjectStore, table, options, tree_hashes=None) -> SstInfo:
     """Encode sorted, deduplicated Ledger rows as a new SST (under a never-reused name) and
-    store it; returns its info. Encoding runs in a thread: Arrow and lz4 release the GIL."""
+    store it; returns its info. Encoding runs in a thread: Arrow and lz4 release the GIL.
+    ``tree_hashes``: see :func:`~leveled_ray.files.sst.build_sst`."""
 
     name = sst_name()
     data, info = await asyncio.to_thread(
         sfmt.build_sst, name, table, codec=codec_id(options.compression),
         block_bytes=options.ledger.sst_block_bytes,
-        bloom_bits_per_key=options.ledger.bloom_bits_per_key,
+        bloom_bits_per_key=options.ledger.bloom_bits_per_key, tree_hashes=tree_hashes,
     )
     await store.put_if_absent_async(name, data, unique=True)
     return info

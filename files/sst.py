@@ -80,20 +80,26 @@ class SstFooter:
     def block_count(self) -> int:
         return len(self.first_keys)
 
-    def blocks_with(self, segments: np.ndarray, bits: int) -> np.ndarray:
-        """Which blocks may hold keys of ``segments`` of a tictac tree of ``2**bits``
-        segments, as a bool per block: every block of a file written before segment hints."""
+    def hits(self, segments: np.ndarray, bits: int) -> np.ndarray | None:
+        """For each of the footer's segment hints: may it be a key of ``segments`` of a
+        tictac tree of ``2**bits`` segments (a bool each, found once for a file, for its
+        blocks and then their rows); ``None`` for a file written before segment hints."""
         if self.hints is None:
-            return np.ones(self.block_count, dtype=bool)
-        hit = hints_in_segments(self.hints, self.hint_bits, segments, bits).astype(np.int32)
-        return np.add.reduceat(hit, self.hint_offsets[:-1]) > 0
+            return None
+        return hints_in_segments(self.hints, self.hint_bits, segments, bits)
 
-    def rows_in(self, blocks: list[int], segments: np.ndarray, bits: int) -> np.ndarray:
+    def blocks_with(self, hits: np.ndarray | None) -> np.ndarray:
+        """Which blocks may hold keys of the segments of :meth:`hits`, as a bool per block:
+        every block of a file written before segment hints."""
+        if hits is None:
+            return np.ones(self.block_count, dtype=bool)
+        return np.logical_or.reduceat(hits, self.hint_offsets[:-1])
+
+    def rows_in(self, blocks: list[int], hits: np.ndarray) -> np.ndarray:
         """For the rows of ``blocks`` (in order, one after another; a version 4 file): which
-        are keys of ``segments`` of a tree of ``2**bits`` segments."""
-        hints = np.concatenate([self.hints[self.hint_offsets[b]:self.hint_offsets[b + 1]]
-                                for b in blocks])
-        return hints_in_segments(hints, self.hint_bits, segments, bits)
+        are keys of the segments of :meth:`hits`."""
+        bounds = self.hint_offsets
+        return np.concatenate([hits[bounds[b]:bounds[b + 1]] for b in blocks])
 
     def block_spans(self, keys: list[bytes]) -> list[tuple[int, int, int]]:
         """For sorted ``keys``: ``(block, lo, hi)`` for each block that may hold some of
@@ -118,6 +124,9 @@ class SstFooter:
 
     def block_range(self, i: int) -> tuple[int, int]:
         return self.offsets[i], self.offsets[i + 1]
+
+    def block_size(self, i: int) -> int:
+        return self.offsets[i + 1] - self.offsets[i]
 
     @property
     def nbytes(self) -> int:
@@ -146,9 +155,11 @@ def sort_and_dedupe(table: pa.Table | pa.RecordBatch) -> pa.Table:
 
 
 def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes: int = 32768,
-              bloom_bits_per_key: int = 10, version: int = VERSION) -> tuple[bytes, SstInfo]:
+              bloom_bits_per_key: int = 10, version: int = VERSION,
+              tree_hashes: np.ndarray | None = None) -> tuple[bytes, SstInfo]:
     """Encode sorted, deduplicated Ledger rows as an SST; returns the object bytes and its info.
-    ``version`` 1 or 2 writes an older format (for compatibility tests)."""
+    ``version`` 1 or 2 writes an older format (for compatibility tests). ``tree_hashes`` are
+    the rows' :func:`~leveled_ray.codec.tictac.tree_key_hashes` if the caller has them."""
     if version not in READABLE:
         raise ValueError(f"no SST format version {version}")
     n = table.num_rows
@@ -182,7 +193,9 @@ def build_sst(name: str, table: pa.Table, *, codec: int = CODEC_LZ4, block_bytes
     offsets.append(footer_offset)
     hint_doc = {}
     if version >= 2:
-        hints = hints_of(tree_key_hashes(key_list)) >> (HINT_BITS - _HINT_BITS[version])
+        if tree_hashes is None:
+            tree_hashes = tree_key_hashes(key_list)
+        hints = hints_of(tree_hashes) >> (HINT_BITS - _HINT_BITS[version])
         if version < 4:
             per_block = [np.unique(hints[bounds[b]:bounds[b + 1]]) for b in range(len(starts))]
             dtype = "<u2" if version == 2 else "<u4"
@@ -300,7 +313,7 @@ class BlockKeys:
 class Block:
     """A decoded block: its Arrow batch plus numpy views for row access."""
 
-    __slots__ = ("batch", "keys", "cols", "nbytes", "_index")
+    __slots__ = ("batch", "keys", "cols", "nbytes", "_index", "_joined")
 
     def __init__(self, batch: pa.RecordBatch):
         self.batch = batch
@@ -310,15 +323,34 @@ class Block:
         # a slot per row, about three times the block.
         self.nbytes = 3 * batch.nbytes + 200 * len(self.keys)
         self._index: dict[bytes, LedgerEntry] | None = None
+        self._joined = False  # a many-key lookup has run without the index
 
-    def index(self) -> dict[bytes, LedgerEntry]:
-        """Key -> entry for every row, built at the first many-key lookup: each later key
-        costs one dict probe."""
+    def lookup(self, names: list[bytes]) -> list[LedgerEntry | None]:
+        """The entries of ``names`` (``None`` where absent). The first many-key lookup of a
+        block joins the names against its keys in Arrow and makes entries of the rows found
+        only: a block read for one lookup (a flush's, of the entries its keys had) never
+        pays for an entry of every row. A second builds the index of every row (key ->
+        entry), so a block read again and again costs a dict probe a key."""
+        if self._index is None and not self._joined:
+            self._joined = True
+            at = pc.index_in(pa.array(names, pa.binary()), value_set=self.batch.column(0))
+            rows = at.fill_null(-1).to_numpy()
+            hit = np.flatnonzero(rows >= 0)
+            taken = rows[hit]
+            out: list[LedgerEntry | None] = [None] * len(names)
+            for i, entry in zip(hit.tolist(), self._entries(taken)):
+                out[i] = entry
+            return out
         if self._index is None:
-            cols = [c.tolist() for c in self.cols] + [self.batch.column(7).to_pylist()]
-            make = functools.partial(tuple.__new__, LedgerEntry)
-            self._index = dict(zip(self.batch.column(0).to_pylist(), map(make, zip(*cols))))
-        return self._index
+            self._index = dict(zip(self.batch.column(0).to_pylist(), self._entries(None)))
+        return list(map(self._index.get, names))
+
+    def _entries(self, rows: np.ndarray | None):
+        """Entries of ``rows`` (every row for ``None``), in order."""
+        cols = [(c if rows is None else c[rows]).tolist() for c in self.cols]
+        extra = self.batch.column(7)
+        cols.append((extra if rows is None else extra.take(rows)).to_pylist())
+        return map(functools.partial(tuple.__new__, LedgerEntry), zip(*cols))
 
     def entry(self, i: int) -> LedgerEntry:
         """The Ledger entry of row ``i``."""
@@ -359,6 +391,28 @@ def block_span(footer: SstFooter, lo: bytes, hi: bytes) -> tuple[int, int]:
         return 0, 0
     return (max(0, bisect.bisect_right(footer.first_keys, lo) - 1),
             bisect.bisect_left(footer.first_keys, hi))
+
+
+#: Runs of rows :func:`kept_rows` slices out at most; beyond, it filters.
+MAX_SLICES = 64
+
+
+def kept_rows(batches: list[pa.RecordBatch], keep: np.ndarray) -> pa.Table:
+    """The rows of ``batches`` (one after another) that ``keep`` marks. A fold of a few tictac
+    segments keeps a few rows of many: a zero-copy slice of each run of them costs a fifth of
+    a filter of every column."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], keep.view(np.int8), [0]))))
+    if len(edges) > 2 * MAX_SLICES:
+        return pa.Table.from_batches(batches, LEDGER_SCHEMA).filter(keep)
+    bounds = np.cumsum([0] + [b.num_rows for b in batches]).tolist()
+    out = []
+    for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist()):
+        b = bisect.bisect_right(bounds, lo) - 1
+        while lo < hi:  # a run may go on into the next block
+            end = min(hi, bounds[b + 1])
+            out.append(batches[b].slice(lo - bounds[b], end - lo))
+            lo, b = end, b + 1
+    return pa.Table.from_batches(out, LEDGER_SCHEMA)
 
 
 def read_all(data: bytes, path: str) -> tuple[SstFooter, pa.Table]:

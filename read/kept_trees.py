@@ -19,9 +19,9 @@ async def with_newer(tree: TicTacTree, host: ClerkHost, files: LedgerFiles,
                      newer: pa.Table, size: str) -> TicTacTree | None:
     """``tree`` (of ``files``) changed by ``newer`` (Ledger rows not in the files, or in them
     already: the change is then nothing), as a tree of ``size``; ``None`` if a newer row has a
-    TTL (see the rules)."""
-    tree = TicTacTree(tree.size, tree.leaves.copy())
+    TTL (see the rules). ``tree`` is not changed, but may be what is returned."""
     if newer.num_rows:
+        tree = TicTacTree(tree.size, tree.leaves.copy())  # the caller's tree stays as it is
         newer = sort_and_dedupe(newer)
         keys = newer.column("key").to_pylist()
         with host.reading(files.version):

@@ -17,13 +17,11 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import ACTIVE
 from ..codec.tictac import SegmentFilter
-from ..errors import CorruptObjectError
 from ..files.clerk import ClerkHost
 from ..files.sst import SstInfo, block_span, sort_and_dedupe
 
@@ -47,6 +45,8 @@ class LedgerView(Protocol):
 READ_BYTES = 1 << 20
 #: ... and at first: a source's reads double from this, so short queries read little.
 FIRST_READ_BYTES = 32 << 10
+#: Files of a run whose rows of a fold's tictac segments are read at once.
+SEGMENT_FILES = 8
 #: Rows of the overlay handed out at a time.
 OVERLAY_ROWS = 16_384
 
@@ -79,7 +79,7 @@ class _Run:
     read a range of whole blocks at a time, with the next read in flight. Reads start at
     :data:`FIRST_READ_BYTES` and double up to :data:`READ_BYTES`, so a query that wants a few
     rows reads little and a long scan reads in large requests; a fold of tictac segments reads
-    the blocks that may hold them, scattered, many to a request."""
+    the blocks that may hold them, scattered, many to a request, and several files at once."""
 
     def __init__(self, host: ClerkHost, files: tuple[SstInfo, ...], lo: bytes, hi: bytes,
                  owns=lambda sst: None, segments: SegmentFilter | None = None):
@@ -93,6 +93,8 @@ class _Run:
         self._ahead: asyncio.Future | None = None
 
     async def _read(self) -> pa.Table | None:
+        if self._segments is not None:
+            return await self._read_segments()
         while True:
             if self._file is None:
                 if not self._files:
@@ -101,28 +103,44 @@ class _Run:
                 clerk = self._host.sst(sst)
                 footer = await clerk.footer()
                 first, end = block_span(footer, self._lo, self._hi)
-                blocks = list(range(first, end))
-                if self._segments is not None and blocks:
-                    held = footer.blocks_with(self._segments.segments, self._segments.bits)
-                    blocks = [first + b for b in np.flatnonzero(held[first:end]).tolist()]
-                if blocks:
-                    self._file = [clerk, footer, deque(blocks), self._owns(sst)]
+                if first < end:
+                    self._file = [clerk, footer, deque(range(first, end)), self._owns(sst)]
                 continue
             clerk, footer, blocks, owns = self._file
-            if self._segments is not None:  # blocks here and there: many ranges a request
-                picked = self._scattered(footer, blocks)
-                table = self._in_segments(clerk, footer, picked,
-                                          await clerk.read_scattered(picked))
-            else:
-                first, stop = self._adjacent(footer, blocks)
-                table = pa.Table.from_batches(await clerk.read_blocks(first, stop))
+            first, stop = self._adjacent(footer, blocks)
+            table = pa.Table.from_batches(await clerk.read_blocks(first, stop))
             if not blocks:
                 self._file = None
-            table = clip(table, self._lo, self._hi)
-            if owns is not None and table.num_rows:
-                table = table.filter(owns.mask(table.column("key").to_pylist()))
-            if table.num_rows:
+            if table := self._kept(table, owns):
                 return table
+
+    async def _read_segments(self) -> pa.Table | None:
+        """The rows of the fold's segments in the next :data:`SEGMENT_FILES` files, read at
+        once: a fold of a few segments finds a few rows a file, so files read one by one
+        would wait on one request after another, and hand the merge a window each."""
+        while self._files:
+            ssts = [self._files.popleft() for _ in range(min(SEGMENT_FILES, len(self._files)))]
+            found = await asyncio.gather(*(self._segment_rows(sst) for sst in ssts))
+            kept = (self._kept(table, self._owns(sst)) for sst, table in zip(ssts, found))
+            if parts := [table for table in kept if table is not None]:
+                return pa.concat_tables(parts)
+        return None
+
+    async def _segment_rows(self, sst: SstInfo) -> pa.Table | None:
+        clerk = self._host.sst(sst)
+        first, end = block_span(await clerk.footer(), self._lo, self._hi)
+        if first == end:
+            return None
+        return await clerk.segment_rows(self._segments, first, end, READ_BYTES)
+
+    def _kept(self, table: pa.Table | None, owns) -> pa.Table | None:
+        """The rows of ``table`` in the range (and the shard's, ``owns``), if any."""
+        if table is None:
+            return None
+        table = clip(table, self._lo, self._hi)
+        if owns is not None and table.num_rows:
+            table = table.filter(owns.mask(table.column("key").to_pylist()))
+        return table if table.num_rows else None
 
     def _adjacent(self, footer, blocks: deque) -> tuple[int, int]:
         """The next run of adjacent blocks to read in one request (``first``, ``end``), in
@@ -134,31 +152,6 @@ class _Run:
             stop = blocks.popleft() + 1
         self._read_bytes = min(2 * self._read_bytes, READ_BYTES)
         return first, stop
-
-    @staticmethod
-    def _scattered(footer, blocks: deque) -> list[int]:
-        """The next blocks to read in one request of many ranges, up to :data:`READ_BYTES`."""
-        picked, size = [], 0
-        while blocks:
-            more = footer.offsets[blocks[0] + 1] - footer.offsets[blocks[0]]
-            if picked and size + more > READ_BYTES:
-                break
-            picked.append(blocks.popleft())
-            size += more
-        return picked
-
-    def _in_segments(self, clerk, footer, picked: list[int], batches: list) -> pa.Table:
-        """The rows of blocks ``picked`` whose keys are in the fold's segments (the merge sees
-        these only): told by the footer's hint of each row, or, in a file older than SST
-        format 4, by hashing the keys."""
-        table = pa.Table.from_batches(batches)
-        if not footer.hints_per_row:
-            return table.filter(self._segments.mask(table.column("key").to_pylist()))
-        keep = footer.rows_in(picked, self._segments.segments, self._segments.bits)
-        if len(keep) != table.num_rows:
-            raise CorruptObjectError(clerk.name, footer.offsets[picked[0]],
-                                     "segment hints do not match the blocks' rows")
-        return table.filter(keep)
 
     async def next(self) -> pa.Table | None:
         ahead = self._ahead if self._ahead is not None else asyncio.ensure_future(self._read())

@@ -179,8 +179,8 @@ async def _probe(host: ClerkHost, sst: SstInfo, keys: list[bytes],
     for (_, lo, hi), block in zip(spans, held):
         if block is not None:
             names = keys[lo:hi]
-            got = list(map(block.index().get, names))  # one probe per key: the blocks'
-            found.update(compress(zip(names, got), got))  # indexes are far apart in memory
+            got = block.lookup(names)
+            found.update(compress(zip(names, got), got))
 
 
 class JournalIndex:

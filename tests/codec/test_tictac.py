@@ -97,6 +97,13 @@ def test_sizes_shapes_and_an_encoded_tree():
     assert TicTacTree.decode(tree.encode()) == tree
     format_1 = b"\x01" + b"xsmall".ljust(8, b"\0") + tree.leaves.astype("<u4").tobytes()
     assert TicTacTree.decode(format_1) == tree  # trees saved before compression still load
+    full = TicTacTree("small", np.random.default_rng(1).integers(0, 2**32, 1 << 16,
+                                                                 dtype=np.uint32))
+    encoded = full.encode()  # a full store's tree of random hashes: kept as it is
+    assert encoded[0] == 1 and len(encoded) == 9 + 4 * full.segments
+    assert TicTacTree.decode(encoded) == full
+    with pytest.raises(lr.InvalidArgumentError):
+        TicTacTree.decode(encoded[:-4])  # a segment short
     assert np.count_nonzero(TicTacTree("xxsmall").leaves) == 0
     with pytest.raises(lr.InvalidArgumentError):
         TicTacTree("huge")

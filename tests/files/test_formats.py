@@ -68,6 +68,24 @@ def test_sst_lookup_misses_and_bloom():
     assert sfmt.decode_block(data[lo:hi], footer.checksums[i], "s", lo).get(b"k00101") is None
 
 
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(entry, min_size=1, max_size=200), st.lists(st.binary(min_size=1, max_size=40),
+                                                           max_size=30))
+def test_a_blocks_first_lookup_and_its_index_find_the_same_entries(entries, others):
+    """A block's first many-key lookup joins the keys in Arrow; the next builds the index of
+    every row: both find each key's entry, and nothing for a key not there."""
+    table = sfmt.sort_and_dedupe(rows_table(entries))
+    data, _ = sfmt.build_sst("s", table, block_bytes=1 << 20)  # one block
+    footer = sfmt.parse_footer(len(data), data, "s")
+    lo, hi = footer.block_range(0)
+    block = sfmt.decode_block(data[lo:hi], footer.checksums[0], "s", lo)
+    names = sorted(set(table.column("key").to_pylist()) | set(others))
+    expected = [block.get(name) for name in names]
+    assert block.lookup(names) == expected  # joined
+    assert block.lookup(names) == expected  # by the index
+    assert {e.sqn for e in expected if e} == set(table.column("sqn").to_pylist())
+
+
 records = st.lists(
     st.tuples(st.sampled_from([0, 1, 2]), st.binary(min_size=1, max_size=30),
               st.one_of(st.none(), st.binary(max_size=300)),

@@ -51,8 +51,10 @@ def test_put_if_absent_get_range_list_delete(object_store):
     assert [m.path for m in s.list("d/")] == ["d/000", "d/001", "d/002", "d/a"]
     assert [m.path for m in s.list("d/", offset="d/001")] == ["d/002", "d/a"]
     assert s.head("d/a").size == 11 and s.head("d/missing") is None
-    with pytest.raises(NotFound):
-        s.get("d/missing")
+    for read in (lambda: s.get("d/missing"), lambda: s.get_range("d/missing", 0, 1),
+                 lambda: s.get_ranges("d/missing", [0], [1])):
+        with pytest.raises(NotFound):
+            read()
     s.delete("d/a")
     s.delete("d/a")  # deleting a missing object is fine
     assert s.head("d/a") is None

@@ -23,9 +23,12 @@ def table_of(keys):
     return pa.Table.from_batches([rows.to_batch()])
 
 
+def hits(footer, segments, size: str):
+    return footer.hits(np.asarray(sorted(segments), dtype=np.int64), SIZES[size].bit_length() - 1)
+
+
 def blocks_with(footer, segments, size: str):
-    return footer.blocks_with(np.asarray(sorted(segments), dtype=np.int64),
-                              SIZES[size].bit_length() - 1)
+    return footer.blocks_with(hits(footer, segments, size))
 
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
@@ -106,13 +109,31 @@ def test_a_version_4_file_tells_each_rows_segment_without_hashing(keys, size, da
     segment = {k: segment_of(key_hash(k), SIZES[size]) for k in keys}
     wanted = sorted(set(data.draw(st.lists(st.sampled_from(sorted(set(segment.values()))),
                                            max_size=5))))
-    got = footer.rows_in(blocks, np.asarray(wanted, dtype=np.int64), SIZES[size].bit_length() - 1)
+    got = footer.rows_in(blocks, hits(footer, wanted, size))
     assert got.tolist() == [segment[k] in wanted for k in rows]
 
 
-def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path):
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=6), st.data())
+def test_kept_rows_are_the_rows_a_filter_keeps(sizes, data):
+    """Slices of the runs of kept rows, across block edges, or a filter past
+    :data:`MAX_SLICES` runs: the same rows either way."""
+    keys = [b"k%05d" % i for i in range(sum(sizes))]
+    table = table_of(keys)
+    batches, at = [], 0
+    for n in sizes:
+        batches.append(table.slice(at, n).combine_chunks().to_batches()[0])
+        at += n
+    keep = np.asarray(data.draw(st.lists(st.booleans(), min_size=at, max_size=at)), dtype=bool)
+    if data.draw(st.booleans()):  # many runs: past the slices' limit
+        keep[::2], keep[1::2] = True, False
+    assert sfmt.kept_rows(batches, keep).to_pylist() == table.filter(keep).to_pylist()
+
+
+def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path, monkeypatch):
     """Through the public fold: objects overwritten and deleted across several SSTs and the
-    Bookie's memory, under str and bytes names; bad segments are refused."""
+    Bookie's memory, under str and bytes names, however many files are read at once; bad
+    segments are refused."""
     import asyncio
     import random
 
@@ -122,6 +143,7 @@ def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path
     from leveled_ray.client.store import Store
     from leveled_ray.clock import system_clock
     from leveled_ray.codec.keys import object_key
+    from leveled_ray.read import scan
 
     options = lr.Options(metrics_interval_s=0,
                          ledger=dict(push_keys=40, l0_max_keys=120, push_ms=5))
@@ -145,8 +167,9 @@ def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path
     with lr.reader(url, options=options) as r:
         every = [row for batch in r.fold_heads_batches(binary_names=True)
                  for row in batch.to_pylist()]
-        assert len(list((tmp_path / "db" / "ledger").iterdir())) > 1  # several SSTs
-        for size in ("xxsmall", "small", "large"):
+        assert len(list((tmp_path / "db" / "ledger").iterdir())) > 3  # several SSTs
+        for size, at_once in (("xxsmall", 1), ("small", 2), ("large", scan.SEGMENT_FILES)):
+            monkeypatch.setattr(scan, "SEGMENT_FILES", at_once)
             count = SIZES[size]
             segment = {(row["bucket"], row["key"]): segment_of(
                 key_hash(object_key(row["bucket"], row["key"])), count) for row in every}
