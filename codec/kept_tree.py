@@ -90,10 +90,10 @@ def delta(flushed: pa.Table, before: list[tuple | None],
                           np.fromiter((before[i][2] for i in old), np.uint32, n))
     new_mask, has_ttl = counted(keys, flushed.column("status").to_numpy(),
                                 flushed.column("expiry").to_numpy())
-    hashed = new_mask.copy()
-    hashed[old[old_mask]] = True
     khashes = tree_hashes
-    if khashes is None:
+    if khashes is None:  # hash the keys counted old or new only
+        hashed = new_mask.copy()
+        hashed[old[old_mask]] = True
         where = np.flatnonzero(hashed)
         khashes = np.zeros(len(keys), dtype=np.uint64)
         khashes[where] = tree_key_hashes(keys.take(pa.array(where, pa.int64())).to_pylist())
