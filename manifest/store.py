@@ -62,7 +62,8 @@ async def cas_update(
     could re-create a deleted id (SlateDB #352). So when a guess succeeds,
     ``superseded(id)`` asks whether a newer version existed before it; if so the write is
     already superseded, and the loop goes on from the newest. (A version read as the newest
-    cannot be that old: garbage collection keeps versions younger than its minimum age.)
+    just now cannot be that old: garbage collection keeps a version until its successor is
+    ``RECREATE_GUARD_S`` old, far longer than a read and a create take.)
     """
     fresh = fresh or current is None  # whether ``current`` was read as the newest
     if current is None:
