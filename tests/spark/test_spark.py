@@ -11,6 +11,7 @@ import uuid
 import pyarrow as pa
 import pytest
 from support.s3 import S3_BUCKET, s3_options
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.admin.gc import referenced
@@ -134,14 +135,18 @@ def test_a_read_at_a_checkpoint_sees_exactly_it_while_writes_go_on(spark, ray_cl
 
         thread = threading.Thread(target=writer)
         thread.start()
+        reads = []
         try:
-            reads = [spark.read.format("leveled").option("url", tmp_url)
-                     .option("checkpoint", pin.id).option("splits", "3").load()
-                     .select("key", "value").collect() for _ in range(2)]
+            for _ in range(2):  # a write lands during or after each read: the second
+                # read begins after writes its checkpoint must not show
+                before = len(rounds)
+                reads.append(spark.read.format("leveled").option("url", tmp_url)
+                             .option("checkpoint", pin.id).option("splits", "3").load()
+                             .select("key", "value").collect())
+                wait_until(lambda: len(rounds) > before, timeout=60)
         finally:
             stop.set()
             thread.join()
-        assert len(rounds) > 1  # writes went on during the reads
         for rows in reads:  # the same DataFrame source, read twice: the checkpoint each time
             assert len(rows) == 3000 and {r.key: r.value for r in rows} == expected
         now = spark.read.format("leveled").option("url", tmp_url).load().collect()
