@@ -20,7 +20,7 @@ from leveled_ray.clock import ManualClock
 from leveled_ray.codec import kept_tree as rules
 from leveled_ray.codec import object_key
 from leveled_ray.codec.entries import ACTIVE
-from leveled_ray.codec.tictac import TicTacTree
+from leveled_ray.codec.tictac import TicTacTree, tree_key_hashes
 
 #: Small files, so that a few hundred writes flush and merge many times.
 OPTIONS = lr.Options(metrics_interval_s=0, journal=dict(compaction_interval_s=0),
@@ -43,12 +43,17 @@ def test_a_flush_changes_the_tree_by_what_it_replaces():
     rules.add_rows(tree, rows((a, ACTIVE, 0, 1), (b, ACTIVE, 0, 2)))
     # a changes, b is deleted, c is new with a TTL, and leveled-ray's own object is left out.
     flushed = rows((a, ACTIVE, 0, 9), (b, TOMBSTONE, 0, 0), (c, ACTIVE, 99, 3), (own, ACTIVE, 0, 4))
-    change, has_ttl = rules.delta(flushed, [(5, ACTIVE, 0, 1), (6, ACTIVE, 0, 2), None, None])
+    before = [(5, ACTIVE, 0, 1), (6, ACTIVE, 0, 2), None, None]
+    change, has_ttl = rules.delta(flushed, before)
     assert has_ttl
     expected = TicTacTree("xxsmall")
     rules.add_rows(expected, rows((a, ACTIVE, 0, 9)))
+    hashed = tree.merge(TicTacTree("xxsmall"))  # a copy, changed by the flush's own hashes
     change.xor_into(tree)
     assert tree == expected
+    given, _ = rules.delta(flushed, before, tree_key_hashes(flushed.column("key").to_pylist()))
+    given.xor_into(hashed)
+    assert hashed == expected
     # A larger tree folds down to a smaller one exactly.
     large = TicTacTree("small")
     rules.add_rows(large, rows((a, ACTIVE, 0, 9), (b, ACTIVE, 0, 2)))
@@ -97,6 +102,7 @@ def test_the_kept_tree_equals_the_folded_one_through_merges_compaction_bulk_and_
         await bookie.compact_journal(wait=True)
         await settled(bookie)
         assert bookie.penciller.local.stats()["merges"] > 0
+        assert bookie.penciller.local.stats()["tree_upkeep_s"] > 0
         await same(store, "xxsmall")
         kept = await same(store)
         await bookie.close()
