@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import random
+import time
 import uuid
 
 import pytest
 from support.s3 import S3_BUCKET, s3_options
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.files.store import ObjectStore
@@ -129,6 +131,7 @@ def test_gc_passes_under_faults_lose_nothing(ray_cluster, moto_endpoint):
         # GC gets a small retry budget, so that some passes meet a fault they cannot ride out.
         gc_options = options.replace(object_store=dict(max_retries=1, retry_timeout_s=3.0))
         store = lr.open(url, options)
+        began = time.monotonic()
         proxy.set_faults(0.05)
         passes = deleted = 0
         stopped: set[int] = set()
@@ -147,6 +150,9 @@ def test_gc_passes_under_faults_lose_nothing(ray_cluster, moto_endpoint):
                     proxy.clear_paths()
                 passes += 1
             proxy.heal()
+            # The files replaced early on old enough to go: the campaign reaches a deletion
+            # however fast its passes ran.
+            wait_until(lambda: time.monotonic() - began > MIN_AGE + 1, timeout=MIN_AGE + 5)
             deleted += len(lr.gc(url, min_age=MIN_AGE, options=options).deleted)
             # Healed: every live point in time reads every value it held.
             reads(store, held.now())
