@@ -45,12 +45,11 @@ async def create_checkpoint(manifests: ManifestStore, lifetime: float | None = N
     checkpoint ``source``. ``checkpoint_id`` gives it that id (every shard's part of a
     sharded store's checkpoint has the same)."""
     new = cp.new_checkpoint(lifetime, name, clock(), checkpoint_id)
-    fresh = source is None
-    if fresh:
+    if source is None:
         current = await record_tail(manifests, current)
     _, m = await manifests.update(
         lambda mid, m: cp.add_checkpoint(mid, m, new, source, clock()), current,
-        with_id=True, fresh=fresh)
+        with_id=True)
     return cp.find(m, new.id, clock())
 
 

@@ -41,7 +41,6 @@ async def cas_update(
     transition: Callable[..., Manifest],
     *,
     with_id: bool = False,
-    fresh: bool = False,
     superseded: Callable[[int], Awaitable[bool]] | None = None,
     max_conflicts: int = MAX_CONFLICTS,
 ) -> Versioned:
@@ -55,17 +54,15 @@ async def cas_update(
     written; but a refusal is believed only on the newest version: when ``current`` was the
     caller's guess, the newest is read and the transition tried on it once more (a lease
     dropped, or a checkpoint released, since the guess). With ``with_id``, the transition is
-    called as ``transition(id, manifest)``: it may pin the version it is applied to. ``fresh``
-    says that ``current`` was read as the newest just now (as ``None`` does).
+    called as ``transition(id, manifest)``: it may pin the version it is applied to.
 
     Garbage collection deletes old versions, so a caller whose ``current`` is older than them
-    could re-create a deleted id (SlateDB #352). So when a guess succeeds,
+    could re-create a deleted id (SlateDB #352). So when the first guess succeeds,
     ``superseded(id)`` asks whether a newer version existed before it; if so the write is
-    already superseded, and the loop goes on from the newest. (A version read as the newest
-    just now cannot be that old: garbage collection keeps a version until its successor is
-    ``RECREATE_GUARD_S`` old, far longer than a read and a create take.)
+    already superseded, and the loop goes on from the newest. (Later attempts start from a
+    fresh read, which cannot be that old.)
     """
-    fresh = fresh or current is None  # whether ``current`` was read as the newest
+    fresh = current is None  # whether ``current`` was read as the newest
     if current is None:
         current = await read_latest(None)
         if current is None:
@@ -85,7 +82,7 @@ async def cas_update(
         check_invariants(updated, mid + 1)
         created = await try_create(mid + 1, updated, manifest)
         if created is Created.MINE:
-            if fresh or superseded is None or not await superseded(mid + 1):
+            if attempt or superseded is None or not await superseded(mid + 1):
                 return Versioned(mid + 1, updated)
             current, fresh = await read_latest(None), True  # a re-created old id: go on
             continue
@@ -154,11 +151,9 @@ class ManifestStore:
         return latest
 
     async def update(self, transition: Callable[..., Manifest],
-                     current: Versioned | None = None, *, with_id: bool = False,
-                     fresh: bool = False) -> Versioned:
-        """:func:`cas_update` on these versions."""
+                     current: Versioned | None = None, *, with_id: bool = False) -> Versioned:
         return await cas_update(current, self.latest, self.create_settled, transition,
-                                with_id=with_id, fresh=fresh, superseded=self.superseded)
+                                with_id=with_id, superseded=self.superseded)
 
     async def superseded(self, manifest_id: int) -> bool:
         """Did a version newer than ``manifest_id`` exist before it was created? (By the

@@ -194,12 +194,13 @@ def test_a_range_compare_sees_only_its_bucket_and_keys():
         lr.compare(url_a, url_b, start_key="k05")
 
 
-def test_a_readers_life_lists_its_store_four_times(tmp_path):
+def test_a_readers_life_lists_its_store_six_times(tmp_path):
     """What a compare of stores at rest pays per side for its reader: at open, a listing of
     the manifest versions, one from the version just read (to make its checkpoint there),
-    one of the journal's tail; nothing more for its first read (it knows the version its
-    checkpoint pins); at close, one listing of the versions. Each listing of every version
-    grows with the versions GC has not yet deleted."""
+    one of the journal's tail, and one asking whether its checkpoint's version was
+    superseded; nothing more for its first read (it knows the version its checkpoint pins);
+    at close, a listing of the versions and the superseded check. Only the two listings of
+    every version grow with the versions GC has not yet deleted."""
     url = f"file://{tmp_path}/db"
     asyncio.run(written(url, system_clock, {"k": b"v"}))
     reader = lr.reader(url, options=OPTIONS)
@@ -207,5 +208,5 @@ def test_a_readers_life_lists_its_store_four_times(tmp_path):
     read = reader.stats()["io"]
     reader.close()
     closed = reader.stats()["io"]
-    assert (read["lists"], read["puts"]) == (3, 1)  # one put: the checkpoint
-    assert (closed["lists"], closed["puts"]) == (4, 2)  # its delete
+    assert (read["lists"], read["puts"]) == (4, 1)  # one put: the checkpoint
+    assert (closed["lists"], closed["puts"]) == (6, 2)  # its delete

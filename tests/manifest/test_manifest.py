@@ -117,27 +117,6 @@ def test_cas_update_does_not_trust_a_recreated_old_id():
     assert mid == 6 and [c.id for c in m.checkpoints] == ["newest", "mine"]
 
 
-def test_cas_update_asks_whether_a_version_was_superseded_only_of_a_guess():
-    """A guess may be older than versions GC deleted since, so its successful create is
-    checked; a version read as the newest just now (``None``, or ``fresh``) is not, and the
-    check's listing is saved."""
-    fake, asked = FakeManifests(Manifest.new()), []
-
-    async def superseded(mid):
-        asked.append(mid)
-        return False
-
-    def update(current, fresh=False):
-        return asyncio.run(cas_update(current, fake.read_latest, fake.try_create,
-                                      add_marker(f"m{len(fake.objects)}"), fresh=fresh,
-                                      superseded=superseded))
-
-    newest = update(None)
-    newest = update(newest, fresh=True)
-    assert newest[0] == 2 and asked == []
-    assert update(newest)[0] == 3 and asked == [3]
-
-
 def test_checkpoints_pin_versions_and_expire():
     m = Manifest.new()
     a = cp.new_checkpoint(None, "forever", now=100.0)
