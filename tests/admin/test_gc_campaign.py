@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 import uuid
 
 import pytest
@@ -131,7 +130,6 @@ def test_gc_passes_under_faults_lose_nothing(ray_cluster, moto_endpoint):
         # GC gets a small retry budget, so that some passes meet a fault they cannot ride out.
         gc_options = options.replace(object_store=dict(max_retries=1, retry_timeout_s=3.0))
         store = lr.open(url, options)
-        began = time.monotonic()
         proxy.set_faults(0.05)
         passes = deleted = 0
         stopped: set[int] = set()
@@ -150,9 +148,10 @@ def test_gc_passes_under_faults_lose_nothing(ray_cluster, moto_endpoint):
                     proxy.clear_paths()
                 passes += 1
             proxy.heal()
-            # The files replaced early on old enough to go: the campaign reaches a deletion
-            # however fast its passes ran.
-            wait_until(lambda: time.monotonic() - began > MIN_AGE + 1, timeout=MIN_AGE + 5)
+            # Until a pass has something to delete (the files replaced early on are MIN_AGE
+            # old): the campaign reaches a deletion however fast its passes ran.
+            wait_until(lambda: lr.gc(url, min_age=MIN_AGE, options=options, dry_run=True).paths,
+                       timeout=MIN_AGE + 5, interval=0.5)
             deleted += len(lr.gc(url, min_age=MIN_AGE, options=options).deleted)
             # Healed: every live point in time reads every value it held.
             reads(store, held.now())
