@@ -158,7 +158,7 @@ class Penciller(Owner):
             token, started = self.begin_upload()
             try:
                 table = await asyncio.to_thread(self._sorted, batches)
-                hashes = await asyncio.to_thread(self.tree.key_hashes, table)
+                hashes = await self.tree.key_hashes(table)
                 info, change = await asyncio.gather(
                     write_sst(self.store, table, self.options, hashes),
                     self.tree.change_of(table, self.files(), hashes))

@@ -112,12 +112,13 @@ class TreeKeeper:
         self._rebuild = None
         self.counters["tree_rebuilds"] += 1
 
-    def key_hashes(self, flushed) -> np.ndarray | None:
-        """The tree key hashes of the rows a flush writes (``None`` when trees are off): the
-        flush's SST keeps their top bits as segment hints, and :meth:`change_of` uses them."""
+    async def key_hashes(self, flushed) -> np.ndarray | None:
+        """The tree key hashes of the rows a flush writes, made in a thread (``None`` when
+        trees are off): the flush's SST keeps their top bits as segment hints, and
+        :meth:`change_of` uses them."""
         if self.size is None:
             return None
-        return tree_key_hashes(flushed.column("key").to_pylist())
+        return await asyncio.to_thread(tree_key_hashes, flushed.column("key").to_pylist())
 
     async def change_of(self, flushed, files: LedgerFiles,
                         tree_hashes: np.ndarray | None = None) -> tuple | None:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import enum
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -201,24 +201,26 @@ class SstClerk(FileClerk):
                                footer.offsets[end])
         return await off_loop(sfmt.decode_blocks, raw, footer, first, self.name)
 
-    async def segment_rows(self, segments: SegmentFilter, first: int, end: int,
+    async def segment_rows(self, segments: SegmentFilter, lo: bytes, hi: bytes,
                            max_bytes: int) -> pa.Table | None:
-        """The rows of blocks ``first`` to ``end - 1`` that are keys of ``segments``, or
-        ``None`` if none can be: only the blocks whose segment hints may hold them are read
-        (one request of many ranges per ``max_bytes`` of blocks), decoded and filtered in a
-        thread, without filling the cache (a fold of a few tictac segments finds a few rows
-        here and there). A row's segment is told by its hint in a version 4 file, and by
-        hashing its key in an older one."""
+        """The rows of the blocks that may hold keys in ``[lo, hi)`` (the caller clips the
+        edge blocks' rows) that are keys of ``segments``, or ``None`` if none can be: only
+        the blocks whose segment hints may hold them are read (one request of many ranges
+        per ``max_bytes`` of blocks), decoded and filtered in a thread, without filling the
+        cache (a fold of a few tictac segments finds a few rows here and there). A row's
+        segment is told by its hint in a version 4 file, and by hashing its key in an older
+        one."""
         footer = await self.footer()
+        first, end = sfmt.block_span(footer, lo, hi)
         hits = footer.hits(segments.segments, segments.bits)
         held = footer.blocks_with(hits)[first:end]
-        blocks = [first + b for b in np.flatnonzero(held).tolist()]
+        blocks = deque(first + b for b in np.flatnonzero(held).tolist())
         tables = []
         while blocks:
             picked, size = [], 0
             while blocks and (not picked or size + footer.block_size(blocks[0]) <= max_bytes):
                 size += footer.block_size(blocks[0])
-                picked.append(blocks.pop(0))
+                picked.append(blocks.popleft())
             raws = await self._read(self.host.store.get_ranges_async,
                                     [footer.offsets[b] for b in picked],
                                     [footer.offsets[b + 1] for b in picked])

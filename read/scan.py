@@ -120,18 +120,13 @@ class _Run:
         would wait on one request after another, and hand the merge a window each."""
         while self._files:
             ssts = [self._files.popleft() for _ in range(min(SEGMENT_FILES, len(self._files)))]
-            found = await asyncio.gather(*(self._segment_rows(sst) for sst in ssts))
+            found = await asyncio.gather(*(
+                self._host.sst(sst).segment_rows(self._segments, self._lo, self._hi, READ_BYTES)
+                for sst in ssts))
             kept = (self._kept(table, self._owns(sst)) for sst, table in zip(ssts, found))
             if parts := [table for table in kept if table is not None]:
                 return pa.concat_tables(parts)
         return None
-
-    async def _segment_rows(self, sst: SstInfo) -> pa.Table | None:
-        clerk = self._host.sst(sst)
-        first, end = block_span(await clerk.footer(), self._lo, self._hi)
-        if first == end:
-            return None
-        return await clerk.segment_rows(self._segments, first, end, READ_BYTES)
 
     def _kept(self, table: pa.Table | None, owns) -> pa.Table | None:
         """The rows of ``table`` in the range (and the shard's, ``owns``), if any."""
