@@ -14,9 +14,11 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test,spark]"
 	touch $(STAMP)
 
-# The main job: local Ray and a file:// store under ./data.
+# The main job: local Ray and a file:// store under ./data (CI runs it with a smaller load).
+DEMO_OBJECTS ?= 20000
+
 run: setup
-	$(BIN)/leveled-ray demo --url file://$(CURDIR)/data
+	$(BIN)/leveled-ray demo --url file://$(CURDIR)/data --objects $(DEMO_OBJECTS)
 
 # PYTHONHASHSEED: the protocol simulation replays a seed exactly, across processes too.
 test: setup

@@ -9,8 +9,9 @@ import time
 
 from tqdm import tqdm
 
-from ..client import store as api
+from .. import entry_points as face
 from ..codec import Put
+from ..errors import InvalidArgumentError
 from ..options import Options
 
 BATCH = 1000
@@ -29,11 +30,20 @@ def _p50_ms(fn, n: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def run_demo(url: str, objects: int, value_bytes: int, options: Options) -> int:
-    print(f"leveled-ray demo: {objects} objects of {value_bytes} bytes into {url}")
+def run_demo(url: str, objects: int, value_bytes: int, options: Options,
+             shards: int | None = None) -> int:
+    """Load ``objects`` values of ``value_bytes`` into the store at ``url`` (``shards``: a
+    sharded store of that many shards), read them back, restart the store, check a sample and
+    print a summary. Returns the exit status: 0 if every value read back was right. Bad input
+    raises ``InvalidArgumentError`` before anything starts."""
+    if objects < 1 or value_bytes < 0:
+        raise InvalidArgumentError(
+            f"--objects must be at least 1 and --value-bytes at least 0: {objects}, {value_bytes}")
+    where = url if shards is None else f"{url} ({shards} shards)"
+    print(f"leveled-ray demo: {objects} objects of {value_bytes} bytes into {where}")
     print("starting Ray and the store's actors ...", flush=True)
     t0 = time.perf_counter()
-    store = api.open(url, options)
+    store = face.open(url, options, shards=shards)
     opened_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -61,7 +71,7 @@ def run_demo(url: str, objects: int, value_bytes: int, options: Options) -> int:
     print("restarting the store ...", flush=True)
     store.close()
     t0 = time.perf_counter()
-    store = api.open(url, options)
+    store = face.open(url, options)
     restart_s = time.perf_counter() - t0
     checks = random.Random(1).sample(range(objects), min(objects, 500))
     after = store.get_many([("demo", f"key-{i:08d}") for i in checks])

@@ -414,7 +414,8 @@ def cmd_export(args) -> int:
 
 def cmd_demo(args) -> int:
 
-    return run_demo(args.url, args.objects, args.value_bytes, parse_options(args.option))
+    return run_demo(args.url, args.objects, args.value_bytes, parse_options(args.option),
+                    shards=args.shards)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -436,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", cmd_demo, "load objects, read them back, restart the store, and summarise")
     p.add_argument("--objects", type=int, default=20_000)
     p.add_argument("--value-bytes", type=int, default=1024)
+    p.add_argument("--shards", type=int, help="create a sharded store of this many shards "
+                   "(a power of two; a sharded store at --url is reopened as one anyway)")
     for name, fn, text in (("get", cmd_get, "print an object's value (read-only)"),
                            ("head", cmd_head, "print an object's metadata (read-only)")):
         p = add(name, fn, text)
