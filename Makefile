@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test examples test-fast simulate soak bench lint docs clean
+.PHONY: setup run test examples test-fast simulate soak bench lint typecheck wheel-check docs clean
 
 setup: $(STAMP)
 
@@ -57,10 +57,26 @@ bench: setup
 	$(BIN)/python bench/history.py
 	$(BIN)/python bench/elastic.py
 
-lint: setup
+lint: setup typecheck
 	$(BIN)/pip install --quiet ruff import-linter
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# The types a user's editor sees: the user scripts of tests/typing/ and the README's tour under
+# mypy --strict. The package is found as leveled_ray through build/api (as make docs does);
+# its modules lend their types and are not themselves checked.
+typecheck: setup
+	$(BIN)/pip install --quiet mypy
+	mkdir -p build/api && ln -sfn ../.. build/api/leveled_ray
+	$(BIN)/python tests/support/readme_tour.py build/readme_tour.py
+	MYPYPATH=build/api $(BIN)/mypy --strict --follow-imports=silent --no-incremental \
+		tests/typing build/readme_tour.py
+
+# The package as a user installs it: sdist and wheel built, the wheel installed into a fresh
+# venv, every module imported, the demo, the README's tour and the typed user scripts run or
+# checked there.
+wheel-check: setup
+	bash .ci/wheel-check
 
 # The documentation site (docs/, mkdocs.yml) under site/, its API reference read from the
 # docstrings; --strict: a broken link or reference fails the build. mkdocstrings finds the

@@ -6,6 +6,8 @@ store URL, a NUL byte in it included) raises ``InvalidArgumentError`` and create
 
 from __future__ import annotations
 
+from typing import overload
+
 from .admin import gc as garbage_collection
 from .admin.compare import Comparison, compare_views
 from .admin.handle import Admin
@@ -31,6 +33,20 @@ from .options import Options
 _STORE_OVERRIDE = InvalidArgumentError(
     "store= overrides the client of a plain store; a sharded store builds one client per "
     "shard from its URL")
+
+
+@overload
+def open(url: str, options: Options | None = None, *, shards: int,
+         route_by: str | None = None, name: str | None = None, detached: bool = False,
+         store: None = None, head_only: str | None = None,
+         clock: Clock | None = None) -> ShardedStore: ...
+
+
+@overload
+def open(url: str, options: Options | None = None, *, shards: None = None,
+         route_by: str | None = None, name: str | None = None, detached: bool = False,
+         store: ObjectStore | None = None, head_only: str | None = None,
+         clock: Clock | None = None) -> plain.Store | ShardedStore: ...
 
 
 def open(url: str, options: Options | None = None, *, shards: int | None = None,

@@ -1,16 +1,22 @@
 """The roles a handle plays, each declared once: the calls it answers and their signatures.
 
-A handle (``Store``, ``ShardedStore``, ``Snapshot``, ...) names the roles it plays among its
-bases, after the classes that implement them, so that a call it lacks cannot go unnoticed:
-the role's declaration is abstract, and a class that leaves one out cannot be instantiated.
-Each role declares the ``*_async`` form of a call; the synchronous form is its twin, made by
-:func:`~leveled_ray.files.sync.with_sync_twins` with the same signature. Calls that do no I/O
-(``listen``, ``actors``, a reader's ``stats``) have a synchronous form only, and a handle's
-state (``sqn``, ``manifest_id``) is a property.
+Each role is a :class:`typing.Protocol`. A handle (``Store``, ``ShardedStore``,
+``Snapshot``, ...) names the roles it plays among its bases, after the classes that implement
+them, so that a call it lacks cannot go unnoticed: the role's declaration is abstract, and a
+class that leaves one out cannot be instantiated.
+
+Each role declares both forms of a call, ``name_async`` and its synchronous twin ``name``, so
+that a type checker and an editor see every call a user can make on every handle. A handle
+defines one of them (or a plan for both) and :func:`~leveled_ray.files.sync.with_sync_twins`
+makes the other at run time with the same signature. Calls that do no I/O (``listen``,
+``actors``, a reader's ``stats``) have a synchronous form only, and a handle's state
+(``sqn``, ``manifest_id``) is a property.
 
 ``tests/client/test_roles.py`` checks that every handle answers every call of every role it
-plays, with the role's signature, in both forms. SlateDB's ``DbReadOps`` / ``DbWriteOps``,
-shared by its database, reader and snapshot, are the model.
+plays, with the role's signature, in both forms, and that each role declares the two forms
+alike; ``make lint`` type-checks user scripts of every handle (``tests/typing/``) in strict
+mode. SlateDB's ``DbReadOps`` / ``DbWriteOps``, shared by its database, reader and snapshot,
+are the model.
 
 Costs are stated per call in each handle's docstrings; "a round trip" is one Ray actor call
 (about a millisecond), "a request" one object-store request.
@@ -19,12 +25,12 @@ Costs are stated per call in each handle's docstrings; "a round trip" is one Ray
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from .codec.tictac import DEFAULT_SIZE
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 
     import pyarrow as pa
 
@@ -34,11 +40,11 @@ if TYPE_CHECKING:
     from .options import Options
 
 
-class Role(abc.ABC):
+class Role(Protocol):
     """A set of calls that several handles answer alike."""
 
 
-class KeyReads(Role):
+class KeyReads(Role, Protocol):
     """Reads by key: one object, or many in one call. Plain and sharded stores, snapshots and
     readers."""
 
@@ -47,19 +53,35 @@ class KeyReads(Role):
         """The value of ``(bucket, key)``, or ``None``."""
 
     @abc.abstractmethod
+    def get(self, bucket, key) -> bytes | None:
+        """Synchronous :meth:`get_async`."""
+
+    @abc.abstractmethod
     async def head_async(self, bucket, key) -> Head | None:
         """The object's :class:`~leveled_ray.codec.Head` without its value, or ``None``."""
+
+    @abc.abstractmethod
+    def head(self, bucket, key) -> Head | None:
+        """Synchronous :meth:`head_async`."""
 
     @abc.abstractmethod
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """The values of many ``(bucket, key)`` pairs, ``None`` where absent."""
 
     @abc.abstractmethod
+    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """Synchronous :meth:`get_many_async`."""
+
+    @abc.abstractmethod
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         """The heads of many ``(bucket, key)`` pairs, ``None`` where absent."""
 
+    @abc.abstractmethod
+    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        """Synchronous :meth:`head_many_async`."""
 
-class Queries(Role):
+
+class Queries(Role, Protocol):
     """Folds over key ranges, index queries and bucket listing, each over one point in time.
     Plain and sharded stores, snapshots and readers."""
 
@@ -69,15 +91,31 @@ class Queries(Role):
         """``(bucket, key)`` of every live object in the range, in key order."""
 
     @abc.abstractmethod
+    def fold_keys(self, bucket=None, start=None, end=None, *,
+                  batch_size: int = 1000) -> Iterator[tuple]:
+        """Synchronous :meth:`fold_keys_async`."""
+
+    @abc.abstractmethod
     def fold_keys_batches_async(self, bucket=None, start=None, end=None, *,
                                 batch_size: int = 1000,
                                 binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
         """``fold_keys`` as Arrow batches."""
 
     @abc.abstractmethod
+    def fold_keys_batches(self, bucket=None, start=None, end=None, *,
+                          batch_size: int = 1000,
+                          binary_names: bool = False) -> Iterator[pa.RecordBatch]:
+        """Synchronous :meth:`fold_keys_batches_async`."""
+
+    @abc.abstractmethod
     def fold_heads_async(self, bucket=None, start=None, end=None, *,
                          batch_size: int = 1000) -> AsyncIterator[tuple]:
         """``(bucket, key, Head)`` of every live object in the range, in key order."""
+
+    @abc.abstractmethod
+    def fold_heads(self, bucket=None, start=None, end=None, *,
+                   batch_size: int = 1000) -> Iterator[tuple]:
+        """Synchronous :meth:`fold_heads_async`."""
 
     @abc.abstractmethod
     def fold_heads_batches_async(self, bucket=None, start=None, end=None, *,
@@ -88,9 +126,21 @@ class Queries(Role):
         segments of a ``tree_size`` tree."""
 
     @abc.abstractmethod
+    def fold_heads_batches(self, bucket=None, start=None, end=None, *,
+                           batch_size: int = 1000, binary_names: bool = False,
+                           segments=None, tree_size: str = DEFAULT_SIZE
+                           ) -> Iterator[pa.RecordBatch]:
+        """Synchronous :meth:`fold_heads_batches_async`."""
+
+    @abc.abstractmethod
     def fold_objects_async(self, bucket=None, start=None, end=None, *, order: str = "key",
                            batch_size: int = 1000) -> AsyncIterator[tuple]:
         """``(bucket, key, value)`` of every live object in the range."""
+
+    @abc.abstractmethod
+    def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",
+                     batch_size: int = 1000) -> Iterator[tuple]:
+        """Synchronous :meth:`fold_objects_async`."""
 
     @abc.abstractmethod
     def fold_objects_batches_async(self, bucket=None, start=None, end=None, *,
@@ -100,26 +150,51 @@ class Queries(Role):
         """``fold_objects`` as Arrow batches."""
 
     @abc.abstractmethod
+    def fold_objects_batches(self, bucket=None, start=None, end=None, *,
+                             order: str = "key", batch_size: int = 1000,
+                             binary_names: bool = False, with_indexes: bool = False
+                             ) -> Iterator[pa.RecordBatch]:
+        """Synchronous :meth:`fold_objects_batches_async`."""
+
+    @abc.abstractmethod
     def index_query_async(self, bucket, field: str, start, end, *, return_terms: bool = False,
                           term_regex=None, start_key=None,
                           max_results: int | None = None) -> AsyncIterator:
         """The keys (or ``(term, key)`` pairs) whose ``field`` index term is in the range."""
 
     @abc.abstractmethod
+    def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
+                    term_regex=None, start_key=None,
+                    max_results: int | None = None) -> Iterator[Any]:
+        """Synchronous :meth:`index_query_async`."""
+
+    @abc.abstractmethod
     async def list_buckets_async(self) -> list:
         """Every bucket that holds a live object, in key order."""
+
+    @abc.abstractmethod
+    def list_buckets(self) -> list:
+        """Synchronous :meth:`list_buckets_async`."""
 
     @abc.abstractmethod
     async def is_empty_async(self) -> bool:
         """Whether no live object exists."""
 
     @abc.abstractmethod
+    def is_empty(self) -> bool:
+        """Synchronous :meth:`is_empty_async`."""
+
+    @abc.abstractmethod
     async def kept_tree_async(self, size: str = DEFAULT_SIZE):
         """The tictac tree of ``size`` from the one the store keeps, without a fold; ``None``
         where a compare must fold."""
 
+    @abc.abstractmethod
+    def kept_tree(self, size: str = DEFAULT_SIZE):
+        """Synchronous :meth:`kept_tree_async`."""
 
-class History(Role):
+
+class History(Role, Protocol):
     """The change feed of the history window, by SQN. Every handle."""
 
     @abc.abstractmethod
@@ -128,13 +203,24 @@ class History(Role):
         """Every change after SQN ``after`` (up to ``until``), in SQN order."""
 
     @abc.abstractmethod
+    def changes(self, after: int = 0, until: int | None = None, *, values: bool = True,
+                batch_size: int = 1000) -> Iterator[Any]:
+        """Synchronous :meth:`changes_async`."""
+
+    @abc.abstractmethod
     def changes_batches_async(self, after: int = 0, until: int | None = None, *,
                               values: bool = True, batch_size: int = 1000,
                               binary_names: bool = False) -> AsyncIterator[pa.RecordBatch]:
         """``changes`` as Arrow batches."""
 
+    @abc.abstractmethod
+    def changes_batches(self, after: int = 0, until: int | None = None, *,
+                        values: bool = True, batch_size: int = 1000,
+                        binary_names: bool = False) -> Iterator[pa.RecordBatch]:
+        """Synchronous :meth:`changes_batches_async`."""
 
-class Writes(Role):
+
+class Writes(Role, Protocol):
     """Puts and deletes, one at a time or as an atomic group. Plain and sharded stores."""
 
     @abc.abstractmethod
@@ -144,22 +230,42 @@ class Writes(Role):
         """Write ``value`` under ``(bucket, key)``; its SQN once durable."""
 
     @abc.abstractmethod
+    def put(self, bucket, key, value: bytes, *, indexes=(),
+            ttl: float | None = None, metadata: dict | None = None,
+            if_sqn: int | None = None, if_absent: bool = False) -> int:
+        """Synchronous :meth:`put_async`."""
+
+    @abc.abstractmethod
     async def delete_async(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
         """Delete ``(bucket, key)``; the tombstone's SQN once durable."""
+
+    @abc.abstractmethod
+    def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
+        """Synchronous :meth:`delete_async`."""
 
     @abc.abstractmethod
     async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
         """Write many changes as one atomic group; their SQNs."""
 
+    @abc.abstractmethod
+    def put_many(self, items: Iterable[Put | Delete]) -> list[int]:
+        """Synchronous :meth:`put_many_async`."""
 
-class PointsInTime(Role):
+
+class PointsInTime(Role, Protocol):
     """Views of the store as of now or of a past moment. Plain and sharded stores."""
 
     @abc.abstractmethod
     async def snapshot_async(self, long_running: bool = False, *, values: bool = True,
                              timeout_s: float | None = None, at_sqn=None,
-                             at_time: float | None = None):
+                             at_time: float | None = None) -> SnapshotView:
         """A snapshot: the store as of now, or as of ``at_sqn`` / ``at_time``."""
+
+    @abc.abstractmethod
+    def snapshot(self, long_running: bool = False, *, values: bool = True,
+                 timeout_s: float | None = None, at_sqn=None,
+                 at_time: float | None = None) -> SnapshotView:
+        """Synchronous :meth:`snapshot_async`."""
 
     @abc.abstractmethod
     async def checkpoint_async(self, lifetime: float | None = None, name: str | None = None,
@@ -167,8 +273,14 @@ class PointsInTime(Role):
                                checkpoint_id: str | None = None) -> Checkpoint:
         """A durable checkpoint of the store as of now."""
 
+    @abc.abstractmethod
+    def checkpoint(self, lifetime: float | None = None, name: str | None = None,
+                   source: str | None = None, *,
+                   checkpoint_id: str | None = None) -> Checkpoint:
+        """Synchronous :meth:`checkpoint_async`."""
 
-class Checkpoints(Role):
+
+class Checkpoints(Role, Protocol):
     """The checkpoints a store keeps. Plain and sharded stores and their admins."""
 
     @abc.abstractmethod
@@ -176,16 +288,29 @@ class Checkpoints(Role):
         """The live checkpoints."""
 
     @abc.abstractmethod
+    def list_checkpoints(self) -> list[Checkpoint]:
+        """Synchronous :meth:`list_checkpoints_async`."""
+
+    @abc.abstractmethod
     async def refresh_checkpoint_async(self, checkpoint_id: str,
                                        lifetime: float | None = None) -> Checkpoint:
         """Expire the checkpoint ``lifetime`` seconds from now (``None``: never)."""
 
     @abc.abstractmethod
+    def refresh_checkpoint(self, checkpoint_id: str,
+                           lifetime: float | None = None) -> Checkpoint:
+        """Synchronous :meth:`refresh_checkpoint_async`."""
+
+    @abc.abstractmethod
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
         """Delete a checkpoint."""
 
+    @abc.abstractmethod
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Synchronous :meth:`delete_checkpoint_async`."""
 
-class HistoryLeases(Role):
+
+class HistoryLeases(Role, Protocol):
     """Live subscriptions and the leases that keep history from compaction. Plain and sharded
     stores."""
 
@@ -200,15 +325,27 @@ class HistoryLeases(Role):
         """Hold every change after ``position`` from compaction for ``lifetime`` seconds."""
 
     @abc.abstractmethod
+    def set_history_lease(self, name: str, position, lifetime: float):
+        """Synchronous :meth:`set_history_lease_async`."""
+
+    @abc.abstractmethod
     async def drop_history_lease_async(self, name: str) -> None:
         """Let go of lease ``name``."""
+
+    @abc.abstractmethod
+    def drop_history_lease(self, name: str) -> None:
+        """Synchronous :meth:`drop_history_lease_async`."""
 
     @abc.abstractmethod
     async def list_history_leases_async(self):
         """The live history leases."""
 
+    @abc.abstractmethod
+    def list_history_leases(self):
+        """Synchronous :meth:`list_history_leases_async`."""
 
-class Backups(Role):
+
+class Backups(Role, Protocol):
     """Incremental hot backups. Plain and sharded stores and their admins."""
 
     @abc.abstractmethod
@@ -216,8 +353,13 @@ class Backups(Role):
                            progress: bool | Callable[[int, int], None] = True) -> dict:
         """Incremental hot backup to ``target_url``."""
 
+    @abc.abstractmethod
+    def backup(self, target_url: str, *, target_options: Options | None = None,
+               progress: bool | Callable[[int, int], None] = True) -> dict:
+        """Synchronous :meth:`backup_async`."""
 
-class Maintenance(Role):
+
+class Maintenance(Role, Protocol):
     """A running store's counters, compaction and close. Plain and sharded stores."""
 
     @abc.abstractmethod
@@ -229,19 +371,35 @@ class Maintenance(Role):
         """The store's counters."""
 
     @abc.abstractmethod
+    def stats(self) -> dict:
+        """Synchronous :meth:`stats_async`."""
+
+    @abc.abstractmethod
     async def compact_journal_async(self, wait: bool = False):
         """Start a journal compaction now (and wait for it with ``wait=True``)."""
+
+    @abc.abstractmethod
+    def compact_journal(self, wait: bool = False):
+        """Synchronous :meth:`compact_journal_async`."""
 
     @abc.abstractmethod
     async def trim_journal_async(self):
         """head_only stores: delete the journal files the Ledger holds now."""
 
     @abc.abstractmethod
+    def trim_journal(self):
+        """Synchronous :meth:`trim_journal_async`."""
+
+    @abc.abstractmethod
     async def close_async(self) -> None:
         """Finish writes and stop the store's actors; closing twice is harmless."""
 
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Synchronous :meth:`close_async`."""
 
-class Splits(Role):
+
+class Splits(Role, Protocol):
     """Splitting a shard in two by reference. Sharded stores (through the running store) and
     their admins (at rest)."""
 
@@ -249,8 +407,12 @@ class Splits(Role):
     async def split_shard_async(self, shard: int) -> ShardMap:
         """Split shard ``shard``; the new shard map."""
 
+    @abc.abstractmethod
+    def split_shard(self, shard: int) -> ShardMap:
+        """Synchronous :meth:`split_shard_async`."""
 
-class View(Role):
+
+class View(Role, Protocol):
     """A point in time that a snapshot holds. Plain and sharded snapshots."""
 
     @property
@@ -259,15 +421,23 @@ class View(Role):
         """The view's position (no I/O)."""
 
     @abc.abstractmethod
-    async def go_back_async(self, at_sqn=None, at_time: float | None = None):
+    async def go_back_async(self, at_sqn=None, at_time: float | None = None) -> SnapshotView:
         """A view of an earlier moment of the same history."""
+
+    @abc.abstractmethod
+    def go_back(self, at_sqn=None, at_time: float | None = None) -> SnapshotView:
+        """Synchronous :meth:`go_back_async`."""
 
     @abc.abstractmethod
     async def release_async(self) -> None:
         """Let the store free what only this view needed."""
 
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Synchronous :meth:`release_async`."""
 
-class Following(Role):
+
+class Following(Role, Protocol):
     """A read-only view that follows a running store (or stays on a checkpoint). Plain and
     sharded readers."""
 
@@ -290,11 +460,19 @@ class Following(Role):
         """Move to the store's newest version now."""
 
     @abc.abstractmethod
+    def refresh(self) -> None:
+        """Synchronous :meth:`refresh_async`."""
+
+    @abc.abstractmethod
     async def close_async(self) -> None:
         """Stop following and let go of what the reader holds."""
 
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Synchronous :meth:`close_async`."""
 
-class Administration(Role):
+
+class Administration(Role, Protocol):
     """Work on a store's objects, running or not, without Ray. Plain and sharded admins."""
 
     @abc.abstractmethod
@@ -304,11 +482,59 @@ class Administration(Role):
         """A durable checkpoint of the store's newest version."""
 
     @abc.abstractmethod
+    def create_checkpoint(self, lifetime: float | None = None,
+                          name: str | None = None, source: str | None = None, *,
+                          checkpoint_id: str | None = None) -> Checkpoint:
+        """Synchronous :meth:`create_checkpoint_async`."""
+
+    @abc.abstractmethod
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
                        progress=None):
         """One garbage-collection pass over the store's objects."""
 
     @abc.abstractmethod
+    def gc(self, min_age: float | None = None, dry_run: bool = False,
+           progress=None):
+        """Synchronous :meth:`gc_async`."""
+
+    @abc.abstractmethod
     async def destroy_async(self, soft: bool = True) -> int:
         """Destroy the store."""
 
+    @abc.abstractmethod
+    def destroy(self, soft: bool = True) -> int:
+        """Synchronous :meth:`destroy_async`."""
+
+
+class Moves(Role, Protocol):
+    """Moving shards between the Ray cluster's nodes. Sharded stores (it needs running
+    Bookies)."""
+
+    @abc.abstractmethod
+    async def move_shard_async(self, shard: int, node_id: str) -> None:
+        """Restart shard ``shard``'s Bookie on the Ray node ``node_id``."""
+
+    @abc.abstractmethod
+    def move_shard(self, shard: int, node_id: str) -> None:
+        """Synchronous :meth:`move_shard_async`."""
+
+    @abc.abstractmethod
+    async def rebalance_async(self) -> list[dict]:
+        """Move shards until the live nodes run as many each as can be; the moves made."""
+
+    @abc.abstractmethod
+    def rebalance(self) -> list[dict]:
+        """Synchronous :meth:`rebalance_async`."""
+
+
+class SnapshotView(KeyReads, Queries, History, View, Protocol):
+    """A snapshot, plain or sharded, as ``snapshot()`` and ``go_back()`` answer it: a point in
+    time that reads go on from while writes land, released when its ``with`` block ends."""
+
+    @abc.abstractmethod
+    def __enter__(self) -> Self:
+        """The snapshot itself."""
+
+    @abc.abstractmethod
+    def __exit__(self, *exc: object) -> None:
+        """Releases the snapshot."""

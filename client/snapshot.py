@@ -23,7 +23,7 @@ from ..read.queries import Queries
 
 
 @with_sync_twins
-class Snapshot(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, roles.View):
+class Snapshot(KeyReads, Queries, roles.SnapshotView):
     """A registered, point-in-time view of a store. Picklable; a context manager.
 
     Example::

@@ -11,7 +11,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from .. import roles
 from ..actors import bookie as bookie_mod
@@ -37,7 +37,7 @@ from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
 from ..errors import InvalidArgumentError, StoreClosedError, StoreUnavailableError
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
-from ..files.sync import run_sync, two_forms, with_sync_twins
+from ..files.sync import F, run_sync, two_forms, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options
 from ..read.queries import Queries, check_index_query
@@ -227,6 +227,14 @@ def read_call(submit: Callable, finish: Callable = lambda result: result) -> Cal
     """The :class:`Call` of a read: ``submit()`` makes the Bookie call, now and again if the
     Bookie is lost during it."""
     return Call(submit(), finish, again=lambda: read_call(submit, finish))
+
+
+@overload
+def bookie_call(build: F, *, read: bool = False) -> F: ...
+
+
+@overload
+def bookie_call(build: None = None, *, read: bool = False) -> Callable[[F], F]: ...
 
 
 def bookie_call(build=None, *, read: bool = False):

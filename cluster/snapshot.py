@@ -19,8 +19,7 @@ from .past import positions_at_time
 
 
 @with_sync_twins
-class ShardedSnapshot(RoutedKeyReads, Queries, roles.KeyReads, roles.Queries, roles.History,
-                      roles.View):
+class ShardedSnapshot(RoutedKeyReads, Queries, roles.SnapshotView):
     """Every shard's :class:`~leveled_ray.client.snapshot.Snapshot`, read as one store.
     Picklable; a context manager. ``parts[s]`` is shard ``s``'s snapshot, and ``sqns`` the
     SQN each shard's snapshot holds up to."""

@@ -56,7 +56,8 @@ def _sides(stores) -> list[ShardSide]:
 @with_sync_twins
 class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, roles.Queries,
                    roles.History, roles.Writes, roles.PointsInTime, roles.Checkpoints,
-                   roles.HistoryLeases, roles.Maintenance, roles.Backups, roles.Splits):
+                   roles.HistoryLeases, roles.Maintenance, roles.Backups, roles.Splits,
+                   roles.Moves):
     """A handle on an open sharded store. Picklable: pass it to Ray tasks.
 
     Example::

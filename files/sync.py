@@ -11,6 +11,8 @@ import inspect
 import signal
 import socket
 import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 #: True in an event loop that serves one caller only (a synchronous fold's own loop): there,
 #: work that a shared loop hands to a thread to stay responsive runs inline, saving the hop.
@@ -88,6 +90,19 @@ class PrivateLoop:
             self._runner = self._steps = None
 
 
+#: A plan method, as a type checker sees it: its declared answer is the synchronous form's (the
+#: role declares the ``*_async`` form), so a checker shows every call as a user makes it.
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def two_forms(build: F, *, iterates: bool = False) -> F: ...
+
+
+@overload
+def two_forms(build: None = None, *, iterates: bool = False) -> Callable[[F], F]: ...
+
+
 def two_forms(build=None, *, iterates: bool = False):
     """Mark a method as defined by its plan, for :func:`with_sync_twins` to make its two forms
     from: ``build(self, ...)`` checks the arguments and returns a plan, whose ``run()`` is the
@@ -110,8 +125,8 @@ def with_sync_twins(cls):
     ``get_async``) that the class lacks, running the async one. Every twin has its source's
     signature: one implementation of every operation. The twins of an ``*_async`` method run
     on the instance's :class:`PrivateLoop` if it has one (attribute ``sync_loop``), otherwise
-    as :func:`run_sync` does. An abstract call of a role (:mod:`leveled_ray.roles`) that the
-    twins now answer stops counting as missing."""
+    as :func:`run_sync` does. A role (:mod:`leveled_ray.roles`) declares both forms for type
+    checkers; a declaration the twins now answer stops counting as missing."""
     for name, build in list(vars(cls).items()):
         kind = getattr(build, "two_forms", None)
         if kind is not None:
@@ -121,7 +136,8 @@ def with_sync_twins(cls):
                 setattr(cls, twin_name, twin)
     for name in [n for n in dir(cls) if n.endswith("_async") and not n.startswith("_")]:
         plain = name.removesuffix("_async")
-        if not hasattr(cls, plain):  # a form written (or inherited) already stays
+        # A form written (or inherited) already stays; a role's declaration of it does not.
+        if not hasattr(cls, plain) or getattr(getattr(cls, plain), "__isabstractmethod__", False):
             twin = _twin(name, getattr(cls, name))
             twin.__qualname__ = f"{cls.__qualname__}.{plain}"
             setattr(cls, plain, twin)

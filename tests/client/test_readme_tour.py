@@ -2,16 +2,12 @@
 
 import contextlib
 import io
-import re
 
-from support import REPO_ROOT
+from support.readme_tour import tour as readme_tour
 
 
 def test_the_readme_tour_runs_and_answers_what_its_comments_say(ray_cluster, tmp_path):
-    text = (REPO_ROOT / "README.md").read_text()
-    tour = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S)
-                if "import leveled_ray as lr" in b)
-    tour = tour.replace("file:///tmp/db", f"file://{tmp_path}/db")
+    tour = readme_tour(f"file://{tmp_path}/db")
     scope: dict = {}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

@@ -14,18 +14,18 @@ from leveled_ray.client.reader import Reader
 HANDLES = (lr.Store, lr.ShardedStore, lr.Snapshot, lr.ShardedSnapshot, Reader,
            lr.ShardedReader, Admin, lr.ShardedAdmin)
 ROLES = [r for r in vars(roles).values()
-         if isinstance(r, type) and issubclass(r, roles.Role) and r is not roles.Role]
+         if isinstance(r, type) and roles.Role in r.__mro__ and r is not roles.Role]
 
 #: The roles each handle plays: a handle that stops playing one fails here, not in a user's
 #: code.
 PLAYS = {
     lr.Store: {roles.KeyReads, roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
                roles.Checkpoints, roles.HistoryLeases, roles.Maintenance, roles.Backups},
-    lr.Snapshot: {roles.KeyReads, roles.Queries, roles.History, roles.View},
+    lr.Snapshot: {roles.KeyReads, roles.Queries, roles.History, roles.View, roles.SnapshotView},
     Reader: {roles.KeyReads, roles.Queries, roles.History, roles.Following},
     Admin: {roles.History, roles.Checkpoints, roles.Administration, roles.Backups},
 }
-PLAYS |= {lr.ShardedStore: PLAYS[lr.Store] | {roles.Splits},
+PLAYS |= {lr.ShardedStore: PLAYS[lr.Store] | {roles.Splits, roles.Moves},
           lr.ShardedSnapshot: PLAYS[lr.Snapshot], lr.ShardedReader: PLAYS[Reader],
           lr.ShardedAdmin: PLAYS[Admin] | {roles.Splits}}
 
@@ -53,14 +53,14 @@ def same_shape(got, want) -> bool:
 
 def test_every_handle_plays_its_roles_and_nothing_is_abstract():
     for handle in HANDLES:
-        played = {r for r in ROLES if issubclass(handle, r)}
+        played = {r for r in ROLES if r in handle.__mro__}
         assert played == PLAYS[handle], handle.__name__
         assert not handle.__abstractmethods__, (handle.__name__, handle.__abstractmethods__)
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
 def test_each_call_of_a_role_has_the_roles_signature_on_every_handle(role):
-    players = [h for h in HANDLES if issubclass(h, role)]
+    players = [h for h in HANDLES if role in h.__mro__]
     assert players, f"no handle plays {role.__name__}"
     for name in calls(role):
         want = shape(vars(role)[name])
@@ -118,3 +118,25 @@ def test_every_public_call_states_its_cost():
         if "Cost" not in (entry.__doc__ or ""):
             silent.append(f"lr.{entry.__name__}")
     assert not silent, silent
+
+
+def sync_return(annotation):
+    """The return annotation of a call's synchronous form, from its async form's."""
+    if not isinstance(annotation, str):  # none given
+        return annotation
+    return annotation.replace("AsyncIterator", "Iterator", 1) if annotation.startswith(
+        "AsyncIterator[") else {"AsyncIterator": "Iterator[Any]"}.get(annotation, annotation)
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.__name__)
+def test_each_role_declares_both_forms_alike(role):
+    """What a type checker sees of a call's synchronous form (the role's declaration) is what
+    its twin takes and answers."""
+    for name in calls(role):
+        if not name.endswith("_async"):
+            continue
+        async_form, sync_form = vars(role)[name], vars(role).get(name.removesuffix("_async"))
+        assert sync_form is not None, f"{role.__name__} declares no sync form of {name}"
+        assert shape(sync_form) == shape(async_form), name
+        assert inspect.signature(sync_form).return_annotation == sync_return(
+            inspect.signature(async_form).return_annotation), name
