@@ -88,6 +88,9 @@ async def begin_reads_async(url: str, query: bulk_read.ReadQuery, options: Optio
     options = options or Options()
     shard_map = await read_shard_map(ObjectStore.from_url(url, options))
     bulk_read.check_query(query)
+    if shard_map is not None and checkpoint is not None:  # taken before a split: its layout
+        shard_map = (await ShardedAdmin(url, shard_map, options)._layout_of_async(
+            checkpoint)).shard_map
     made = checkpoint is None
     if made:
         checkpoint = await pin_async(url, options, lifetime, store_name=store_name,

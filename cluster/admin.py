@@ -38,6 +38,19 @@ from .quiet import check_quiet
 from .split import split_shard
 
 
+async def earlier_layouts(root: ObjectStore, url: str, current: ShardMap, options: Options,
+                          clock: Clock) -> list[ShardedAdmin]:
+    """An admin over each version of the shard map at ``root`` older than ``current``,
+    newest first (see :meth:`ShardedAdmin._earlier_layouts_async`)."""
+    names = sorted((m.path for m in await root.list_async(SHARD_MAP_PREFIX)), reverse=True)
+    out = []
+    for name in names:
+        older = ShardMap.decode(await root.get_async(name), name)
+        if older.version < current.version:
+            out.append(ShardedAdmin(url, older, options, clock))
+    return out
+
+
 async def quiet_cut(store, take, _early=None) -> tuple[list, float]:
     """What :func:`.cut.cut` gives, for a store no one writes: each shard as it is."""
     await asyncio.gather(*(check_quiet(store.shard(s), s) for s in range(store.shards)))
@@ -72,6 +85,14 @@ class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
 
     def _pinned_reads(self) -> PinnedReads:
         return PinnedReads(self._admins, self.shard_map)
+
+    # -- checkpoints taken under an earlier shard map (before a split) --
+
+    async def _earlier_layouts_async(self) -> list[ShardedAdmin]:
+        """An admin over each earlier version of the shard map, newest first (see
+        :mod:`.checkpoints`)."""
+        return await earlier_layouts(self.root, self.url, self.shard_map, self.options,
+                                     self.clock)
 
     # -- what :mod:`.checkpoints` needs: a cut, and one shard's part of a checkpoint --
 

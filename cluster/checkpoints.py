@@ -4,6 +4,12 @@ consistent cut (see :mod:`.cut`; without Ray, :func:`.admin.quiet_cut`).
 Each shard's part is created short-lived (:data:`PARTIAL_S` at most) and given its full lifetime
 only once every shard holds one, so a checkpoint whose creator died half-way expires by itself.
 A sharded checkpoint is live while every shard holds its part.
+
+A split keeps the checkpoints taken before it: their parts stay in the shards of the shard map
+version they were taken under (a shard the split retired is kept while a checkpoint holds it:
+see :meth:`.admin.ShardedAdmin.gc_async`), so they are listed, read, cloned, refreshed and
+deleted there, by their id. The handle gives ``_earlier_layouts_async()``: an admin over each
+earlier shard map, newest first.
 """
 
 from __future__ import annotations
@@ -65,6 +71,14 @@ async def live(store) -> list[Checkpoint]:
     return [whole([c]) for c in each[0] if c.id in common]
 
 
+async def holds(store, checkpoint_id: str) -> bool:
+    """Whether every shard of ``store`` (a sharded store or admin) holds a live part of
+    ``checkpoint_id``."""
+    each = await asyncio.gather(*(store.shard(s).list_checkpoints_async()
+                                  for s in range(store.shards)))
+    return all(any(c.id == checkpoint_id for c in cps) for cps in each)
+
+
 async def delete(store, checkpoint_id: str) -> None:
     """Delete every shard's part; ``CheckpointNotFoundError`` if no shard had one."""
     found = await asyncio.gather(*(_delete_part(store.shard(s), checkpoint_id)
@@ -85,17 +99,45 @@ class CheckpointsOfShards:
     handle gives ``shards``, ``shard(s)``, ``_cut`` and ``_checkpoint_part``."""
 
     async def list_checkpoints_async(self) -> list[Checkpoint]:
-        """The live checkpoints (those every shard holds a part of). Cost: the plain call's on
-        each shard, at once."""
-        return await live(self)
+        """The live checkpoints: those every shard holds a part of, and those taken before a
+        split (every shard of an earlier shard map holds a part). Cost: the plain call's on
+        each shard, at once; after splits, a listing and read of the shard maps and the
+        plain call on each earlier layout's shards."""
+        found = {c.id: c for c in await live(self)}
+        for layout in await self._earlier_layouts_async():
+            for c in await live(layout):
+                found.setdefault(c.id, c)
+        return list(found.values())
 
     async def refresh_checkpoint_async(self, checkpoint_id: str,
                                        lifetime: float | None = None) -> Checkpoint:
         """Expire the checkpoint ``lifetime`` seconds from now (``None``: never). Cost: the
-        plain call's on each shard, at once."""
-        return whole(await refresh(self, checkpoint_id, lifetime))
+        plain call's on each shard, at once (a checkpoint taken before a split: on the shards
+        of its layout, found as :meth:`list_checkpoints` finds it)."""
+        try:
+            return whole(await refresh(self, checkpoint_id, lifetime))
+        except CheckpointNotFoundError:
+            layout = await self._layout_of_async(checkpoint_id)
+            if layout is self:
+                raise
+            return whole(await refresh(layout, checkpoint_id, lifetime))
 
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
         """Delete a checkpoint: every shard's part of it. Cost: the plain call's on each
-        shard."""
-        await delete(self, checkpoint_id)
+        shard (a checkpoint taken before a split: on the shards of its layout)."""
+        try:
+            await delete(self, checkpoint_id)
+        except CheckpointNotFoundError:
+            layout = await self._layout_of_async(checkpoint_id)
+            if layout is self:
+                raise
+            await delete(layout, checkpoint_id)
+
+    async def _layout_of_async(self, checkpoint_id: str):
+        """This handle if every shard holds a part of ``checkpoint_id``; otherwise an admin
+        over the newest earlier shard map whose every shard does (a checkpoint taken before a
+        split); ``CheckpointNotFoundError`` if none does."""
+        for layout in [self, *await self._earlier_layouts_async()]:
+            if await holds(layout, checkpoint_id):
+                return layout
+        raise CheckpointNotFoundError(f"no live checkpoint {checkpoint_id!r}")

@@ -90,6 +90,9 @@ async def create_any_clone(parent_url: str, url: str, checkpoint: str | None,
     if parent_map is None:
         await create_clone(parent_url, url, checkpoint, options, parent_options)
     else:
+        if checkpoint is not None:  # taken before a split: cloned in its own layout
+            parent = ShardedAdmin(parent_url, parent_map, parent_options)
+            parent_map = (await parent._layout_of_async(checkpoint)).shard_map
         await create_sharded_clone(parent_url, parent_map, url, checkpoint, options,
                                    parent_options)
 

@@ -123,7 +123,8 @@ async def open_reader(admin: ShardedAdmin, checkpoint: str | None, lifetime: flo
         raise InvalidArgumentError("give at most one of at_sqn and at_time")
     sqns = (shard_positions(at_sqn, admin.shard_map.labels, "at_sqn") if at_sqn is not None
             else [None] * admin.shards)
-    if checkpoint is not None:
+    if checkpoint is not None:  # taken before a split: read through its own layout
+        admin = await admin._layout_of_async(checkpoint)
         found = ShardedReader(admin, checkpoint, False, lifetime, sqns)
     else:
         made = await admin.create_checkpoint_async(lifetime, name="reader")

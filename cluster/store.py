@@ -29,6 +29,7 @@ from ..errors import (
     StoreClosedError,
     WrongShardError,
 )
+from ..files.store import ObjectStore
 from ..files.sync import run_sync, with_sync_twins
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import ShardMap
@@ -38,6 +39,7 @@ from ..read.kept_trees import merged
 from ..read.merged import MergedView
 from ..read.queries import Queries
 from . import checkpoints, placement, reshape
+from .admin import earlier_layouts
 from .backup import backup
 from .cut import Early, cut
 from .fanout import per_shard_checked, shard_groups
@@ -329,6 +331,11 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         head_only_mode.refuse_fold(self.head_only, kind)
 
     # -- the whole store --
+
+    async def _earlier_layouts_async(self) -> list:
+        """An admin over each earlier shard map, newest first (see :mod:`.checkpoints`)."""
+        return await earlier_layouts(ObjectStore.from_url(self.url, self.options), self.url,
+                                     self.shard_map, self.options, self.clock)
 
     async def stats_async(self) -> dict:
         """Totals of every shard's counters, and ``shards``: each shard's own stats. Cost: the plain

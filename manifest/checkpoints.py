@@ -60,8 +60,11 @@ def new_checkpoint(lifetime: float | None, name: str | None, now: float,
 def add_checkpoint(manifest_id: int, manifest: Manifest, checkpoint: Checkpoint,
                    source: str | None, now: float) -> Manifest:
     """Pin ``manifest_id`` (the version this is applied to), or the version of the live
-    checkpoint ``source``. Expired checkpoints are dropped on the way."""
-    require_usable(manifest)
+    checkpoint ``source``. Expired checkpoints are dropped on the way. A shard a split
+    retired takes only copies: its checkpoints stay readable, and a copy (a clone's pin of a
+    checkpoint taken before the split) pins no version the checkpoint does not."""
+    if source is None or manifest.split_epoch is None:
+        require_usable(manifest)
     if any(c.id == checkpoint.id for c in manifest.checkpoints):
         return manifest  # an earlier attempt landed
     pinned = manifest_id if source is None else find(manifest, source, now).manifest_id

@@ -190,6 +190,19 @@ def test_a_split_retires_its_shard_only_if_no_one_opened_it_since_the_claim():
         tr.retire_for_split(opened, 5, 100.0)
 
 
+def test_a_retired_shard_takes_copies_of_its_checkpoints_only():
+    """A clone of a checkpoint taken before a split pins it again in the retired shard; a new
+    checkpoint of the retired shard's own data is refused."""
+    held = cp.new_checkpoint(None, "before the split", now=100.0)
+    m = cp.add_checkpoint(7, Manifest.new(), held, None, now=100.0)
+    retired = tr.retire_for_split(tr.bump_epoch(m), 1, 110.0)
+    pin = cp.new_checkpoint(None, "clone:file:///c", now=120.0)
+    pinned = cp.add_checkpoint(9, retired, pin, held.id, now=120.0)
+    assert cp.find(pinned, pin.id, 120.0).manifest_id == 7  # held's version, nothing newer
+    with pytest.raises(lr.WrongShardError):
+        cp.add_checkpoint(9, retired, cp.new_checkpoint(None, None, now=120.0), None, now=120.0)
+
+
 def test_destroyed_or_uninitialized_store_cannot_be_claimed():
     with pytest.raises(lr.InvalidArgumentError, match="destroyed"):
         tr.bump_epoch(Manifest.new().with_changes(destroyed_at=1.0))

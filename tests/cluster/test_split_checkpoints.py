@@ -1,0 +1,53 @@
+"""A checkpoint taken before a split reads by its id after it, as the docs promise: through
+``lr.reader``, ``lr.clone`` and the parallel read Spark and Ray Data run, after one split and
+after two, through a GC pass, until it is deleted."""
+
+import pytest
+from support.stores import SMALL
+
+import leveled_ray as lr
+from leveled_ray.bulk import sharded as bulk
+from leveled_ray.bulk.read import ReadQuery, read_split
+
+pytestmark = pytest.mark.ray
+
+OPTIONS = lr.Options(**SMALL)
+
+
+def test_a_pre_split_checkpoint_reads_by_id_after_one_and_two_splits(ray_cluster, tmp_path):
+    url = f"file://{tmp_path}/db"
+    with lr.open(url, OPTIONS, shards=2) as store:
+        store.put_many([lr.Put("b", f"k{i:03d}", b"old %d" % i) for i in range(100)])
+        before = store.checkpoint()
+        store.put_many([lr.Put("b", f"k{i:03d}", b"new %d" % i) for i in range(100)])
+        store.split_shard(0)
+        between = store.checkpoint()  # taken between the two splits
+        store.put("b", "k000", b"newest")
+        store.split_shard(1)
+        listed = {c.id for c in store.list_checkpoints()}
+    assert {before.id, between.id} <= listed
+    admin = lr.admin(url, OPTIONS)
+    split = admin.split_shard(0)  # the third, at rest
+    assert split.count == 5
+    lr.gc(url, min_age=0, options=OPTIONS)  # keeps what the checkpoints read
+    for cp, want, shards in ((before, b"old 7", 2), (between, b"new 7", 3)):
+        with lr.reader(url, checkpoint=cp.id, options=OPTIONS) as r:
+            assert r.get("b", "k007") == want
+            assert len(list(r.fold_keys("b"))) == 100  # each key once
+        plans = bulk.begin_reads(url, ReadQuery(bucket="b"), OPTIONS, checkpoint=cp.id)
+        rows = {key: value for plan in plans for split in plan.splits
+                for batch in read_split(plan, split)
+                for key, value in zip(batch.column("key").to_pylist(),
+                                      batch.column("value").to_pylist())}
+        assert len(rows) == 100 and rows["k007"] == want
+        clone = f"file://{tmp_path}/clone-{cp.id}"
+        lr.clone(url, clone, checkpoint=cp.id)
+        with lr.open(clone, OPTIONS) as copy:  # the clone has the checkpoint's layout
+            assert copy.shards == shards
+            assert copy.get("b", "k007") == want
+            assert len(list(copy.fold_keys("b"))) == 100
+    with lr.reader(url, options=OPTIONS) as now:
+        assert now.get("b", "k000") == b"newest"
+    admin.delete_checkpoint(before.id)
+    with pytest.raises(lr.CheckpointNotFoundError):
+        lr.reader(url, checkpoint=before.id, options=OPTIONS).get("b", "k007")
