@@ -235,10 +235,13 @@ def make_backend(config: StoreConfig, scheme: str, location: str, prefix: str):
             return RayMemoryBackend(location)
         return LocalBackend(local_memory_store(location))
     if scheme == "file":
+        if os.path.exists(location) and not os.path.isdir(location):  # bad input: no change
+            raise InvalidArgumentError(f"cannot use {location} as a store: not a directory")
         try:
             os.makedirs(location, exist_ok=True)
         except OSError as exc:  # a path that cannot be a directory: the store is unusable
-            raise ObjectStoreError(f"cannot use {location} as a store: {exc}") from None
+            raise ObjectStoreError(f"cannot use {location} as a store: {exc}",
+                                   definite=True) from None
         return DirectoryBackend(location)
     s3 = dict(config.s3)
     endpoint = s3.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or ""

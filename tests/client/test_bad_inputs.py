@@ -148,3 +148,25 @@ def test_small_journal_files_needs_two_files_to_merge():
     with pytest.raises(lr.InvalidArgumentError, match="journal.small_files"):
         lr.Options(journal=dict(small_files=1))
     assert lr.Options(journal=dict(small_files=2)).journal.small_files == 2
+
+
+def test_a_url_naming_a_regular_file_is_bad_input(ray_cluster, tmp_path):
+    """A file where a store's directory should be: ``InvalidArgumentError`` from every entry
+    point, and the command line's exit status 2 with the message, not a traceback."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "a-file"
+    path.write_bytes(b"not a store")
+    url = f"file://{path}"
+    for call in (lambda: lr.open(url), lambda: lr.admin(url), lambda: lr.reader(url),
+                 lambda: lr.compare(url, url), lambda: lr.gc(url)):
+        with pytest.raises(lr.InvalidArgumentError, match="not a directory"):
+            call()
+    for verb in (["stats", "--url", url], ["compare", "--url", url, url],
+                 ["export", "--url", url, "--to", str(tmp_path / "out")]):
+        done = subprocess.run([sys.executable, "-m", "leveled_ray.cli.main", *verb],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, (verb, done.stderr[-500:])
+        assert "not a directory" in done.stderr and "Traceback" not in done.stderr, verb
+    assert path.read_bytes() == b"not a store"
