@@ -64,6 +64,12 @@ class StoreConfig:
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 
 
+def same_store(a: str, b: str) -> bool:
+    """Whether two store URLs name the same location, however spelled (a trailing slash,
+    ``.`` parts or doubled slashes in a file path); both must be valid store URLs."""
+    return parse_url(a) == parse_url(b)
+
+
 def parse_url(url: str) -> tuple[str, str, str]:
     """``(scheme, location, prefix)`` of a store URL, or :class:`InvalidArgumentError`."""
     if not isinstance(url, str):

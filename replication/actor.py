@@ -5,6 +5,7 @@ position the target holds)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import pickle
 import threading
@@ -13,6 +14,7 @@ from ..client.ray_connection import ensure_ray
 from ..client.store import NAMESPACE, _get, read_call
 from ..entry_points import open as open_store
 from ..errors import InvalidArgumentError
+from ..files.store_config import parse_url, same_store
 from ..options import Options
 from .replicator import Replication, check_name
 
@@ -99,6 +101,16 @@ class ReplicatorHandle:
             ray.kill(self._actor, no_restart=True)
 
 
+def _running(actor_name: str) -> bool:
+    import ray
+
+    try:
+        ray.get_actor(actor_name, namespace=NAMESPACE)
+    except ValueError:  # no actor of that name
+        return False
+    return True
+
+
 def replicate(source, target_url: str, *, name: str | None = None,
               full_sync_s: float = 3600.0, target_options: Options | None = None,
               detached: bool = False) -> ReplicatorHandle:
@@ -113,15 +125,21 @@ def replicate(source, target_url: str, *, name: str | None = None,
     if not hasattr(source, "listen") or not hasattr(source, "stats_async"):
         raise InvalidArgumentError(f"the source must be a running store's handle, not "
                                    f"{source!r}")
-    if not isinstance(target_url, str) or target_url == source.url:
+    parse_url(target_url)  # a bad URL is refused here, before anything starts
+    if same_store(target_url, source.url):  # opening it would fence the source
         raise InvalidArgumentError(f"the target must be another store's URL, not "
-                                   f"{target_url!r}")
+                                   f"{target_url!r} (the source's)")
     name = check_name(name if name is not None else
                       f"{source.name or source.url}->{target_url}".replace("/", "|"))
-    if not isinstance(full_sync_s, (int, float)) or full_sync_s < 0:
-        raise InvalidArgumentError(f"full_sync_s must be a number >= 0, not {full_sync_s!r}")
+    if (not isinstance(full_sync_s, (int, float)) or isinstance(full_sync_s, bool)
+            or not math.isfinite(full_sync_s) or full_sync_s < 0):
+        raise InvalidArgumentError(f"full_sync_s must be a finite number >= 0, not "
+                                   f"{full_sync_s!r}")
     ensure_ray()
     import ray
+
+    if _running(f"replicate.{name}"):
+        raise InvalidArgumentError(f"a replicator named {name!r} runs already")
 
     opts = {"namespace": NAMESPACE, "name": f"replicate.{name}", "max_restarts": -1,
             "num_cpus": 0, "max_concurrency": 4}
@@ -132,5 +150,9 @@ def replicate(source, target_url: str, *, name: str | None = None,
     actor = ray.remote(ReplicatorActor).options(**opts).remote(
         ray.cloudpickle.dumps(source), target_url, name, full_sync_s, target_options)
     handle = ReplicatorHandle(actor, name)
-    handle.stats()  # started: the constructor opened the target
+    try:
+        handle.stats()  # started: the constructor opened the target
+    except BaseException:
+        ray.kill(actor, no_restart=True)  # a replicator that did not start keeps no name
+        raise
     return handle

@@ -112,3 +112,27 @@ def test_a_full_sync_repairs_what_the_stream_missed_and_reports_foreign_writes(r
             lr.replicate(target_url, source.url)
     finally:
         source.close()
+
+
+def test_bad_replication_input_is_refused_before_anything_starts(ray_cluster, tmp_path):
+    """Another spelling of the source's URL, a bad scheme, NaN and a name in use: each is
+    ``InvalidArgumentError``, with no actor and no name held and the source not fenced."""
+    url = f"file://{tmp_path}/a"
+    with lr.open(url) as a:
+        for same in (url + "/", f"file://{tmp_path}//a", f"file://{tmp_path}/./a"):
+            with pytest.raises(lr.InvalidArgumentError, match="the source's"):
+                lr.replicate(a, same)
+        with pytest.raises(lr.InvalidArgumentError, match="unsupported store URL"):
+            lr.replicate(a, "nope://x", name="r1")
+        for bad in (float("nan"), float("inf"), -1.0, True):
+            with pytest.raises(lr.InvalidArgumentError, match="full_sync_s"):
+                lr.replicate(a, f"file://{tmp_path}/b", name="r1", full_sync_s=bad)
+        assert not (tmp_path / "b").exists()
+        a.put("b", "k", b"v")  # not fenced
+        rep = lr.replicate(a, f"file://{tmp_path}/b", name="r1", full_sync_s=0)
+        try:
+            with pytest.raises(lr.InvalidArgumentError, match="runs already"):
+                lr.replicate(a, f"file://{tmp_path}/c", name="r1")
+        finally:
+            rep.close()
+        assert not (tmp_path / "c").exists()
