@@ -111,27 +111,22 @@ class CheckpointsOfShards:
 
     async def refresh_checkpoint_async(self, checkpoint_id: str,
                                        lifetime: float | None = None) -> Checkpoint:
-        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never). Cost: the
-        plain call's on each shard, at once (a checkpoint taken before a split: on the shards
-        of its layout, found as :meth:`list_checkpoints` finds it)."""
-        try:
-            return whole(await refresh(self, checkpoint_id, lifetime))
-        except CheckpointNotFoundError:
-            layout = await self._layout_of_async(checkpoint_id)
-            if layout is self:
-                raise
-            return whole(await refresh(layout, checkpoint_id, lifetime))
+        """Expire the checkpoint ``lifetime`` seconds from now (``None``: never). Cost: a
+        listing of each shard's checkpoints, then the plain call on each shard, at once (a
+        checkpoint taken before a split: on the shards of its layout, found as
+        :meth:`list_checkpoints` finds it)."""
+        layout = await self._layout_of_async(checkpoint_id)
+        return whole(await refresh(layout, checkpoint_id, lifetime))
 
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
-        """Delete a checkpoint: every shard's part of it. Cost: the plain call's on each
-        shard (a checkpoint taken before a split: on the shards of its layout)."""
+        """Delete a checkpoint: every shard's part of it (a checkpoint taken before a split:
+        every part in the shards of its layout; a half-made one: the parts there are). Cost:
+        a listing of each shard's checkpoints, then the plain call on each shard."""
         try:
-            await delete(self, checkpoint_id)
-        except CheckpointNotFoundError:
             layout = await self._layout_of_async(checkpoint_id)
-            if layout is self:
-                raise
-            await delete(layout, checkpoint_id)
+        except CheckpointNotFoundError:
+            layout = self  # no layout holds it whole: delete the parts there are
+        await delete(layout, checkpoint_id)
 
     async def _layout_of_async(self, checkpoint_id: str):
         """This handle if every shard holds a part of ``checkpoint_id``; otherwise an admin

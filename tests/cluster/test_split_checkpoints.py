@@ -8,6 +8,7 @@ from support.stores import SMALL
 import leveled_ray as lr
 from leveled_ray.bulk import sharded as bulk
 from leveled_ray.bulk.read import ReadQuery, read_split
+from leveled_ray.files.sync import run_sync
 
 pytestmark = pytest.mark.ray
 
@@ -48,6 +49,14 @@ def test_a_pre_split_checkpoint_reads_by_id_after_one_and_two_splits(ray_cluster
             assert len(list(copy.fold_keys("b"))) == 100
     with lr.reader(url, options=OPTIONS) as now:
         assert now.get("b", "k000") == b"newest"
+    assert admin.refresh_checkpoint(before.id, lifetime=3600.0).expires_at is not None
     admin.delete_checkpoint(before.id)
     with pytest.raises(lr.CheckpointNotFoundError):
         lr.reader(url, checkpoint=before.id, options=OPTIONS).get("b", "k007")
+    # Shard "0.1" was never split: it holds a part of ``between`` in the current layout too.
+    admin.delete_checkpoint(between.id)
+    layouts = [admin, *run_sync(admin._earlier_layouts_async())]
+    left = [s for layout in layouts for s in range(layout.shards)
+            if any(c.id in (before.id, between.id)
+                   for c in layout.shard(s).list_checkpoints())]
+    assert left == []  # every part is gone: nothing pins a retired shard for ever
