@@ -2,8 +2,9 @@
 
 The read is the Spark reader's (:mod:`leveled_ray.bulk.read`), run in this process: the key
 range is split along SST boundaries and up to ``parallel`` splits are read at once, each into
-its own ``part-NNNNN.parquet`` file. Without a checkpoint the export pins its own and releases
-it when done.
+its own ``part-SSS-NNNNN.parquet`` file (shard ``SSS`` of a sharded store, ``000`` of a plain
+one). Without a checkpoint the export pins its own and releases it when done. Nothing is made
+under ``to`` until the read has begun, so refused input leaves no directory behind.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import pyarrow.parquet as pq
 from ..errors import InvalidArgumentError
 from ..files.sync import sync_twin
 from ..options import Options, check_positive_int
-from .read import ReadQuery, begin_read_async, release_async, split_batches
+from .read import ReadQuery, release_async, split_batches
+from .sharded import begin_reads_async
 
 
 def _target(to: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem and directory of ``to`` (a local path or a URI pyarrow knows), which
-    must be empty or absent."""
+    must be empty or absent; made by the caller once the read is under way."""
     if "://" in to:
         fs, root = pafs.FileSystem.from_uri(to)
     else:
@@ -34,7 +36,6 @@ def _target(to: str) -> tuple[pafs.FileSystem, str]:
     if info.type == pafs.FileType.Directory and fs.get_file_info(
             pafs.FileSelector(root, recursive=False)):
         raise InvalidArgumentError(f"{to} is not empty")
-    fs.create_dir(root, recursive=True)
     return fs, root
 
 
@@ -46,36 +47,43 @@ async def export_async(url: str, to: str, *, options: Options | None = None,
     "files", "checkpoint", "manifest_id"}``."""
     check_positive_int("parallel", parallel)
     fs, root = _target(to)
-    plan = await begin_read_async(url, query or ReadQuery(), options, checkpoint=checkpoint,
-                                  splits=splits)
+    # One plan for a plain store, one per shard for a sharded one, all at one checkpoint.
+    plans = await begin_reads_async(url, query or ReadQuery(), options, checkpoint=checkpoint,
+                                    splits=splits)
+    entries = sum(plan.entries for plan in plans)
     gate = asyncio.Semaphore(parallel)
     done = {"rows": 0, "files": 0}
 
-    async def one(split) -> None:
+    async def one(part: int, plan, split) -> None:
         async with gate:
             writer = None
             try:
                 async with contextlib.aclosing(split_batches(plan, split)) as batches:
                     async for batch in batches:
                         if writer is None:
-                            out = fs.open_output_stream(f"{root}/part-{split.index:05d}.parquet")
+                            out = fs.open_output_stream(
+                                f"{root}/part-{part:03d}-{split.index:05d}.parquet")
                             writer = pq.ParquetWriter(out, batch.schema)
                             done["files"] += 1
                         await asyncio.to_thread(writer.write_batch, batch)
                         done["rows"] += batch.num_rows
                         if progress is not None:
-                            progress(done["rows"], max(plan.entries, done["rows"]))
+                            progress(done["rows"], max(entries, done["rows"]))
             finally:
                 if writer is not None:
                     writer.close()
 
     try:
-        await asyncio.gather(*(one(s) for s in plan.splits))
+        fs.create_dir(root, recursive=True)  # only now: a refused read makes nothing
+        await asyncio.gather(*(one(part, plan, split) for part, plan in enumerate(plans)
+                               for split in plan.splits))
     finally:  # the splits release it when all are read; this also covers a failed export
-        await release_async(plan)
-    if progress is not None and done["rows"] < plan.entries:  # the estimate was high
+        await asyncio.gather(*(release_async(plan) for plan in plans))
+    if progress is not None and done["rows"] < entries:  # the estimate was high
         progress(done["rows"], done["rows"])
-    return {**done, "checkpoint": plan.checkpoint_id, "manifest_id": plan.manifest_id}
+    versions = [plan.manifest_id for plan in plans]
+    return {**done, "checkpoint": plans[0].checkpoint_id,
+            "manifest_id": versions[0] if len(versions) == 1 else versions}
 
 
 export = sync_twin(export_async)

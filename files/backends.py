@@ -108,11 +108,42 @@ class DirectoryBackend(LocalBackend):
     about 150 us for obstore's call, which hands each read to its runtime's threads; a fold
     of tictac segments makes two reads of each Ledger file). Writes, lists and deletes go
     through obstore's local store, whose writes are staged and moved into place, so a read
-    sees a file whole or not at all."""
+    sees a file whole or not at all.
+
+    The directory is made by the first write, not before: a store that is only looked at (a
+    refused call, a check that no store is there) leaves nothing behind."""
 
     def __init__(self, root: str):
-        super().__init__(LocalStore(root))
         self.root = root
+        self._store: LocalStore | None = None
+
+    @property
+    def inner(self) -> LocalStore:
+        """obstore's local store of the directory, which must exist (see :meth:`_made`)."""
+        if self._store is None:
+            self._store = LocalStore(self.root)
+        return self._store
+
+    def _made(self) -> bool:
+        return self._store is not None or os.path.isdir(self.root)
+
+    async def put(self, path, data, create):
+        if not self._made():
+            os.makedirs(self.root, exist_ok=True)
+        await super().put(path, data, create)
+
+    async def list(self, prefix, offset):
+        return await super().list(prefix, offset) if self._made() else []
+
+    async def head(self, path):
+        if not self._made():
+            raise FileNotFoundError(os.path.join(self.root, path))
+        return await super().head(path)
+
+    async def delete(self, path):
+        if not self._made():
+            raise FileNotFoundError(os.path.join(self.root, path))
+        await super().delete(path)
 
     def _open(self, path: str) -> int:
         return os.open(os.path.join(self.root, path), os.O_RDONLY)
@@ -237,12 +268,7 @@ def make_backend(config: StoreConfig, scheme: str, location: str, prefix: str):
     if scheme == "file":
         if os.path.exists(location) and not os.path.isdir(location):  # bad input: no change
             raise InvalidArgumentError(f"cannot use {location} as a store: not a directory")
-        try:
-            os.makedirs(location, exist_ok=True)
-        except OSError as exc:  # a path that cannot be a directory: the store is unusable
-            raise ObjectStoreError(f"cannot use {location} as a store: {exc}",
-                                   definite=True) from None
-        return DirectoryBackend(location)
+        return DirectoryBackend(location)  # made by its first write
     s3 = dict(config.s3)
     endpoint = s3.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL") or ""
     if "allow_http" not in s3 and endpoint.startswith("http://"):

@@ -170,3 +170,17 @@ def test_a_url_naming_a_regular_file_is_bad_input(ray_cluster, tmp_path):
         assert done.returncode == 2, (verb, done.stderr[-500:])
         assert "not a directory" in done.stderr and "Traceback" not in done.stderr, verb
     assert path.read_bytes() == b"not a store"
+
+
+def test_calls_refused_for_a_missing_store_make_no_directory(ray_cluster, tmp_path):
+    """``InvalidArgumentError`` means nothing changed: a call refused because no store is at
+    its URL leaves the file system as it was."""
+    missing = f"file://{tmp_path}/missing"
+    with lr.open(f"file://{tmp_path}/a") as a:
+        before = sorted(tmp_path.iterdir())
+        for call in (lambda: lr.compare(a, missing), lambda: lr.compare(missing, a.url),
+                     lambda: lr.reader(missing), lambda: lr.admin(missing).list_checkpoints(),
+                     lambda: lr.gc(missing)):
+            with pytest.raises(lr.InvalidArgumentError, match="no store at"):
+                call()
+        assert sorted(tmp_path.iterdir()) == before
