@@ -12,7 +12,7 @@ from datetime import timedelta
 import obstore
 from obstore.store import LocalStore, MemoryStore, S3Store
 
-from ..errors import InvalidArgumentError, ObjectStoreError
+from ..errors import InvalidArgumentError
 from ..options import redact
 from .failures import ShortRead, classify, first_line, ranges_or_short
 from .outcomes import Failure
