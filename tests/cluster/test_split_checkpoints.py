@@ -42,8 +42,8 @@ def test_a_pre_split_checkpoint_reads_by_id_after_one_and_two_splits(ray_cluster
                                       batch.column("value").to_pylist())}
         assert len(rows) == 100 and rows["k007"] == want
         clone = f"file://{tmp_path}/clone-{cp.id}"
-        lr.clone(url, clone, checkpoint=cp.id)
-        with lr.open(clone, OPTIONS) as copy:  # the clone has the checkpoint's layout
+        # lr.clone opens the clone it makes; it has the checkpoint's layout.
+        with lr.clone(url, clone, checkpoint=cp.id, options=OPTIONS) as copy:
             assert copy.shards == shards
             assert copy.get("b", "k007") == want
             assert len(list(copy.fold_keys("b"))) == 100
