@@ -36,7 +36,8 @@ class Operator:
         return f"{self.url.rsplit('/', 1)[0]}/{name}"
 
 
-@pytest.fixture(params=["file", pytest.param("s3", marks=pytest.mark.s3)])
+# On S3 the verbs run in make examples (about a minute), to keep make test within its time.
+@pytest.fixture(params=["file", pytest.param("s3", marks=[pytest.mark.s3, pytest.mark.example])])
 def backend(request, ray_cluster, tmp_path):
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
     if request.param == "file":
