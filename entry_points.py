@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import overload
 
+from .actors.remote import NAMESPACE
 from .admin import gc as garbage_collection
 from .admin.compare import Comparison, compare_views
 from .admin.handle import Admin
-from .client import actor_names
+from .client import actor_names, bookies
 from .client import reader as plain_reader
 from .client import store as plain
 from .client.ray_connection import ensure_ray
@@ -76,15 +77,15 @@ def open(url: str, options: Options | None = None, *, shards: int | None = None,
     Cost: one Ray actor per store (per shard), about a second or two, as it starts a Python
     process; its clerks start later, with their first work; plus the replay of journal
     entries not yet in the Ledger."""
-    options, clock = plain.check_open(url, options, name, detached, head_only, clock)
+    options, clock = bookies.check_open(url, options, name, detached, head_only, clock)
     ensure_ray()
-    plain.refuse_running(name, *([] if name is None else _running_shards(name)))
+    bookies.refuse_running(name, *([] if name is None else _running_shards(name)))
     if store is not None and shards is not None:
         raise _STORE_OVERRIDE
     root = ObjectStore.from_url(url, options) if store is None else store
     shard_map = run_sync(resolve_layout(root, shards, route_by, options))
     if shard_map is None:
-        (opened,) = plain.start_bookies([plain.BookieSpec(url, name, store)], options,
+        (opened,) = bookies.start_bookies([bookies.BookieSpec(url, name, store)], options,
                                         detached=detached, head_only=head_only, clock=clock)
         return opened
     if store is not None:
@@ -99,12 +100,12 @@ def _open_shards(url: str, shard_map: ShardMap, options: Options, name: str | No
             actor_names.forget(shard_name(name, prefix))
     group = placement.spread(shard_map.count, name, detached)
     try:
-        specs = [plain.BookieSpec(shard_map.shard_url(url, s),
+        specs = [bookies.BookieSpec(shard_map.shard_url(url, s),
                                   None if name is None else shard_name(name, prefix),
                                   scheduling=placement.bundle(group, s),
                                   shard=(name or url, shard_map.labels[s]))
                  for s, prefix in enumerate(shard_map.prefixes)]
-        stores = plain.start_bookies(specs, options, detached=detached, head_only=head_only,
+        stores = bookies.start_bookies(specs, options, detached=detached, head_only=head_only,
                                      clock=clock)
     except BaseException:
         placement.remove(group)
@@ -117,7 +118,7 @@ def _running_shards(name: str) -> list[str]:
     from ray.util import list_named_actors
 
     return sorted(actor["name"] for actor in list_named_actors(all_namespaces=True)
-                  if actor["namespace"] == plain.NAMESPACE and is_shard_name(name, actor["name"]))
+                  if actor["namespace"] == NAMESPACE and is_shard_name(name, actor["name"]))
 
 
 def connect(name: str, *, address: str | None = None) -> plain.Store | ShardedStore:
@@ -132,23 +133,23 @@ def connect(name: str, *, address: str | None = None) -> plain.Store | ShardedSt
     import ray
 
     try:
-        ray.get_actor(name, namespace=plain.NAMESPACE)
+        ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
         running = _running_shards(name)
         if not running:
             raise InvalidArgumentError(f"no running store named {name!r}") from None
         return _connect_shards(name, running[0])
-    return plain.connect_bookie(name)
+    return bookies.connect_bookie(name)
 
 
 def _connect_shards(name: str, one_shard: str) -> ShardedStore:
-    first = plain.connect_bookie(one_shard)
+    first = bookies.connect_bookie(one_shard)
     url = first.url.rsplit("/", 1)[0]
     shard_map = run_sync(find_shard_map(ObjectStore.from_url(url, first.options),
                                         first.options))
     if shard_map is None:
         raise InvalidArgumentError(f"the store named {name!r} has no shard map at {url}")
-    stores = [plain.connect_bookie(shard_name(name, prefix)) for prefix in shard_map.prefixes]
+    stores = [bookies.connect_bookie(shard_name(name, prefix)) for prefix in shard_map.prefixes]
     return ShardedStore(stores, shard_map, url, name, first.options, first.clock)
 
 

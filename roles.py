@@ -5,8 +5,9 @@ Each role is a :class:`typing.Protocol`. A handle (``Store``, ``ShardedStore``,
 them, so that a call it lacks cannot go unnoticed: the role's declaration is abstract, and a
 class that leaves one out cannot be instantiated.
 
-Each role declares both forms of a call, ``name_async`` and its synchronous twin ``name``, so
-that a type checker and an editor see every call a user can make on every handle. A handle
+Each role declares both forms of a call, ``name_async`` and its synchronous twin ``name`` (the
+same call, answered without ``await``: its docstring is the async form's), so that a type
+checker and an editor see every call a user can make on every handle. A handle
 defines one of them (or a plan for both) and :func:`~leveled_ray.files.sync.with_sync_twins`
 makes the other at run time with the same signature. Calls that do no I/O (``listen``,
 ``actors``, a reader's ``stats``) have a synchronous form only, and a handle's state
@@ -53,32 +54,28 @@ class KeyReads(Role, Protocol):
         """The value of ``(bucket, key)``, or ``None``."""
 
     @abc.abstractmethod
-    def get(self, bucket, key) -> bytes | None:
-        """Synchronous :meth:`get_async`."""
+    def get(self, bucket, key) -> bytes | None: ...
 
     @abc.abstractmethod
     async def head_async(self, bucket, key) -> Head | None:
         """The object's :class:`~leveled_ray.codec.Head` without its value, or ``None``."""
 
     @abc.abstractmethod
-    def head(self, bucket, key) -> Head | None:
-        """Synchronous :meth:`head_async`."""
+    def head(self, bucket, key) -> Head | None: ...
 
     @abc.abstractmethod
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """The values of many ``(bucket, key)`` pairs, ``None`` where absent."""
 
     @abc.abstractmethod
-    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
-        """Synchronous :meth:`get_many_async`."""
+    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]: ...
 
     @abc.abstractmethod
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         """The heads of many ``(bucket, key)`` pairs, ``None`` where absent."""
 
     @abc.abstractmethod
-    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]:
-        """Synchronous :meth:`head_many_async`."""
+    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]: ...
 
 
 class Queries(Role, Protocol):
@@ -92,8 +89,7 @@ class Queries(Role, Protocol):
 
     @abc.abstractmethod
     def fold_keys(self, bucket=None, start=None, end=None, *,
-                  batch_size: int = 1000) -> Iterator[tuple]:
-        """Synchronous :meth:`fold_keys_async`."""
+                  batch_size: int = 1000) -> Iterator[tuple]: ...
 
     @abc.abstractmethod
     def fold_keys_batches_async(self, bucket=None, start=None, end=None, *,
@@ -104,8 +100,7 @@ class Queries(Role, Protocol):
     @abc.abstractmethod
     def fold_keys_batches(self, bucket=None, start=None, end=None, *,
                           batch_size: int = 1000,
-                          binary_names: bool = False) -> Iterator[pa.RecordBatch]:
-        """Synchronous :meth:`fold_keys_batches_async`."""
+                          binary_names: bool = False) -> Iterator[pa.RecordBatch]: ...
 
     @abc.abstractmethod
     def fold_heads_async(self, bucket=None, start=None, end=None, *,
@@ -114,8 +109,7 @@ class Queries(Role, Protocol):
 
     @abc.abstractmethod
     def fold_heads(self, bucket=None, start=None, end=None, *,
-                   batch_size: int = 1000) -> Iterator[tuple]:
-        """Synchronous :meth:`fold_heads_async`."""
+                   batch_size: int = 1000) -> Iterator[tuple]: ...
 
     @abc.abstractmethod
     def fold_heads_batches_async(self, bucket=None, start=None, end=None, *,
@@ -129,8 +123,7 @@ class Queries(Role, Protocol):
     def fold_heads_batches(self, bucket=None, start=None, end=None, *,
                            batch_size: int = 1000, binary_names: bool = False,
                            segments=None, tree_size: str = DEFAULT_SIZE
-                           ) -> Iterator[pa.RecordBatch]:
-        """Synchronous :meth:`fold_heads_batches_async`."""
+                           ) -> Iterator[pa.RecordBatch]: ...
 
     @abc.abstractmethod
     def fold_objects_async(self, bucket=None, start=None, end=None, *, order: str = "key",
@@ -139,8 +132,7 @@ class Queries(Role, Protocol):
 
     @abc.abstractmethod
     def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",
-                     batch_size: int = 1000) -> Iterator[tuple]:
-        """Synchronous :meth:`fold_objects_async`."""
+                     batch_size: int = 1000) -> Iterator[tuple]: ...
 
     @abc.abstractmethod
     def fold_objects_batches_async(self, bucket=None, start=None, end=None, *,
@@ -153,8 +145,7 @@ class Queries(Role, Protocol):
     def fold_objects_batches(self, bucket=None, start=None, end=None, *,
                              order: str = "key", batch_size: int = 1000,
                              binary_names: bool = False, with_indexes: bool = False
-                             ) -> Iterator[pa.RecordBatch]:
-        """Synchronous :meth:`fold_objects_batches_async`."""
+                             ) -> Iterator[pa.RecordBatch]: ...
 
     @abc.abstractmethod
     def index_query_async(self, bucket, field: str, start, end, *, return_terms: bool = False,
@@ -165,24 +156,21 @@ class Queries(Role, Protocol):
     @abc.abstractmethod
     def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
                     term_regex=None, start_key=None,
-                    max_results: int | None = None) -> Iterator[Any]:
-        """Synchronous :meth:`index_query_async`."""
+                    max_results: int | None = None) -> Iterator[Any]: ...
 
     @abc.abstractmethod
     async def list_buckets_async(self) -> list:
         """Every bucket that holds a live object, in key order."""
 
     @abc.abstractmethod
-    def list_buckets(self) -> list:
-        """Synchronous :meth:`list_buckets_async`."""
+    def list_buckets(self) -> list: ...
 
     @abc.abstractmethod
     async def is_empty_async(self) -> bool:
         """Whether no live object exists."""
 
     @abc.abstractmethod
-    def is_empty(self) -> bool:
-        """Synchronous :meth:`is_empty_async`."""
+    def is_empty(self) -> bool: ...
 
     @abc.abstractmethod
     async def kept_tree_async(self, size: str = DEFAULT_SIZE):
@@ -190,8 +178,7 @@ class Queries(Role, Protocol):
         where a compare must fold."""
 
     @abc.abstractmethod
-    def kept_tree(self, size: str = DEFAULT_SIZE):
-        """Synchronous :meth:`kept_tree_async`."""
+    def kept_tree(self, size: str = DEFAULT_SIZE): ...
 
 
 class History(Role, Protocol):
@@ -204,8 +191,7 @@ class History(Role, Protocol):
 
     @abc.abstractmethod
     def changes(self, after: int = 0, until: int | None = None, *, values: bool = True,
-                batch_size: int = 1000) -> Iterator[Any]:
-        """Synchronous :meth:`changes_async`."""
+                batch_size: int = 1000) -> Iterator[Any]: ...
 
     @abc.abstractmethod
     def changes_batches_async(self, after: int = 0, until: int | None = None, *,
@@ -216,8 +202,7 @@ class History(Role, Protocol):
     @abc.abstractmethod
     def changes_batches(self, after: int = 0, until: int | None = None, *,
                         values: bool = True, batch_size: int = 1000,
-                        binary_names: bool = False) -> Iterator[pa.RecordBatch]:
-        """Synchronous :meth:`changes_batches_async`."""
+                        binary_names: bool = False) -> Iterator[pa.RecordBatch]: ...
 
 
 class Writes(Role, Protocol):
@@ -232,24 +217,21 @@ class Writes(Role, Protocol):
     @abc.abstractmethod
     def put(self, bucket, key, value: bytes, *, indexes=(),
             ttl: float | None = None, metadata: dict | None = None,
-            if_sqn: int | None = None, if_absent: bool = False) -> int:
-        """Synchronous :meth:`put_async`."""
+            if_sqn: int | None = None, if_absent: bool = False) -> int: ...
 
     @abc.abstractmethod
     async def delete_async(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
         """Delete ``(bucket, key)``; the tombstone's SQN once durable."""
 
     @abc.abstractmethod
-    def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
-        """Synchronous :meth:`delete_async`."""
+    def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int: ...
 
     @abc.abstractmethod
     async def put_many_async(self, items: Iterable[Put | Delete]) -> list[int]:
         """Write many changes as one atomic group; their SQNs."""
 
     @abc.abstractmethod
-    def put_many(self, items: Iterable[Put | Delete]) -> list[int]:
-        """Synchronous :meth:`put_many_async`."""
+    def put_many(self, items: Iterable[Put | Delete]) -> list[int]: ...
 
 
 class PointsInTime(Role, Protocol):
@@ -264,8 +246,7 @@ class PointsInTime(Role, Protocol):
     @abc.abstractmethod
     def snapshot(self, long_running: bool = False, *, values: bool = True,
                  timeout_s: float | None = None, at_sqn=None,
-                 at_time: float | None = None) -> SnapshotView:
-        """Synchronous :meth:`snapshot_async`."""
+                 at_time: float | None = None) -> SnapshotView: ...
 
     @abc.abstractmethod
     async def checkpoint_async(self, lifetime: float | None = None, name: str | None = None,
@@ -276,8 +257,7 @@ class PointsInTime(Role, Protocol):
     @abc.abstractmethod
     def checkpoint(self, lifetime: float | None = None, name: str | None = None,
                    source: str | None = None, *,
-                   checkpoint_id: str | None = None) -> Checkpoint:
-        """Synchronous :meth:`checkpoint_async`."""
+                   checkpoint_id: str | None = None) -> Checkpoint: ...
 
 
 class Checkpoints(Role, Protocol):
@@ -288,8 +268,7 @@ class Checkpoints(Role, Protocol):
         """The live checkpoints."""
 
     @abc.abstractmethod
-    def list_checkpoints(self) -> list[Checkpoint]:
-        """Synchronous :meth:`list_checkpoints_async`."""
+    def list_checkpoints(self) -> list[Checkpoint]: ...
 
     @abc.abstractmethod
     async def refresh_checkpoint_async(self, checkpoint_id: str,
@@ -298,16 +277,14 @@ class Checkpoints(Role, Protocol):
 
     @abc.abstractmethod
     def refresh_checkpoint(self, checkpoint_id: str,
-                           lifetime: float | None = None) -> Checkpoint:
-        """Synchronous :meth:`refresh_checkpoint_async`."""
+                           lifetime: float | None = None) -> Checkpoint: ...
 
     @abc.abstractmethod
     async def delete_checkpoint_async(self, checkpoint_id: str) -> None:
         """Delete a checkpoint."""
 
     @abc.abstractmethod
-    def delete_checkpoint(self, checkpoint_id: str) -> None:
-        """Synchronous :meth:`delete_checkpoint_async`."""
+    def delete_checkpoint(self, checkpoint_id: str) -> None: ...
 
 
 class HistoryLeases(Role, Protocol):
@@ -325,24 +302,21 @@ class HistoryLeases(Role, Protocol):
         """Hold every change after ``position`` from compaction for ``lifetime`` seconds."""
 
     @abc.abstractmethod
-    def set_history_lease(self, name: str, position, lifetime: float):
-        """Synchronous :meth:`set_history_lease_async`."""
+    def set_history_lease(self, name: str, position, lifetime: float): ...
 
     @abc.abstractmethod
     async def drop_history_lease_async(self, name: str) -> None:
         """Let go of lease ``name``."""
 
     @abc.abstractmethod
-    def drop_history_lease(self, name: str) -> None:
-        """Synchronous :meth:`drop_history_lease_async`."""
+    def drop_history_lease(self, name: str) -> None: ...
 
     @abc.abstractmethod
     async def list_history_leases_async(self):
         """The live history leases."""
 
     @abc.abstractmethod
-    def list_history_leases(self):
-        """Synchronous :meth:`list_history_leases_async`."""
+    def list_history_leases(self): ...
 
 
 class Backups(Role, Protocol):
@@ -355,8 +329,7 @@ class Backups(Role, Protocol):
 
     @abc.abstractmethod
     def backup(self, target_url: str, *, target_options: Options | None = None,
-               progress: bool | Callable[[int, int], None] = True) -> dict:
-        """Synchronous :meth:`backup_async`."""
+               progress: bool | Callable[[int, int], None] = True) -> dict: ...
 
 
 class Maintenance(Role, Protocol):
@@ -371,32 +344,28 @@ class Maintenance(Role, Protocol):
         """The store's counters."""
 
     @abc.abstractmethod
-    def stats(self) -> dict:
-        """Synchronous :meth:`stats_async`."""
+    def stats(self) -> dict: ...
 
     @abc.abstractmethod
     async def compact_journal_async(self, wait: bool = False):
         """Start a journal compaction now (and wait for it with ``wait=True``)."""
 
     @abc.abstractmethod
-    def compact_journal(self, wait: bool = False):
-        """Synchronous :meth:`compact_journal_async`."""
+    def compact_journal(self, wait: bool = False): ...
 
     @abc.abstractmethod
     async def trim_journal_async(self):
         """head_only stores: delete the journal files the Ledger holds now."""
 
     @abc.abstractmethod
-    def trim_journal(self):
-        """Synchronous :meth:`trim_journal_async`."""
+    def trim_journal(self): ...
 
     @abc.abstractmethod
     async def close_async(self) -> None:
         """Finish writes and stop the store's actors; closing twice is harmless."""
 
     @abc.abstractmethod
-    def close(self) -> None:
-        """Synchronous :meth:`close_async`."""
+    def close(self) -> None: ...
 
 
 class Splits(Role, Protocol):
@@ -408,8 +377,7 @@ class Splits(Role, Protocol):
         """Split shard ``shard``; the new shard map."""
 
     @abc.abstractmethod
-    def split_shard(self, shard: int) -> ShardMap:
-        """Synchronous :meth:`split_shard_async`."""
+    def split_shard(self, shard: int) -> ShardMap: ...
 
 
 class View(Role, Protocol):
@@ -425,16 +393,14 @@ class View(Role, Protocol):
         """A view of an earlier moment of the same history."""
 
     @abc.abstractmethod
-    def go_back(self, at_sqn=None, at_time: float | None = None) -> SnapshotView:
-        """Synchronous :meth:`go_back_async`."""
+    def go_back(self, at_sqn=None, at_time: float | None = None) -> SnapshotView: ...
 
     @abc.abstractmethod
     async def release_async(self) -> None:
         """Let the store free what only this view needed."""
 
     @abc.abstractmethod
-    def release(self) -> None:
-        """Synchronous :meth:`release_async`."""
+    def release(self) -> None: ...
 
 
 class Following(Role, Protocol):
@@ -460,16 +426,14 @@ class Following(Role, Protocol):
         """Move to the store's newest version now."""
 
     @abc.abstractmethod
-    def refresh(self) -> None:
-        """Synchronous :meth:`refresh_async`."""
+    def refresh(self) -> None: ...
 
     @abc.abstractmethod
     async def close_async(self) -> None:
         """Stop following and let go of what the reader holds."""
 
     @abc.abstractmethod
-    def close(self) -> None:
-        """Synchronous :meth:`close_async`."""
+    def close(self) -> None: ...
 
 
 class Administration(Role, Protocol):
@@ -484,8 +448,7 @@ class Administration(Role, Protocol):
     @abc.abstractmethod
     def create_checkpoint(self, lifetime: float | None = None,
                           name: str | None = None, source: str | None = None, *,
-                          checkpoint_id: str | None = None) -> Checkpoint:
-        """Synchronous :meth:`create_checkpoint_async`."""
+                          checkpoint_id: str | None = None) -> Checkpoint: ...
 
     @abc.abstractmethod
     async def gc_async(self, min_age: float | None = None, dry_run: bool = False,
@@ -494,16 +457,14 @@ class Administration(Role, Protocol):
 
     @abc.abstractmethod
     def gc(self, min_age: float | None = None, dry_run: bool = False,
-           progress=None):
-        """Synchronous :meth:`gc_async`."""
+           progress=None): ...
 
     @abc.abstractmethod
     async def destroy_async(self, soft: bool = True) -> int:
         """Destroy the store."""
 
     @abc.abstractmethod
-    def destroy(self, soft: bool = True) -> int:
-        """Synchronous :meth:`destroy_async`."""
+    def destroy(self, soft: bool = True) -> int: ...
 
 
 class Moves(Role, Protocol):
@@ -515,16 +476,14 @@ class Moves(Role, Protocol):
         """Restart shard ``shard``'s Bookie on the Ray node ``node_id``."""
 
     @abc.abstractmethod
-    def move_shard(self, shard: int, node_id: str) -> None:
-        """Synchronous :meth:`move_shard_async`."""
+    def move_shard(self, shard: int, node_id: str) -> None: ...
 
     @abc.abstractmethod
     async def rebalance_async(self) -> list[dict]:
         """Move shards until the live nodes run as many each as can be; the moves made."""
 
     @abc.abstractmethod
-    def rebalance(self) -> list[dict]:
-        """Synchronous :meth:`rebalance_async`."""
+    def rebalance(self) -> list[dict]: ...
 
 
 class SnapshotView(KeyReads, Queries, History, View, Protocol):

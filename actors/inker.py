@@ -19,7 +19,6 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..admin.gc import check_publishable
@@ -30,7 +29,7 @@ from ..codec.owned import SETTING as OWNS
 from ..codec.owned import Owns
 from ..errors import CorruptObjectError, FencedError, ObjectStoreError, StoreClosedError
 from ..files import journal as jfmt
-from ..files.journal_slots import write_fence
+from ..files.journal_slots import UnsettledWrite, write_fence
 from ..files.names import journal_slot_name
 from ..files.outcomes import Created
 from ..files.routed import is_foreign
@@ -47,24 +46,6 @@ from .remote import call, wait_set
 #: Compactions whose removed files :meth:`Inker.wait_journal` can still report: one
 #: compaction may commit several rewrites before the Bookie's view catches up.
 REMOVALS_KEPT = 1024
-
-
-@dataclass
-class _Unsettled:
-    """A journal write whose outcome may not be known yet: its file, and the fence of the same
-    epoch that seals its slot instead (built only if it is needed)."""
-
-    slot: int
-    data: bytes
-    info: jfmt.JournalInfo
-    epoch: int
-    fence: tuple[bytes, jfmt.JournalInfo] | None = None
-
-    def seal(self) -> bytes:
-        if self.fence is None:
-            self.fence = jfmt.build_journal(self.info.name, self.epoch, self.slot, [],
-                                            kind=jfmt.KIND_FENCE)
-        return self.fence[0]
 
 
 class JournalView(NamedTuple):
@@ -91,7 +72,7 @@ class Inker(Owner):
         #: A split shard's run of partitions: its inherited journal files hold other keys.
         self.owns = Owns.decode(latest.manifest.setting(OWNS))
         self.fenced: FencedError | None = None
-        self.unsettled: _Unsettled | None = None
+        self.unsettled: UnsettledWrite | None = None
         self.closed = False
         self._write_lock = asyncio.Lock()
         self._catalog_lock = asyncio.Lock()
@@ -163,7 +144,7 @@ class Inker(Owner):
                 data, info = jfmt.build_journal(*args, codec=self.codec)
             else:
                 data, info = await asyncio.to_thread(jfmt.build_journal, *args, codec=self.codec)
-            await self._settle(_Unsettled(slot, data, info, self.epoch))
+            await self._settle(UnsettledWrite(slot, data, info, self.epoch))
         self._maybe_catalog()
         return info
 
@@ -181,7 +162,7 @@ class Inker(Owner):
         self._maybe_catalog()
         return pending.info
 
-    async def _settle(self, write: _Unsettled, *, again: bool = False) -> None:
+    async def _settle(self, write: UnsettledWrite, *, again: bool = False) -> None:
         """Create the slot's file, or seal the slot (then raise a definite error). A failure
         leaves the write unsettled if it may have landed: in an earlier round (``again``), or
         in this one (an indefinite error)."""

@@ -30,8 +30,9 @@ import pyarrow.compute as pc
 
 from ..admin.checkpoints import create_checkpoint, release_checkpoint
 from ..admin.gc import check_publishable, named_at, read_prepared, referenced
+from ..client.bookies import connect_bookie
 from ..client.shard_side import ShardSide
-from ..client.store import Store, connect_bookie
+from ..client.store import Store
 from ..codec import head_only, holds_index_entries, now_ms, put_change
 from ..codec.index_terms import held_terms, resolve
 from ..errors import InvalidArgumentError, LeveledError, StoreClosedError

@@ -16,78 +16,35 @@ import itertools
 import json
 import os
 import sys
-from typing import NoReturn
 
 from .. import entry_points as face
 from ..admin.progress import progress_bar
 from ..bulk.export import export
 from ..bulk.read import ReadQuery
 from ..cluster.clone import create_any_clone
-from ..cluster.reader import ShardsAsTheyAre
 from ..cluster.store import ShardedStore
 from ..codec import object_key
 from ..codec.tictac import DEFAULT_SIZE
-from ..errors import InvalidArgumentError, LeveledError
-from ..files import journal as jfmt
-from ..files import sst as sfmt
-from ..files.store import ObjectStore
+from ..errors import LeveledError
 from ..files.sync import run_sync
-from ..manifest.shard_map import ShardMap, read_shard_map
-from ..options import Options
 from ..read.key_ranges import term_from_text
-from ..read.store_reader import StoreReader
 from . import stats as stats_view
+from .args import (
+    bad_input,
+    checkpoint_row,
+    default_url,
+    human_size,
+    name_arg,
+    newest_reader,
+    newest_readers,
+    parse_options,
+)
 from .demo import run_demo
-
-
-def default_url() -> str:
-    return "file://" + os.path.abspath("data")
-
-
-def parse_options(pairs: list[str]) -> Options:
-    """``--option name=value`` pairs into :class:`Options`."""
-    values = {}
-    for pair in pairs or []:
-        name, sep, raw = pair.partition("=")
-        if not sep:
-            _bad_input(f"--option takes name=value with a name from lr.Options "
-                       f"(group.field for a group's): {pair!r}")
-        values[name] = raw
-    try:
-        return Options.from_text(values)
-    except InvalidArgumentError as exc:
-        _bad_input(f"--option: {exc}")
-
-
-def _bad_input(message: str) -> NoReturn:
-    """Bad input on the command line: the message, and exit status 2 (as argparse's)."""
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def _name(text: str) -> str | bytes:
-    """Buckets and keys are str; ``hex:...`` gives bytes."""
-    return bytes.fromhex(text[4:]) if text.startswith("hex:") else text
-
-
-def _readers(args) -> tuple[list[StoreReader], ShardMap | None]:
-    """A reader of each shard's newest manifest (one, of a plain store), and the shard map."""
-    options = parse_options(args.option)
-    shard_map = run_sync(read_shard_map(ObjectStore.from_url(args.url, options)))
-    urls = [args.url] if shard_map is None else [shard_map.shard_url(args.url, s)
-                                                 for s in range(shard_map.count)]
-    return [run_sync(StoreReader.open(ObjectStore.from_url(url, options), options))
-            for url in urls], shard_map
-
-
-def _reader(args):
-    """The store at ``--url`` as its newest manifests say, plain or sharded."""
-    readers, shard_map = _readers(args)
-    return readers[0] if shard_map is None else ShardsAsTheyAre(readers, shard_map)
+from .inspection import cmd_inspect, describe
 
 
 def cmd_get(args) -> int:
-    value = run_sync(_reader(args).get(object_key(_name(args.bucket), _name(args.key))))
+    value = run_sync(newest_reader(args).get(object_key(name_arg(args.bucket), name_arg(args.key))))
     if value is None:
         print("not found", file=sys.stderr)
         return 1
@@ -102,7 +59,7 @@ def cmd_get(args) -> int:
 
 
 def cmd_head(args) -> int:
-    head = run_sync(_reader(args).head(object_key(_name(args.bucket), _name(args.key))))
+    head = run_sync(newest_reader(args).head(object_key(name_arg(args.bucket), name_arg(args.key))))
     if head is None:
         print("not found", file=sys.stderr)
         return 1
@@ -119,23 +76,23 @@ def _print_tuples(rows, as_json: bool) -> None:
 
 
 def cmd_keys(args) -> int:
-    bucket = None if args.bucket is None else _name(args.bucket)
-    start = None if args.start is None else _name(args.start)
-    end = None if args.end is None else _name(args.end)
-    with _reader(args).fold_keys(bucket, start, end) as fold:
+    bucket = None if args.bucket is None else name_arg(args.bucket)
+    start = None if args.start is None else name_arg(args.start)
+    end = None if args.end is None else name_arg(args.end)
+    with newest_reader(args).fold_keys(bucket, start, end) as fold:
         _print_tuples(itertools.islice(fold, args.limit), args.json)
     return 0
 
 
 def cmd_buckets(args) -> int:
-    _print_tuples(([b] for b in _reader(args).list_buckets()), args.json)
+    _print_tuples(([b] for b in newest_reader(args).list_buckets()), args.json)
     return 0
 
 
 def cmd_index(args) -> int:
     start = term_from_text(args.field, args.start)
     end = start if args.end is None else term_from_text(args.field, args.end)
-    with _reader(args).index_query(_name(args.bucket), args.field, start, end,
+    with newest_reader(args).index_query(name_arg(args.bucket), args.field, start, end,
                                    return_terms=args.terms, term_regex=args.regex,
                                    max_results=args.limit) as found:
         _print_tuples(((r if args.terms else (r,)) for r in found), args.json)
@@ -158,7 +115,7 @@ def cmd_put(args) -> int:
         value = sys.stdin.buffer.read()
     store, owned = _writer(args)
     try:
-        print(store.put(_name(args.bucket), _name(args.key), value, ttl=args.ttl))
+        print(store.put(name_arg(args.bucket), name_arg(args.key), value, ttl=args.ttl))
     finally:
         if owned:
             store.close()
@@ -168,128 +125,11 @@ def cmd_put(args) -> int:
 def cmd_delete(args) -> int:
     store, owned = _writer(args)
     try:
-        print(store.delete(_name(args.bucket), _name(args.key)))
+        print(store.delete(name_arg(args.bucket), name_arg(args.key)))
     finally:
         if owned:
             store.close()
     return 0
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def describe(reader: StoreReader) -> dict:
-    m = reader.manifest
-    data_files = [j for j in list(m.journal) + reader.tail if j.kind == jfmt.KIND_DATA]
-    return {
-        "url": reader.store.url,
-        "manifest_id": reader.manifest_id,
-        "store_id": m.store_id,
-        "writer_epoch": m.writer_epoch,
-        "ledger_sqn": m.ledger_sqn,
-        "max_sqn": max([m.ledger_sqn] + [j.max_sqn for j in data_files]),
-        "levels": [
-            {"level": i, "files": len(level), "bytes": sum(s.size for s in level),
-             "entries": sum(s.entries for s in level),
-             "tombstones": sum(s.tombstones for s in level)}
-            for i, level in enumerate(m.levels)
-        ],
-        "journal": {
-            "files": len(data_files), "bytes": sum(j.size for j in data_files),
-            "entries": sum(j.entries for j in data_files),
-            "uncatalogued": len(reader.tail), "next_slot": m.journal_next_slot,
-            "fences": sum(1 for j in m.journal if j.kind == jfmt.KIND_FENCE),
-        },
-        "unpersisted_changes": len(reader.overlay),
-        "checkpoints": len(m.checkpoints),
-        "destroyed_at": m.destroyed_at,
-    }
-
-
-async def verify(reader: StoreReader) -> list[str]:
-    """Read and validate every SST and journal file; returns the problems found."""
-    problems = []
-    for sst in reader.manifest.sst_files():
-        try:
-            sfmt.read_all(await reader.store.get_async(sst.name), sst.name)
-        except LeveledError as exc:
-            problems.append(str(exc))
-    for info in reader.journal.files:
-        try:
-            jfmt.read_all(await reader.store.get_async(info.name), info.name)
-        except LeveledError as exc:
-            problems.append(str(exc))
-    return problems
-
-
-def cmd_inspect(args) -> int:
-    readers, shard_map = _readers(args)
-    if shard_map is None:
-        return _inspect(readers[0], args)
-    worst = 0
-    for shard, reader in enumerate(readers):  # each shard is a store of its own
-        if not args.json:
-            print(f"== shard {shard} ({shard_map.prefixes[shard]}) ==")
-        worst = max(worst, _inspect(reader, args))
-    return worst
-
-
-def _inspect(reader: StoreReader, args) -> int:
-    info = describe(reader)
-    if args.files:
-        info["ssts"] = [
-            {"level": i, "name": s.name, "bytes": s.size, "entries": s.entries,
-             "min_sqn": s.min_sqn, "max_sqn": s.max_sqn}
-            for i, level in enumerate(reader.manifest.levels) for s in level
-        ]
-        info["journal_files"] = [
-            {"name": j.name, "bytes": j.size, "entries": j.entries, "min_sqn": j.min_sqn,
-             "max_sqn": j.max_sqn}
-            for j in reader.journal.files
-        ]
-    if args.checkpoints:
-        info["checkpoint_list"] = [_checkpoint_row(c) for c in reader.manifest.checkpoints]
-    if args.verify:
-        info["problems"] = run_sync(verify(reader))
-    if args.json:
-        print(json.dumps(info, indent=2))
-    else:
-        print(f"store      {info['url']}  (id {info['store_id']})")
-        print(f"manifest   {info['manifest_id']}   writer epoch {info['writer_epoch']}")
-        print(f"SQN        ledger {info['ledger_sqn']}   journal {info['max_sqn']}   "
-              f"unpersisted changes {info['unpersisted_changes']}")
-        j = info["journal"]
-        print(f"journal    {j['files']} files, {_human(j['bytes'])}, {j['entries']} entries "
-              f"({j['uncatalogued']} uncatalogued, {j['fences']} fences)")
-        print("ledger     level  files      bytes    entries  tombstones")
-        for lv in info["levels"]:
-            print(f"           L{lv['level']:<5} {lv['files']:>5} {_human(lv['bytes']):>10} "
-                  f"{lv['entries']:>10} {lv['tombstones']:>11}")
-        for row in info.get("ssts", []):
-            print(f"  L{row['level']} {row['name']}  {_human(row['bytes'])}  {row['entries']} "
-                  f"entries  SQN {row['min_sqn']}..{row['max_sqn']}")
-        for row in info.get("checkpoint_list", []):
-            print(f"  checkpoint {row['id']}  pins manifest {row['manifest_id']}  "
-                  f"name={row['name']}  expires_at={row['expires_at']}")
-        for row in info.get("journal_files", []):
-            print(f"  {row['name']}  {_human(row['bytes'])}  {row['entries']} entries  "
-                  f"SQN {row['min_sqn']}..{row['max_sqn']}")
-        if args.verify:
-            print("verify     " + ("ok" if not info["problems"] else
-                                   f"{len(info['problems'])} problem(s)"))
-            for p in info["problems"]:
-                print("  " + p)
-    return 1 if args.verify and info["problems"] else 0
-
-
-def _checkpoint_row(c) -> dict:
-    return {"id": c.id, "manifest_id": c.manifest_id, "name": c.name,
-            "created_at": c.created_at, "expires_at": c.expires_at}
 
 
 def _print_rows(rows: list[dict], as_json: bool) -> None:
@@ -303,11 +143,11 @@ def _print_rows(rows: list[dict], as_json: bool) -> None:
 def cmd_checkpoint(args) -> int:
     admin = face.admin(args.url, parse_options(args.option))
     if args.action == "create":
-        rows = [_checkpoint_row(admin.create_checkpoint(args.lifetime, args.name, args.source))]
+        rows = [checkpoint_row(admin.create_checkpoint(args.lifetime, args.name, args.source))]
     elif args.action == "list":
-        rows = [_checkpoint_row(c) for c in admin.list_checkpoints()]
+        rows = [checkpoint_row(c) for c in admin.list_checkpoints()]
     elif args.action == "refresh":
-        rows = [_checkpoint_row(admin.refresh_checkpoint(args.id, args.lifetime))]
+        rows = [checkpoint_row(admin.refresh_checkpoint(args.id, args.lifetime))]
     else:
         admin.delete_checkpoint(args.id)
         rows = [{"deleted": args.id}]
@@ -359,7 +199,7 @@ def cmd_backup(args) -> int:
     upto = (f"SQN {done['max_sqn']}" if "shards" not in done else
             "SQNs " + ", ".join(str(s["max_sqn"]) for s in done["shards"]) + " (per shard)")
     print(f"backed up {done['files']} journal file(s) ({done['copied']} copied, "
-          f"{_human(done['bytes'])}; {done['removed']} dropped), up to {upto}, "
+          f"{human_size(done['bytes'])}; {done['removed']} dropped), up to {upto}, "
           f"to {args.target}; open it to restore")
     return 0
 
@@ -376,14 +216,14 @@ def cmd_compare(args) -> int:
         for d in found.differences[:args.limit]:
             print(f"{d.kind:<13} {d.bucket}\t{d.key}")
         print(f"{len(found)} difference(s) in {found.dirty_segments} dirty segment(s); "
-              f"{found.rounds} round(s), {_human(found.bytes_exchanged)} exchanged")
+              f"{found.rounds} round(s), {human_size(found.bytes_exchanged)} exchanged")
     return 1 if found.differences else 0
 
 
 def cmd_stats(args) -> int:
     if (args.watch is not None and args.watch <= 0) or (args.count is not None
                                                          and args.count < 1):
-        _bad_input("--watch takes seconds above 0, --count a number of refreshes >= 1")
+        bad_input("--watch takes seconds above 0, --count a number of refreshes >= 1")
     if args.name:  # the running store's own figures, through Ray
         store = face.connect(args.name)
         gather = store.stats
@@ -391,7 +231,7 @@ def cmd_stats(args) -> int:
                      else stats_view.summarize)
     else:  # what the manifests say (each shard's, one row per shard)
         def gather():
-            return [describe(reader) for reader in _readers(args)[0]]
+            return [describe(reader) for reader in newest_readers(args)[0]]
 
         def summarize(now, _before, _seconds):
             if len(now) == 1:
@@ -401,15 +241,15 @@ def cmd_stats(args) -> int:
                         k: v for k, v in stats_view.summarize_manifest(info).items()
                         if k not in ("source", "store", "levels")} for i, info in enumerate(now)}}
     stats_view.show(gather, summarize, watch=args.watch, count=args.count, as_json=args.json,
-                    human=_human)
+                    human=human_size)
     return 0
 
 
 def cmd_export(args) -> int:
 
-    query = ReadQuery(bucket=None if args.bucket is None else _name(args.bucket),
-                      start=None if args.start is None else _name(args.start),
-                      end=None if args.end is None else _name(args.end),
+    query = ReadQuery(bucket=None if args.bucket is None else name_arg(args.bucket),
+                      start=None if args.start is None else name_arg(args.start),
+                      end=None if args.end is None else name_arg(args.end),
                       with_indexes=args.with_indexes)
     done = export(args.url, args.to, options=parse_options(args.option),
                   checkpoint=args.checkpoint, query=query, splits=args.splits,

@@ -1,4 +1,4 @@
-"""The client handle: ``lr.open``, ``lr.connect`` and :class:`Store`.
+"""The plain store handle, :class:`Store` (``lr.open`` starts its Bookie: :mod:`.bookies`).
 
 A :class:`Store` is a thin, picklable handle on the store's Bookie actor. It validates every
 change before sending it (a rejected call changes nothing), batches where it can, and raises
@@ -7,15 +7,11 @@ asyncio applications.
 """
 from __future__ import annotations
 
-import asyncio
-import functools
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import NamedTuple, overload
 
 from .. import roles
-from ..actors import bookie as bookie_mod
-from ..actors.remote import NAMESPACE, ValueBatch, pack, resent, unwrap
+from ..actors.remote import ValueBatch, pack
 from ..admin.backup import backup_version
 from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
@@ -34,17 +30,16 @@ from ..codec import (
 )
 from ..codec import head_only as head_only_mode
 from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
-from ..errors import InvalidArgumentError, StoreClosedError, StoreUnavailableError
+from ..errors import InvalidArgumentError, StoreClosedError
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
-from ..files.sync import F, run_sync, two_forms, with_sync_twins
+from ..files.sync import two_forms, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
 from ..options import Options
 from ..read.queries import Queries, check_index_query
-from . import actor_names, spares
+from .calls import Answer, Call, Submitted, _await, _get, bookie_call, read_call
 from .coalesce import Part, WriteCoalescer
 from .listen import Listener
-from .ray_connection import ensure_ray
 from .snapshot import Snapshot
 
 #: Index queries with ``max_results`` up to this are answered by the Bookie in one round trip;
@@ -53,236 +48,6 @@ BOOKIE_QUERY_MAX = 10_000
 #: Limits of one call of coalesced puts and deletes (see :mod:`.coalesce`).
 COALESCE_MAX_CHANGES = 1000
 COALESCE_MAX_BYTES = 8 << 20
-
-
-def _get(ref):
-    import ray
-
-    try:
-        return ray.get(ref)
-    except Exception as exc:
-        raise unwrap(exc) from None
-
-
-async def _await(ref):
-    try:
-        return await ref
-    except Exception as exc:
-        raise unwrap(exc) from None
-
-
-def check_open(url, options, name, detached, head_only, clock) -> tuple[Options, Clock]:
-    """The checked arguments of an open: ``(options, clock)``, or InvalidArgumentError."""
-    options = options if options is not None else Options()
-    if not isinstance(options, Options):
-        raise InvalidArgumentError(f"options must be an lr.Options, not {type(options).__name__}")
-    parse_url(url)
-    head_only_mode.check_mode(head_only)
-    if name is not None and (not isinstance(name, str) or not name or "/" in name):
-        raise InvalidArgumentError(f"name must be a non-empty str without '/', not {name!r}")
-    if detached and name is None:
-        raise InvalidArgumentError("a detached store needs a name, so it can be reached again")
-    clock = system_clock if clock is None else clock
-    if not callable(clock):
-        raise InvalidArgumentError(f"clock must be a callable returning Unix seconds, not "
-                                   f"{clock!r}")
-    return options, clock
-
-
-def refuse_running(*names: str | None) -> None:
-    """InvalidArgumentError if a Bookie runs under any of ``names`` already."""
-    import ray
-
-    for name in names:
-        if name is None:
-            continue
-        try:
-            ray.get_actor(actor_names.resolve(name), namespace=NAMESPACE)
-        except ValueError:
-            continue
-        raise InvalidArgumentError(f"a store named {name!r} is already running: use "
-                                   f"lr.connect({name!r})")
-
-
-class BookieSpec(NamedTuple):
-    """One Bookie to start: its store's URL, its actor name, an object store client that
-    overrides the URL's, Ray scheduling options (a placement group bundle), and for a shard
-    of a sharded store, ``(the store's name or URL, the shard's label)``."""
-
-    url: str
-    name: str | None = None
-    store: ObjectStore | None = None
-    scheduling: object = None
-    shard: tuple[str, str] | None = None
-
-
-def start_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bool,
-                  head_only: str | None, clock: Clock) -> list[Store]:
-    """Start one Bookie per spec, all at once, and wait until every one has opened its store.
-    If any fails, every one is stopped and its error raised."""
-    return open_bookies(create_bookies(specs, options, detached=detached, head_only=head_only,
-                                       clock=clock), specs, options, clock)
-
-
-def create_bookies(specs: Sequence[BookieSpec], options: Options, *, detached: bool,
-                   head_only: str | None, clock: Clock) -> list:
-    """One Bookie actor per spec, its process starting, its store not yet opened (see
-    :func:`open_bookies`): a split starts its children's processes before it closes the
-    shard. A plain Bookie is a spare, if one is waiting (:mod:`.spares`)."""
-    actors = []
-    for spec in specs:
-        plain = spec.name is None and spec.scheduling is None and not detached
-        spare = spares.take(plain=plain, options=options, url=spec.url, store=spec.store,
-                            head_only=head_only, clock=clock, shard=spec.shard)
-        if spare is not None:
-            actors.append(spare)
-            continue
-        opts = {"namespace": NAMESPACE, "max_restarts": options.max_restarts}
-        if spec.name is not None:
-            opts["name"] = spec.name
-        if detached:
-            opts["lifetime"] = "detached"
-        if spec.scheduling is not None:
-            opts["scheduling_strategy"] = spec.scheduling
-        actors.append(bookie_mod.make_actor().options(**opts).remote(
-            spec.url, options, spec.name, store=spec.store, head_only=head_only, clock=clock,
-            shard=spec.shard))
-    return actors
-
-
-def open_bookies(actors: list, specs: Sequence[BookieSpec], options: Options,
-                 clock: Clock) -> list[Store]:
-    """Open the stores of Bookies from :func:`create_bookies`, all at once; if any fails,
-    every one is stopped and its error raised."""
-    try:
-        infos = _get([actor.start.remote() for actor in actors])
-    except BaseException:
-        stop_bookies(actors)
-        raise
-    return [Store(actor, options, spec.url, spec.name, info, clock)
-            for actor, spec, info in zip(actors, specs, infos)]
-
-
-def stop_bookies(actors: list) -> None:
-    """End Bookie actors at once (no close, no restart)."""
-    import ray
-
-    for actor in actors:
-        ray.kill(actor, no_restart=True)
-
-
-def connect_bookie(name: str, *, address: str | None = None) -> Store:
-    """A handle on the running Bookie named ``name`` (a plain store's, or one shard's): what
-    :func:`leveled_ray.connect` builds on. ``address`` as there."""
-    ensure_ray(address, join=True)  # a store that runs is on a cluster that runs: never start one
-    import ray
-
-    try:
-        actor = ray.get_actor(actor_names.resolve(name), namespace=NAMESPACE)
-    except ValueError:
-        raise InvalidArgumentError(f"no running store named {name!r}") from None
-    stats = _get(actor.stats.remote())
-    return Store(actor, _get(actor.get_options.remote()), stats["url"], name,
-                 {"head_only": stats["head_only"]}, _get(actor.get_clock.remote()))
-
-
-class Call(NamedTuple):
-    """The plan of a :func:`bookie_call` method: the Bookie call's ref, what to make of its
-    result, whether a store already gone counts as done (closing it), and for a read, how to
-    make the call again if the Bookie is lost during it (``again``; sent again as
-    :func:`~leveled_ray.actors.remote.resent` says)."""
-
-    ref: object
-    finish: Callable = lambda result: result
-    closing: bool = False
-    again: Callable[[], Call] | None = None
-
-    def run(self):
-        try:
-            return self.finish(_get(self.ref))
-        except StoreClosedError as exc:
-            if not self._resends(exc):
-                return self._gone(exc)
-            return self.finish(run_sync(resent(lambda: _await(self.again().ref), exc)))
-
-    async def run_async(self):
-        try:
-            return self.finish(await _await(self.ref))
-        except StoreClosedError as exc:
-            if not self._resends(exc):
-                return self._gone(exc)
-            return self.finish(await resent(lambda: _await(self.again().ref), exc))
-
-    def _resends(self, exc: StoreClosedError) -> bool:
-        """Whether this is a read whose Bookie was lost during it (sent again)."""
-        return isinstance(exc, StoreUnavailableError) and self.again is not None
-
-    def _gone(self, exc: StoreClosedError):
-        if not self.closing:
-            raise exc
-        return self.finish(None)  # closing a store that is gone already: done
-
-
-def read_call(submit: Callable, finish: Callable = lambda result: result) -> Call:
-    """The :class:`Call` of a read: ``submit()`` makes the Bookie call, now and again if the
-    Bookie is lost during it."""
-    return Call(submit(), finish, again=lambda: read_call(submit, finish))
-
-
-@overload
-def bookie_call(build: F, *, read: bool = False) -> F: ...
-
-
-@overload
-def bookie_call(build: None = None, *, read: bool = False) -> Callable[[F], F]: ...
-
-
-def bookie_call(build=None, *, read: bool = False):
-    """Mark a method as one Bookie call: ``build(self, ...)`` checks its arguments and returns
-    the call's ref (or a :class:`Call`). :func:`~leveled_ray.files.sync.with_sync_twins`
-    makes the method wait for it, and adds ``<name>_async``, which awaits it: one definition
-    of each operation (see :func:`~leveled_ray.files.sync.two_forms`). ``read=True`` marks a
-    call that changes nothing: it is sent again if the Bookie is lost during it."""
-    if build is None:
-        return functools.partial(bookie_call, read=read)
-
-    @functools.wraps(build)
-    def plan(self, *args, **kwargs) -> Call:
-        made = build(self, *args, **kwargs)
-        made = made if isinstance(made, Call) else Call(made)
-        return made._replace(again=lambda: plan(self, *args, **kwargs)) if read else made
-    return two_forms(plan)
-
-
-class Submitted(NamedTuple):
-    """The plan of a put or delete (see :func:`~leveled_ray.files.sync.two_forms`): its part,
-    handed to the handle's coalescer when a form runs; the async form's answer wakes its own
-    loop."""
-
-    submit: Callable
-
-    def run(self):
-        return self.submit(None).result()
-
-    async def run_async(self):
-        return await self.submit(asyncio.get_running_loop())
-
-
-class Answer(NamedTuple):
-    """The plan of a query the Bookie answers in one call (see
-    :func:`~leveled_ray.files.sync.two_forms`): the :class:`Call`, whose result is a list."""
-
-    call: Call
-
-    def run(self):
-        return iter(self.call.run())
-
-    async def _items(self):
-        for item in await self.call.run_async():
-            yield item
-
-    def run_async(self):
-        return self._items()
 
 
 class _SnapshotReleaser:

@@ -24,8 +24,8 @@ import asyncio
 import contextlib
 from typing import NamedTuple
 
-from ..client import actor_names
-from ..client import store as plain
+from ..actors.remote import NAMESPACE
+from ..client import actor_names, bookies
 from ..errors import ObjectStoreError, StoreClosedError, StoreUnavailableError, WrongShardError
 from ..files.store import NotFound, ObjectStore
 from ..manifest.shard_map import ShardMap, read_shard_map
@@ -89,14 +89,14 @@ def _connect(name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
     for prefix in shard_map.prefixes:
         try:
             actor = ray.get_actor(actor_names.resolve(shard_name(name, prefix)),
-                                  namespace=plain.NAMESPACE)
+                                  namespace=NAMESPACE)
         except ValueError:
             return None  # not running (yet): nothing to send the call to
         known = mine.get(prefix)
         if known is not None and known._actor._actor_id == actor._actor_id:
             stores.append(known)
         else:
-            stores.append(plain.connect_bookie(shard_name(name, prefix)))
+            stores.append(bookies.connect_bookie(shard_name(name, prefix)))
     if shard_map.same_layout(current.shard_map) and all(
             a is b for a, b in zip(stores, current.stores)):
         return None

@@ -25,8 +25,7 @@ import collections
 import contextlib
 from typing import NamedTuple
 
-from ..client import actor_names
-from ..client import store as plain
+from ..client import actor_names, bookies
 from ..errors import InvalidArgumentError, WrongShardError
 from ..files.store import ObjectStore
 from ..manifest.shard_map import ShardMap
@@ -74,11 +73,11 @@ async def _create(store, shard_map: ShardMap, shards: list[int], node: str | Non
             groups.append(await asyncio.to_thread(
                 placement.on_node, node, placement.shard_placement_name(actor_name),
                 store.detached))
-            specs.append(plain.BookieSpec(
+            specs.append(bookies.BookieSpec(
                 shard_map.shard_url(store.url, shard), actor_name,
                 scheduling=placement.bundle(groups[-1], 0),
                 shard=(store.name or store.url, shard_map.labels[shard])))
-        actors = await asyncio.to_thread(plain.create_bookies, specs, store.options,
+        actors = await asyncio.to_thread(bookies.create_bookies, specs, store.options,
                                          detached=store.detached, head_only=store.head_only,
                                          clock=store.clock)
     except BaseException:
@@ -97,7 +96,7 @@ async def _open(store, starting: _Starting) -> list:
     """Open the stores of :func:`_create`'s Bookies, and have handles find them by their
     shards' names; on failure, stop them and drop their groups."""
     try:
-        opened = await asyncio.to_thread(plain.open_bookies, starting.actors, starting.specs,
+        opened = await asyncio.to_thread(bookies.open_bookies, starting.actors, starting.specs,
                                          store.options, store.clock)
     except BaseException:
         _remove(starting.groups)
@@ -112,7 +111,7 @@ async def _open(store, starting: _Starting) -> list:
 
 def _abandon(store, starting: _Starting) -> None:
     """Stop Bookies created ahead but not to be opened, and drop their groups."""
-    plain.stop_bookies(starting.actors)
+    bookies.stop_bookies(starting.actors)
     _remove(starting.groups)
 
 

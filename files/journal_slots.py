@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..errors import CorruptObjectError, FencedError
 from . import journal as jfmt
 from .names import JOURNAL_PREFIX, journal_slot_name, journal_slot_of
@@ -49,3 +51,21 @@ async def write_fence(store: ObjectStore, epoch: int,
                               epoch=epoch, current_epoch=other.epoch)
         tail.append(other)  # an older writer's last group, written before our fence
         slot += 1
+
+
+@dataclass
+class UnsettledWrite:
+    """A journal write whose outcome may not be known yet: its file, and the fence of the same
+    epoch that seals its slot instead (built only if it is needed)."""
+
+    slot: int
+    data: bytes
+    info: jfmt.JournalInfo
+    epoch: int
+    fence: tuple[bytes, jfmt.JournalInfo] | None = None
+
+    def seal(self) -> bytes:
+        if self.fence is None:
+            self.fence = jfmt.build_journal(self.info.name, self.epoch, self.slot, [],
+                                            kind=jfmt.KIND_FENCE)
+        return self.fence[0]

@@ -10,8 +10,9 @@ import os
 import pickle
 import threading
 
+from ..actors.remote import NAMESPACE
+from ..client.calls import _get, read_call
 from ..client.ray_connection import ensure_ray
-from ..client.store import NAMESPACE, _get, read_call
 from ..entry_points import open as open_store
 from ..errors import InvalidArgumentError
 from ..files.store_config import parse_url, same_store

@@ -379,7 +379,7 @@ def test_listen_to_a_sharded_store_follows_every_shard(four):
 def test_a_plain_bookie_refuses_the_root_of_a_sharded_store(ray_cluster, tmp_url, tmp_path):
     """Code that opens a URL as a plain store (as Ray-on-Spark's did) must not create a
     stray plain store at a sharded store's root."""
-    from leveled_ray.client.store import BookieSpec, start_bookies
+    from leveled_ray.client.bookies import BookieSpec, start_bookies
 
     lr.open(tmp_url, shards=2).close()
     with pytest.raises(lr.InvalidArgumentError, match="sharded"):
