@@ -93,8 +93,8 @@ def cmd_index(args) -> int:
     start = term_from_text(args.field, args.start)
     end = start if args.end is None else term_from_text(args.field, args.end)
     with newest_reader(args).index_query(name_arg(args.bucket), args.field, start, end,
-                                   return_terms=args.terms, term_regex=args.regex,
-                                   max_results=args.limit) as found:
+                                         return_terms=args.terms, term_regex=args.regex,
+                                         max_results=args.limit) as found:
         _print_tuples(((r if args.terms else (r,)) for r in found), args.json)
     return 0
 

@@ -135,6 +135,15 @@ def test_a_running_writers_uploads_outlive_a_small_min_age():
     assert plan().files == [old]  # no lease yet: the GC's own window
 
 
+def settled(store, sqn: int) -> None:
+    """Wait until the Ledger holds ``sqn`` and no merge runs. The test's clock jumps past GC's
+    min_age in one step: a flush or merge between its publish check and its commit would see
+    no time pass and publish an output GC just collected (``gc.check_publishable`` bounds the
+    time between them, which a jump of the clock skips)."""
+    wait_until(lambda: (stats := store.stats()["penciller"])["ledger_sqn"] >= sqn
+               and not stats["merging"], timeout=30)
+
+
 @pytest.mark.ray
 def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, s3_backend):
     url, options = s3_backend
@@ -151,9 +160,11 @@ def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, s3_backend):
         checkpoint = store.checkpoint()
         snap = store.snapshot(timeout_s=60)
         for r in range(4):
-            store.put_many([lr.Put("b", f"k{i:04d}", b"round %d" % r) for i in range(300)])
+            last = store.put_many([lr.Put("b", f"k{i:04d}", b"round %d" % r)
+                                   for i in range(300)])[-1]
         orphan = sst_name()  # what a writer that crashed mid-merge leaves behind
         objects.put(orphan, b"never published")
+        settled(store, last)
         clock.advance(2.1)
         # A store is running: min_age must exceed the time from an upload to its commit.
         plan = lr.gc(url, min_age=2, options=options, clock=clock)
@@ -167,6 +178,7 @@ def test_gc_keeps_what_checkpoints_and_snapshots_need(ray_cluster, s3_backend):
         snap.release()  # the store's lease no longer names what they read
 
         def only_current():
+            settled(store, last)
             clock.advance(2.1)  # past min_age for whatever merges wrote meanwhile
             lr.gc(url, min_age=2, options=options, clock=clock)
             # Old versions go once their successors are RECREATE_GUARD_S old.
