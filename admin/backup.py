@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 
+from ..codec.owned import SETTING as OWNS
+from ..codec.owned import Owns
 from ..errors import InvalidArgumentError
 from ..files import journal as jfmt
 from ..files.names import JOURNAL_PREFIX, MANIFEST_PREFIX, manifest_name, stable_journal_name
-from ..files.routed import store_for
+from ..files.routed import is_foreign, store_for
 from ..files.store import ObjectStore
 from ..manifest.deletion import Proof, deletable
 from ..manifest.model import Manifest
@@ -104,16 +106,44 @@ class Staged:
                             version=self.version)
 
 
+async def owned_part(source: ObjectStore, info: jfmt.JournalInfo, owns: Owns
+                     ) -> tuple[bytes, jfmt.JournalInfo] | None:
+    """A split shard's part of a journal file it inherited, as the backup keeps it: the
+    entries of the keys it owns (the same bytes every time), or ``None`` if it owns none.
+    In the backup the file is no longer an inherited one, so a restore would not filter it."""
+    data = await source.get_async(info.name)
+    _, _, records = jfmt.read_all(data, info.name)
+    kept = [astuple(r) for r in records if owns.owns(r.lkey)]
+    if not kept:
+        return None
+    # Named apart from the whole file's copy, which a backup made before this rule may hold.
+    part = f"{info.name}#owned:{owns.route_by}:{owns.start}-{owns.end}"
+    data, built = jfmt.build_journal(part, info.epoch, info.slot, kept)
+    return data, backup_name(built)
+
+
 async def stage_journal(source: ObjectStore, target: ObjectStore, manifest: Manifest,
                         progress: Callable[[int, int], None] | None = None) -> Staged:
     """Copy the journal files of ``manifest`` (a pinned version of the store at ``source``)
     that the backup at ``target`` lacks, and make its next manifest (not written yet).
-    ``progress(done, total)`` follows the copies."""
+    ``progress(done, total)`` follows the copies. A split shard's inherited files are copied
+    as its part of them (:func:`owned_part`): read at every backup, since only their content
+    says what the backup lists."""
     previous = await ManifestStore(target).latest()
     check_target(previous, manifest, target.url)
+    owns = Owns.decode(manifest.setting(OWNS))
     data = [j for j in manifest.journal if j.kind == jfmt.KIND_DATA and j.entries]
-    files = [backup_name(j) for j in data]
-    sources = {b.name: j.name for b, j in zip(files, data)}
+    inherited = [j for j in data if owns is not None and is_foreign(j.name)]
+    parts = await asyncio.gather(*(owned_part(source, j, owns) for j in inherited))
+    made = {j.name: part for j, part in zip(inherited, parts)}
+    files, contents, sources = [], {}, {}
+    for j in data:
+        if j.name not in made:
+            files.append(backup_name(j))
+            sources[files[-1].name] = j.name
+        elif made[j.name] is not None:
+            contents[made[j.name][1].name] = made[j.name][0]
+            files.append(made[j.name][1])
     present = {m.path for m in await target.list_async(JOURNAL_PREFIX)}
     missing = [f for f in files if f.name not in present]  # a copy is whole or absent
     sem = asyncio.Semaphore(_COPIES)
@@ -122,7 +152,7 @@ async def stage_journal(source: ObjectStore, target: ObjectStore, manifest: Mani
     async def copy(info: jfmt.JournalInfo) -> None:
         nonlocal done, copied
         async with sem:
-            data = await source.get_async(sources[info.name])
+            data = contents.get(info.name) or await source.get_async(sources[info.name])
             await target.put_async(info.name, data)
         done += 1
         copied += len(data)

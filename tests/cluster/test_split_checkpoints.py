@@ -60,3 +60,26 @@ def test_a_pre_split_checkpoint_reads_by_id_after_one_and_two_splits(ray_cluster
             if any(c.id in (before.id, between.id)
                    for c in layout.shard(s).list_checkpoints())]
     assert left == []  # every part is gone: nothing pins a retired shard for ever
+
+
+def test_a_restored_backup_of_a_split_store_holds_each_key_once(ray_cluster, tmp_path):
+    """The children of a split read their parent's journal files, of both children's keys; a
+    backup copies each child's part only, so the restored store holds each key once: point
+    reads, folds, index queries and the change feed alike."""
+    url, backup = f"file://{tmp_path}/db", f"file://{tmp_path}/backup"
+    with lr.open(url, OPTIONS, shards=2) as store:
+        store.put_many([lr.Put("b", f"k{i:03d}", b"v%d" % i,
+                               indexes=[("add", "n_bin", f"t{i:03d}")]) for i in range(100)])
+        store.split_shard(0)  # its children inherit every journal file the shard had
+        store.put("b", "k007", b"after the split")
+        store.backup(backup, progress=False)
+        kept = sorted(store.fold_keys("b"))
+    assert len(kept) == 100
+    with lr.open(backup, OPTIONS) as restored:
+        assert sorted(restored.fold_keys("b")) == kept
+        assert len(list(restored.index_query("b", "n_bin", "t000", "t999"))) == 100
+        assert restored.get("b", "k007") == b"after the split"
+        changed = [(c.bucket, c.key) for c in restored.changes(0, values=False)
+                   if c.kind == "put"]
+        assert len(set(changed)) == 100  # each key once, k007 twice (before and after)
+        assert len(changed) - changed.count(("b", "k007")) == 99
