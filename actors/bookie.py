@@ -41,7 +41,6 @@ from .bookie_points import PointsInTime
 from .bookie_shard_calls import ShardCalls
 from .bookie_stats import bookie_stats
 from .failover import restartable
-from .group_commit import Group
 from .inker import Inker
 from .ledger_cache import LedgerCache
 from .live_view import LiveView
@@ -50,7 +49,7 @@ from .participant import Participant
 from .pclerk import NO_MERGES
 from .penciller import Penciller
 from .reaper import Reaper, gc_loop
-from .remote import LocalHandle, ValueBatch, as_actor, call, own_client, unpack
+from .remote import ValueBatch, as_actor, own_client, unpack
 from .snapshot_lease import LeasePublisher
 from .tasks import Tasks, watch
 from .write_path import WritePath
@@ -82,11 +81,8 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.observed = Observations()  # latencies and group sizes, for the metrics
         self.view = LiveView(url, options, self.store, self.cache, lambda: self.reaper.wake.set(),
                              clock)
-        self.writes = WritePath(
-            options, self.cache, self.view, head_only=head_only, check_usable=self._check_usable,
-            stopping=lambda: self.closing or self.broken is not None, write=self._write_journal,
-            settle=lambda: self.inker.settle(), stopped=self._stopped,
-            closing=lambda: self.closing, observations=self.observed)
+        self.writes = WritePath(options, self.cache, self.view, head_only=head_only,
+                                observations=self.observed)
         self.reaper = Reaper(self.view.host, self._may_delete)
         self.epoch = 0
         self.lost_epoch: int | None = None  # the epoch held before a restart (failover)
@@ -95,8 +91,6 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self._merges = None  # the merge clerk's run, once it is started
         self.lease: LeasePublisher | None = None
         self.participant: Participant | None = None  # cross-shard parts (from start)
-        self.broken: BaseException | None = None
-        self.closing = self.closed = False
         self.tasks = Tasks("Bookie")
         self._loops: list[asyncio.Task] = []
         self._pusher_task: asyncio.Task | None = None
@@ -130,11 +124,10 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         # clerks, which this actor owns, start when they have work (:mod:`.bookie_clerks`).
         self.inker = Inker(own_client(self.store, self.local), self.options, self.clock,
                            self.epoch, latest)
-        self.penciller = LocalHandle(Penciller(own_client(self.store, self.local), self.options,
-                                               self.clock, self.epoch, latest))
-        self.penciller.local.attach_journal(LocalHandle(self))
-        self.penciller.local.tree.host = self.view.host  # its reads' files stay while read
-        await self.penciller.local.tree.open(m)
+        self.penciller = Penciller(own_client(self.store, self.local), self.options,
+                                   self.clock, self.epoch, latest, journal=self.inker)
+        self.penciller.tree.host = self.view.host  # its reads' files stay while read
+        await self.penciller.tree.open(m)
         if any(m.levels):
             self._merge_clerk()
         opened = await self.inker.open()
@@ -143,14 +136,14 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.lease = LeasePublisher(self.store, self.options, self.epoch, self._lease_floors,
                                     self.clock, self._uploads_since)
         await self.lease.start(mid)  # before any snapshot can be taken
-        self.writes.durable_sqn = m.ledger_sqn
+        self.writes.replayed(m.ledger_sqn)
         self._pusher_task = self.tasks.start(self._pusher(), "pusher")
         self._loops = [self.tasks.start(loop, name) for loop, name in (
-            (self.writes.writer.run(), "journal writer"),
-            (watch(lambda: call(self.penciller.wait_view, self.view.files.version),
-                   self._adopt, self._stopped), "ledger watcher"),
+            (self.writes.writer.run(self.inker), "journal writer"),
+            (watch(lambda: self.penciller.wait_view(self.view.files.version),
+                   self._adopt, self.writes.stopped), "ledger watcher"),
             (watch(lambda: self.inker.wait_journal(self.view.journal_version),
-                   self.view.adopt_journal, self._stopped), "journal watcher"),
+                   self.view.adopt_journal, self.writes.stopped), "journal watcher"),
             (self.reaper.run(), "reaper"),
             (self.lease.run(), "snapshot lease"),
             (gc_loop(self.store, self.options, self.counters, self.lease.flush, self.clock),
@@ -165,13 +158,13 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         while cursor is not None:
             batch, top, cursor = await self.inker.replay(m.ledger_sqn, cursor)
             self.cache.add_durable(LedgerRows.from_batch(batch))
-            self.writes.durable_sqn = max(self.writes.durable_sqn, top)
+            self.writes.replayed(top)
             self.counters["replayed"] += batch.num_rows
             await self._push()  # replay waits for the Penciller: memory stays bounded
-        self.writes.next_sqn = max(self.writes.durable_sqn, opened["max_sqn"], m.ledger_sqn) + 1
-        self.writes.tail.jump(self.writes.next_sqn - 1)  # listeners read older changes' files
-        self.writes.indexed = self.cache.holds_index_entries() or holds_index_entries(
-            f.min_key for level in m.levels for f in level)
+        self.writes.resume(
+            max(self.writes.durable_sqn, opened["max_sqn"], m.ledger_sqn) + 1,
+            self.cache.holds_index_entries() or holds_index_entries(
+                f.min_key for level in m.levels for f in level))
         self.participant = Participant(self.store, self.options, self.writes, self.clock,
                                        self.epoch, self._install_files)
         await self.participant.recover()  # parts prepared before a restart: before any write
@@ -192,31 +185,33 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _check_usable(self) -> None:
-        """Writes are refused only after close, fencing, or the loss of the store's actors."""
-        if isinstance(self.broken, FencedError):
-            raise self.broken.again()
-        if self.broken is not None:
-            raise StoreClosedError(f"the store stopped after an error: {self.broken}")
-        if self.closing or self.closed:
-            raise StoreClosedError("the store is closed")
+    # Whether the store accepts writes is its write path's to say (:class:`.WritePath`).
+
+    @property
+    def broken(self) -> BaseException | None:
+        return self.writes.broken
+
+    @property
+    def closing(self) -> bool:
+        return self.writes.closing
+
+    @property
+    def closed(self) -> bool:
+        return self.writes.closed
 
     def _check_readable(self, lkeys: list[bytes] = ()) -> None:
         if self.closed:
             raise StoreClosedError("the store is closed")
         if isinstance(self.broken, FencedError):
-            self._check_usable()
+            self.writes.check_usable()
         if (owns := self.view.files.owns) is not None:  # a split shard: its own keys only
             owns.refuse_others(lkeys, self.url)
-
-    def _stopped(self, exc: BaseException) -> None:
-        self.broken = self.broken or exc
 
     @timed("leveled_put_latency_seconds")
     async def put_many(self, packed_changes: bytes, values: ValueBatch) -> list[int]:
         """Write changes (a :func:`~.remote.pack`-ed list of :class:`Change`) as one atomic,
         durable group; returns their SQNs in order."""
-        self._check_usable()
+        self.writes.check_usable()
         return await self.writes.put_many(unpack(packed_changes), values)
 
     @timed("leveled_put_latency_seconds")
@@ -225,26 +220,23 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         ``packed`` is the :func:`~.remote.pack`-ed ``(changes, counts)``, ``values`` their
         values in order. Each part's conditions hold or fail on its own; returns each part's
         first SQN, or its error (see :meth:`.write_path.WritePath.put_parts`)."""
-        self._check_usable()
+        self.writes.check_usable()
         changes, counts = unpack(packed)
         return await self.writes.put_parts(changes, counts, ValueBatch(inline=values))
-
-    def _write_journal(self, groups: list[Group]):
-        return self.inker.append([g.records for g in groups], [g.values for g in groups])
 
     # -- keeping up with the Penciller and the Inker --------------------------------------------
 
     async def _push(self) -> None:
         await self.cache.push(lambda: self.writes.durable_sqn,
-                              lambda batch, upto: call(self.penciller.push, batch, upto))
+                              lambda batch, upto: self.penciller.push(batch, upto))
 
     async def _pusher(self) -> None:
         try:
             await self.cache.run_pusher(
-                lambda: self.writes.durable_sqn, lambda b, upto: call(self.penciller.push, b, upto),
+                lambda: self.writes.durable_sqn, lambda b, upto: self.penciller.push(b, upto),
                 self.options.ledger.push_ms / 1000.0, lambda: self.closing)
         except Exception as exc:  # no later push may move the persisted SQN past these
-            self.broken = exc
+            self.writes.stopped(exc)
 
     def _adopt(self, files: LedgerFiles) -> None:
         advanced = files.persisted_sqn > self.view.files.persisted_sqn
@@ -257,15 +249,10 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
     async def _start_compaction(self) -> str:
         return self.inker.compact()
 
-    async def catalog_journal(self) -> None:
-        """Record every journal file written so far in the manifest (the Penciller asks before
-        it moves the persisted SQN)."""
-        await self.inker.catalog()
-
     def _uploads_since(self) -> float | None:
         """When the oldest upload this writer may still publish began: the Penciller's, the
         Inker's, or a bulk write's begun through it (written by other processes)."""
-        return min((t for t in (self.penciller.local.uploads_since(),
+        return min((t for t in (self.penciller.uploads_since(),
                                 self.inker.uploads_since(),
                                 self.writes.bulk_since(self.options.gc.publish_window_s))
                     if t is not None), default=None)
@@ -287,7 +274,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
 
     def _may_delete(self, kind: str, version: int):
         if kind == "sst":
-            return call(self.penciller.may_delete, version)
+            return self.penciller.may_delete(version)
         return self.inker.may_delete(version)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -349,10 +336,10 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         L0 memory is persisted first: compaction drops only entries the Ledger's files hold.
         With ``wait``, wait for it (or the one running) and until reads see its files:
         returns the files it removed and added, and where history now begins."""
-        self._check_usable()
+        self.writes.check_usable()
         if len(self.cache.unpushed):
             await self._push()
-        await call(self.penciller.persist)
+        await self.penciller.persist()
         started = self.inker.compact()
         if not wait:
             return started
@@ -379,16 +366,15 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
     async def stats(self) -> dict:
         merges = await self.clerk_stats("pclerk", NO_MERGES)
         return bookie_stats(self, self.inker.stats() if self.inker else {},
-                            self.penciller.local.stats() if self.penciller else {}, merges,
+                            self.penciller.stats() if self.penciller else {}, merges,
                             await self.clerk_stats("iclerk", {}))
 
     async def close(self) -> None:
         """Finish queued writes, persist L0 memory and the journal catalog, stop the actors."""
         if self.closed:
             return
-        self.closing = True
-        self.cache.persisted.set()  # writers held by backpressure see the close and give up
-        self.writes.wake_waiters()  # and those held by a cut, a bulk install or a lock
+        self.writes.begin_close()  # writers held by a cut, a bulk install or a lock give up
+        self.cache.persisted.set()  # and so do those held by backpressure
         await self.writes.writer.idle.wait()
         self.cache.wake_pusher.set()
         if self._pusher_task is not None:
@@ -401,12 +387,12 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         try:
             if self.broken is None:
                 await self._push()
-                await call(self.penciller.close)
+                await self.penciller.close()
                 await self.inker.close()
             if self.lease is not None:  # only the snapshots handed out still need anything
                 await self.lease.close()
         finally:
-            self.closed = True
+            self.writes.closed = True
             if not self.local:
                 import ray
 

@@ -65,13 +65,13 @@ class Clerks:
     # -- the merge clerk's calls on the Penciller ------------------------------------------------
 
     def merge_work(self) -> MergeJob | None:
-        return self.penciller.local.merge_work()
+        return self.penciller.merge_work()
 
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
         if self.closing:
             self.counters["merges_refused"] += 1
             raise StoreClosedError("the store is closing: the merge is not committed")
-        return await self.penciller.local.merge_done(job, outputs)
+        return await self.penciller.merge_done(job, outputs)
 
     def merge_failed(self, job: MergeJob, error: str) -> None:
-        self.penciller.local.merge_failed(job, error)
+        self.penciller.merge_failed(job, error)

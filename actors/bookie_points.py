@@ -10,7 +10,6 @@ from ..codec import LEDGER_SCHEMA
 from ..files.names import ulid
 from ..manifest.model import Checkpoint, HistoryLease
 from ..read.kept_trees import with_newer
-from .remote import call
 
 
 class PointsInTime:
@@ -32,12 +31,12 @@ class PointsInTime:
         # Pin both versions here until the owners know the snapshot: the reaper must not delete
         # a file of this view in between.
         with self.view.pinned() as (ledger_version, _):
-            await call(self.penciller.register_snapshot, snapshot_id, timeout_s, ledger_version)
+            self.penciller.register_snapshot(snapshot_id, timeout_s, ledger_version)
             try:
                 if values:
                     self.inker.register_snapshot(snapshot_id, timeout_s, journal_version)
             except BaseException:
-                await call(self.penciller.release_snapshot, snapshot_id)
+                self.penciller.release_snapshot(snapshot_id)
                 raise
             self.lease.register(snapshot_id, (ledger_version, journal_version, slots_below),
                                 timeout_s)
@@ -49,12 +48,12 @@ class PointsInTime:
         files, changed by the changes not yet in them (this process's cache). ``None`` where a
         compare must fold (see :meth:`~.tree_keeper.TreeKeeper.current`)."""
         self._check_readable()
-        tree = self.penciller.local.tree.current(size)
+        tree = self.penciller.tree.current(size)
         if tree is None:
             return None
         # In one step: the files, and every change not yet in them (the cache holds what the
         # Bookie's view lacks, a superset).
-        files = self.penciller.local.files()
+        files = self.penciller.files()
         newer = pa.Table.from_batches(self.cache.overlay_batches(), LEDGER_SCHEMA)
         found = await with_newer(tree, self.view.host, files, newer, size)
         return None if found is None else found.encode()
@@ -63,7 +62,7 @@ class PointsInTime:
         """Release a snapshot: the files only it needed may now be deleted."""
         if self.closed:
             return
-        await call(self.penciller.release_snapshot, snapshot_id)
+        self.penciller.release_snapshot(snapshot_id)
         self.inker.release_snapshot(snapshot_id)
         self.lease.release(snapshot_id)
         self.reaper.wake.set()
@@ -73,7 +72,7 @@ class PointsInTime:
         """A durable checkpoint holding every write acknowledged before the call: the Inker
         first records every journal file written so far in the manifest. ``checkpoint_id``
         (a sharded store's) gives it that id instead of a new one."""
-        self._check_usable()
+        self.writes.check_usable()
         if source is None:
             await self.inker.catalog()
         return await checkpoints.create_checkpoint(self.manifests, lifetime, name, source,

@@ -8,7 +8,7 @@ import asyncio
 
 from ..read.views import LedgerFiles
 from .metrics import timed
-from .remote import call, unpack
+from .remote import unpack
 
 
 class ShardCalls:
@@ -41,7 +41,7 @@ class ShardCalls:
         Returns ``{"pending", "taken"}``: the cross-shard batches whose parts this shard holds
         prepared, and, when there are none and ``take`` names one (``"snapshot"`` or
         ``"checkpoint"``), what ``self.<take>(*args)`` gives at once: one call for both."""
-        self._check_usable()
+        self.writes.check_usable()
         if not await self.writes.freeze(cut_id, lambda: self.tasks.start(
                 self._thaw_after(cut_id, hold_s), f"cut {cut_id}")):
             return "busy"
@@ -81,7 +81,7 @@ class ShardCalls:
         the manifest version. A streaming write's ``mark`` (``(writer, batch id)``) installs
         a batch once however often it is sent."""
         journal, ssts, mark = unpack(packed)
-        self._check_usable()
+        self.writes.check_usable()
         if journal:  # parts of bulk writes from below this one's window go in (or out) first
             await self.participant.settle_lower(min(j.min_sqn for j in journal))
         return (await self._install_files(journal, ssts, mark=mark)).version
@@ -97,7 +97,7 @@ class ShardCalls:
 
         async def install() -> tuple[LedgerFiles, bool]:
             await self._push()
-            files, installed = await call(self.penciller.ingest, journal, ssts,
+            files, installed = await self.penciller.ingest(journal, ssts,
                                           self.writes.durable_sqn, mark)
             if installed:
                 self.inker.adopt(journal)
@@ -112,6 +112,6 @@ class ShardCalls:
 
     async def prepare_ingest(self, txn: str, root_url: str, packed: bytes) -> tuple[int, int]:
         """Prepare this shard's part of a bulk write across shards (its files)."""
-        self._check_usable()
+        self.writes.check_usable()
         journal, ssts = unpack(packed)
         return await self.participant.prepare_ingest(txn, root_url, journal, ssts)

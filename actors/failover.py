@@ -192,7 +192,8 @@ def restartable(cls):
             try:
                 await self.start()
             except FencedError as exc:
-                self._stood_down = self.bookie.broken = exc  # close then flushes nothing
+                self._stood_down = exc
+                self.bookie.writes.stopped(exc)  # close then flushes nothing
                 self._started.set()  # calls are answered: with the refusal
             except Exception:
                 logging.getLogger(__name__).exception("reopening after a restart failed")

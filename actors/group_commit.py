@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ..codec import LedgerRows
 from ..errors import FencedError, ObjectStoreError, StoreClosedError
+from ..files.journal import JournalInfo
 from ..files.outcomes import RetryPolicy
 from ..options import Options
 from .remote import ValueBatch, wait_set
@@ -72,27 +73,42 @@ def split_queue(failed: Iterable[Group], queued: Iterable[Group]) -> tuple[list[
     return keep, drop
 
 
+class Journal(Protocol):
+    """Where groups are written: the Inker."""
+
+    async def append(self, columns: list, values: list) -> JournalInfo:
+        """Write the groups' records and values as one journal file, durably."""
+
+    async def settle(self) -> JournalInfo | None:
+        """Settle a write in doubt: its file if written; a definite
+        :class:`ObjectStoreError` if its slot was sealed."""
+
+
+class CommitOwner(Protocol):
+    """What the writer tells its owner, the Bookie's write path
+    (:class:`~.write_path.WritePath`)."""
+
+    def durable(self, groups: list[Group], info: JournalInfo) -> None:
+        """Groups are durable: make them visible (before they are acknowledged)."""
+
+    def release(self, group: Group) -> None:
+        """Forget a failed group's pending changes."""
+
+    def stopped(self, exc: BaseException) -> None:
+        """Nothing more can be written (fencing, close, a lost Inker)."""
+
+    #: Whether the store is closing: a write in doubt is then settled for a bounded time.
+    closing: bool
+
+
 class GroupCommit:
-    """The queue of admitted groups and the journal writer that drains it: one journal file
-    for everything queued while the last one was written, with what a failed write, or one of
-    unknown outcome, does to the queue. The Bookie gives it what it needs as functions:
+    """The queue of admitted groups and the journal writer that drains it (:meth:`run`): one
+    journal file for everything queued while the last one was written, with what a failed
+    write, or one of unknown outcome, does to the queue. What it learns goes to its
+    ``owner``."""
 
-    - ``write(groups)`` writes one journal file and returns its info (the Inker's ``append``);
-    - ``settle()`` settles a write in doubt: its info if written, or raises a definite
-      :class:`ObjectStoreError` if sealed (the Inker's ``settle``);
-    - ``durable(groups, info)`` makes durable groups visible (before they are acknowledged);
-    - ``release(group)`` forgets a failed group's pending changes;
-    - ``stopped(exc)`` learns that nothing more can be written (fencing, close, a lost Inker);
-    - ``closing()`` says whether the store is closing.
-    """
-
-    def __init__(self, options: Options, *, write: Callable[[list[Group]], Awaitable],
-                 settle: Callable[[], Awaitable], durable: Callable[[list[Group], object], None],
-                 release: Callable[[Group], None], stopped: Callable[[BaseException], None],
-                 closing: Callable[[], bool]):
-        self.options = options
-        self._write, self._settle_call, self._durable = write, settle, durable
-        self._release, self._stopped, self._closing = release, stopped, closing
+    def __init__(self, options: Options, owner: CommitOwner):
+        self.options, self.owner = options, owner
         self.queue: deque[Group] = deque()
         self.queued_bytes = 0
         #: Groups whose journal write had an unknown outcome: settled (resent or sealed)
@@ -134,11 +150,11 @@ class GroupCommit:
         self.queued_bytes -= size
         return taken
 
-    async def run(self) -> None:
-        """The journal writer loop."""
+    async def run(self, journal: Journal) -> None:
+        """The journal writer loop, writing to ``journal``."""
         while True:
             if self.in_doubt:
-                await self._settle()
+                await self._settle(journal)
                 continue
             if not self.queue:
                 self.idle.set()
@@ -150,7 +166,8 @@ class GroupCommit:
                 await asyncio.sleep(flush_s)
             taken = self._take()
             try:
-                info = await self._write(taken)
+                info = await journal.append([g.records for g in taken],
+                                            [g.values for g in taken])
             except ObjectStoreError as exc:
                 if exc.definite:
                     self.fail_groups(taken, exc)
@@ -168,7 +185,7 @@ class GroupCommit:
             self._done(taken, info)
 
     def _done(self, groups: list[Group], info) -> None:
-        self._durable(groups, info)
+        self.owner.durable(groups, info)
         self.counters["groups"] += 1
         for group in groups:
             if not group.future.done():
@@ -195,7 +212,7 @@ class GroupCommit:
         self.in_doubt = groups
         self.settled.clear()
 
-    async def _settle(self) -> None:
+    async def _settle(self, journal: Journal) -> None:
         """Settle the write in doubt, retrying while the store does not answer. Written: its
         changes become visible. Sealed: they never will, and the queued groups that depend on
         them fail. At close, give up after ``write_resolve_s``: the next writer's fence then
@@ -205,13 +222,13 @@ class GroupCommit:
         groups = self.in_doubt
         while True:
             try:
-                info = await self._settle_call()
+                info = await journal.settle()
                 break
             except ObjectStoreError as exc:
                 if exc.definite:  # sealed: it was not written
                     info = None
                     break
-                if (self._closing() and time.monotonic() - started
+                if (self.owner.closing and time.monotonic() - started
                         > self.options.object_store.write_resolve_s):
                     self.stop(groups, exc)
                     return
@@ -231,7 +248,7 @@ class GroupCommit:
 
     def _fail(self, groups: list[Group], exc: BaseException) -> None:
         for group in groups:
-            self._release(group)
+            self.owner.release(group)
             if not group.future.done():
                 group.future.set_exception(exc)
 
@@ -244,4 +261,4 @@ class GroupCommit:
         self.settled.set()
         self._fail(failed, exc)
         if not isinstance(exc, asyncio.CancelledError):
-            self._stopped(exc)
+            self.owner.stopped(exc)

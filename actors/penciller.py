@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import random
 import time
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -32,7 +33,7 @@ from ..manifest.transitions import add_l0, persist_ledger_sqn, save_tree
 from ..options import Options
 from ..read.views import LedgerFiles
 from .owner import Owner
-from .remote import call, process_stats, wait_set
+from .remote import process_stats, wait_set
 from .tree_keeper import TreeKeeper
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,18 @@ log = logging.getLogger(__name__)
 _INGESTING = MergeJob(0, (), (), False)
 
 
+class JournalCatalog(Protocol):
+    """What the Penciller needs of the Journal (the Inker)."""
+
+    async def catalog(self) -> None:
+        """Record every journal file written so far in the manifest."""
+
+
 class Penciller(Owner):
     """Plain-object logic of the Penciller; the Bookie starts it as a Ray actor."""
 
     def __init__(self, store: ObjectStore, options: Options, clock: Clock, epoch: int,
-                 latest: Versioned):
+                 latest: Versioned, journal: JournalCatalog | None = None):
         super().__init__(store, options, clock, epoch, latest)
         self.l0_memory: list[pa.RecordBatch] = []
         self.l0_keys = 0
@@ -61,9 +69,9 @@ class Penciller(Owner):
         self.error: BaseException | None = None
         self.last_error: str | None = None
         self.merging: MergeJob | None = None
-        #: The Bookie (which hosts the Inker), asked to record the journal in the manifest
-        #: before each persisted SQN moves.
-        self.journal = None
+        #: The Inker beside it, asked to record the journal in the manifest before each
+        #: persisted SQN moves.
+        self.journal = journal
         self.rng = random.Random()
         self.tree = TreeKeeper(store, options, self.files)
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
@@ -139,9 +147,6 @@ class Penciller(Owner):
                 self.error = exc
                 return
 
-    def attach_journal(self, bookie) -> None:
-        self.journal = bookie
-
     async def flush(self) -> None:
         """Write all of L0 memory to one L0 SST and commit it to the manifest."""
         async with self._flush_lock:
@@ -149,7 +154,7 @@ class Penciller(Owner):
             if upto > self.latest.manifest.ledger_sqn and self.journal is not None:
                 # Every manifest version must record the journal files that hold the values of
                 # the Ledger it describes (checkpoints and clones read exactly one version).
-                await call(self.journal.catalog_journal)
+                await self.journal.catalog()
             if not batches:
                 if upto > self.latest.manifest.ledger_sqn:
                     await self.commit(persist_ledger_sqn, upto)

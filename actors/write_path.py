@@ -24,7 +24,7 @@ from ..codec import (
 )
 from ..codec.conditions import check_parts
 from ..codec.index_terms import change_entry, resolve_all
-from ..errors import InvalidArgumentError
+from ..errors import FencedError, InvalidArgumentError, StoreClosedError
 from ..files.journal import JournalInfo
 from ..files.sst import SstInfo
 from ..manifest.ingest import (
@@ -60,20 +60,18 @@ TAIL_BYTES = 16 << 20
 
 
 class WritePath:
-    """The Bookie's writes. ``check_usable()`` raises if writes are refused (close, fencing);
-    ``stopping()`` says whether the store is closing or stopped. The journal-writing functions
-    are those of :class:`~.group_commit.GroupCommit`."""
+    """The Bookie's writes: their admission, their SQNs, the group commit that makes them
+    durable (:class:`~.group_commit.GroupCommit`, whose owner this is), and whether writes
+    are still accepted (``closing``, ``closed``, ``broken``: see :meth:`check_usable`)."""
 
     def __init__(self, options: Options, cache: LedgerCache, view: LiveView, *,
-                 head_only: str | None, check_usable: Callable[[], None],
-                 stopping: Callable[[], bool], write, settle, stopped, closing,
-                 observations: Observations):
+                 head_only: str | None, observations: Observations):
         self.options, self.cache, self.view, self.head_only = options, cache, view, head_only
-        self.check_usable, self.stopping = check_usable, stopping
-        self.writer = GroupCommit(
-            options, write=write, settle=settle, durable=self._durable,
-            release=lambda g: cache.release_pending(g.keys, g.sqns), stopped=stopped,
-            closing=closing)
+        self.writer = GroupCommit(options, self)
+        #: Close began (no write is admitted), close ended; what stopped the store (fencing,
+        #: the loss of the Inker, a failed push), if anything did.
+        self.closing = self.closed = False
+        self.broken: BaseException | None = None
         self.next_sqn = 1
         self.durable_sqn = 0
         self.tail = ChangeTail(TAIL_BYTES)  # for listeners
@@ -103,6 +101,45 @@ class WritePath:
         self.observations = observations
         self.counters = {"changes": 0, "put_bytes": 0, "throttled_writes": 0, "throttle_ms": 0,
                          "cuts": 0, "cut_pause_ms_max": 0.0}
+
+    # -- whether writes are accepted --
+
+    def check_usable(self) -> None:
+        """Raise if writes are refused: after close, fencing, or the loss of the store's
+        actors."""
+        if isinstance(self.broken, FencedError):
+            raise self.broken.again()
+        if self.broken is not None:
+            raise StoreClosedError(f"the store stopped after an error: {self.broken}")
+        if self.closing or self.closed:
+            raise StoreClosedError("the store is closed")
+
+    def begin_close(self) -> None:
+        """No write is admitted from now on: those waiting for admission or for a locked key
+        look again, and are refused."""
+        self.closing = True
+        self._wake_waiters()
+
+    def stopping(self) -> bool:
+        """Whether the store is closing or stopped."""
+        return self.closing or self.broken is not None
+
+    def stopped(self, exc: BaseException) -> None:
+        """Nothing more can be written: the first cause is kept."""
+        self.broken = self.broken or exc
+
+    # -- the SQNs, as the Journal's replay finds them --
+
+    def replayed(self, top: int) -> None:
+        """The Journal's replay made changes up to SQN ``top`` durable."""
+        self.durable_sqn = max(self.durable_sqn, top)
+
+    def resume(self, next_sqn: int, indexed: bool) -> None:
+        """Writes resume at ``next_sqn`` once the replay is done; ``indexed``: whether any
+        object may hold index terms."""
+        self.next_sqn = next_sqn
+        self.tail.jump(next_sqn - 1)  # listeners read older changes' files
+        self.indexed = indexed
 
     async def put_many(self, changes: list[Change], values: ValueBatch,
                        txn: str | None = None, batch: bytes | None = None) -> list[int]:
@@ -180,10 +217,10 @@ class WritePath:
 
     async def _admission(self, txn: str | None) -> None:
         while not self._admits(txn):
-            self.check_usable()  # a close wakes the waiters (wake_waiters): refused then
+            self.check_usable()  # a close wakes the waiters (begin_close): refused then
             await self._gate.wait()
 
-    def wake_waiters(self) -> None:
+    def _wake_waiters(self) -> None:
         """At close: the writes waiting for admission or for a locked key look again, and
         are refused (nothing would admit or unlock them)."""
         woken, self._gate = self._gate, asyncio.Event()
@@ -277,7 +314,7 @@ class WritePath:
         self.writer.add(group)
         return group
 
-    def _durable(self, groups: list[Group], info: JournalInfo) -> None:
+    def durable(self, groups: list[Group], info: JournalInfo) -> None:
         """Groups are durable: make them visible and queue their Ledger changes."""
         self.view.journal.extend([info])
         self.observations.add("leveled_group_commit_changes",
@@ -290,6 +327,10 @@ class WritePath:
             self.tail.add(group)
             self.counters["changes"] += len(group.sqns)
             self.counters["put_bytes"] += group.nbytes
+
+    def release(self, group: Group) -> None:
+        """A group failed: its changes are no longer pending."""
+        self.cache.release_pending(group.keys, group.sqns)
 
     # -- cuts of a sharded store (see leveled_ray.cluster.cut) --
 

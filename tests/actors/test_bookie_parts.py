@@ -31,7 +31,7 @@ class Journal:
     def __init__(self, outcomes, settled="written"):
         self.outcomes, self.settled, self.files = list(outcomes), settled, []
 
-    async def write(self, groups):
+    async def append(self, records, values):
         outcome = self.outcomes.pop(0) if self.outcomes else "ok"
         if outcome == "fail":
             raise ObjectStoreError("refused", definite=True)
@@ -39,7 +39,8 @@ class Journal:
             raise ObjectStoreError("no answer", definite=False)
         if outcome == "fenced":
             raise FencedError("newer writer", epoch=1, current_epoch=2)
-        self.files.append([list(g.sqns) for g in groups])
+        self.files.append([list(range(r.first_sqn, r.first_sqn + len(r.keys)))
+                           for r in records])
         return len(self.files)
 
     async def settle(self):
@@ -49,17 +50,31 @@ class Journal:
         return len(self.files)
 
 
+class Owner:
+    """A write path that logs what the writer tells it."""
+
+    closing = False
+
+    def __init__(self, log: dict):
+        self.log = log
+
+    def durable(self, groups, info):
+        self.log["durable"].extend(list(g.sqns) for g in groups)
+
+    def release(self, group):
+        self.log["released"].append(list(group.sqns))
+
+    def stopped(self, exc):
+        self.log["stopped"].append(exc)
+
+
 def run_commit(journal: Journal, groups_of_keys, *, concurrent=True):
     """Queue the groups, run the writer until they are all answered; ``(results, log)``."""
     log = {"durable": [], "released": [], "stopped": []}
 
     async def main():
-        writer = GroupCommit(
-            OPTIONS, write=journal.write, settle=journal.settle,
-            durable=lambda gs, info: log["durable"].extend(list(g.sqns) for g in gs),
-            release=lambda g: log["released"].append(list(g.sqns)),
-            stopped=log["stopped"].append, closing=lambda: False)
-        task = asyncio.ensure_future(writer.run())
+        writer = GroupCommit(OPTIONS, Owner(log))
+        task = asyncio.ensure_future(writer.run(journal))
         groups, sqn = [], 1
         for keys in groups_of_keys:
             groups.append(group(sqn, keys))

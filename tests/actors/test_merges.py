@@ -42,7 +42,7 @@ async def settle(bookie, timeout=20.0):
     the Bookie has the newest Ledger files, and retired files are deleted."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        p = bookie.penciller.local
+        p = bookie.penciller
         flushing = p._flush_task is not None and not p._flush_task.done()
         pushing = bookie.cache._push_lock.locked()
         if (len(bookie.cache.unpushed) or bookie.writes.writer.queue or pushing or flushing
@@ -57,7 +57,7 @@ async def settle(bookie, timeout=20.0):
                 and bookie.view.files.version == p.latest.id):
             return
         await asyncio.sleep(0.02)
-    p = bookie.penciller.local
+    p = bookie.penciller
     raise AssertionError(
         f"merges did not settle: merging={p.merging} due={p.merge_work() is not None} "
         f"pending={bookie.view.host.pending_deletes()} view={bookie.view.files.version} "
@@ -134,7 +134,7 @@ def check_against_a_dict(ops) -> dict:
         keys = sorted(model) + ["never-written"]
         got = await bookie.get_many([object_key("b", k) for k in keys])
         assert dict(zip(keys, got)) == {**model, "never-written": None}
-        levels = bookie.penciller.local.latest.manifest.levels
+        levels = bookie.penciller.latest.manifest.levels
         for n, level in enumerate(levels):
             check_level(level, n)  # levels 1 and below never overlap
         names = {f.name.split("/")[1] for level in levels for f in level}
@@ -163,7 +163,7 @@ def test_files_wait_for_the_snapshot_that_reads_them(tmp_path):
         await settle(bookie)
         held = ledger_files_on_disk(root)
         assert held
-        penciller = bookie.penciller.local
+        penciller = bookie.penciller
         penciller.register_snapshot("reader", timeout_s=60)
         for r in range(4):  # rewrite everything: every held file is replaced
             await write(bookie, [lr.Put("b", f"k{i}", b"again %d" % r) for i in range(40)])
@@ -195,7 +195,7 @@ def test_a_dead_holders_snapshot_expires(tmp_path):
         await settle(bookie)
         held = ledger_files_on_disk(root)
         assert held
-        bookie.penciller.local.register_snapshot("holder-that-died", timeout_s=1.0)
+        bookie.penciller.register_snapshot("holder-that-died", timeout_s=1.0)
         await write(bookie, [lr.Put("b", f"k{i}", b"2") for i in range(40)])
         while not bookie.view.host.pending_deletes():  # the merges that replace them land
             await asyncio.sleep(0.02)
@@ -204,7 +204,7 @@ def test_a_dead_holders_snapshot_expires(tmp_path):
         clock.advance(1.0)  # the timeout passes; the next check drops it
         await settle(bookie)
         assert not held & ledger_files_on_disk(root)
-        assert len(bookie.penciller.local.snapshots) == 0
+        assert len(bookie.penciller.snapshots) == 0
         await bookie.close()
 
     asyncio.run(run())
@@ -252,7 +252,7 @@ def test_basement_merges_reap_tombstones_and_expired_entries(tmp_path):
         await write(bookie, [lr.Put("b", f"z{i}", b"v") for i in range(60)]
                     + [lr.Put("t", f"f{i}", b"v") for i in range(10)])
         await settle(bookie)
-        levels = bookie.penciller.local.latest.manifest.levels
+        levels = bookie.penciller.latest.manifest.levels
         entries = sum(f.entries for level in levels for f in level)
         tombstones = sum(f.tombstones for level in levels for f in level)
         assert tombstones == 0 and entries == 15 + 60 + 10
@@ -358,7 +358,7 @@ def test_a_bulk_install_during_a_close_with_a_merge_in_flight_is_refused(tmp_pat
         await bookie._merges  # the clerk's loop has ended: the merge below stays in flight
         for n in range(6):
             await write(bookie, [lr.Put("b", f"k{n}-{i}", b"v") for i in range(20)])
-        penciller = bookie.penciller.local
+        penciller = bookie.penciller
         deadline = time.monotonic() + 20
         while penciller.merge_work() is None:  # taken once due, as a clerk takes one
             assert time.monotonic() < deadline, "no merge came due"

@@ -45,7 +45,7 @@ def test_a_quiet_store_reclaims_replaced_and_deleted_values(tmp_path):
             await bookie.inker.wait_compaction()
             await asyncio.sleep(0.2)
         reclaimed = _bytes_under(root, "journal")
-        penciller = bookie.penciller.local
+        penciller = bookie.penciller
         assert penciller.counters["age_flushes"] + penciller.counters["l0_flushes"] >= 1
         assert reclaimed <= 3 * live, f"{reclaimed} bytes left for {live} live"
         got = await bookie.get_many([object_key("b", f"k{i}") for i in range(KEYS)])
@@ -63,7 +63,7 @@ def test_l0_memory_is_persisted_once_old(tmp_path):
         bookie = Bookie(f"file://{tmp_path}/db", OPTIONS, local=True)
         await bookie.start()
         await write(bookie, [lr.Put("b", f"k{i}", b"v") for i in range(10)], OPTIONS)
-        penciller = bookie.penciller.local
+        penciller = bookie.penciller
         deadline = time.monotonic() + 10
         while penciller.latest.manifest.ledger_sqn < 10 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

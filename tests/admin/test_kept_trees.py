@@ -78,7 +78,7 @@ async def opened(url, clock) -> tuple[Bookie, Store]:
 async def settled(bookie) -> None:
     """Until the Penciller has flushed and merged what it holds, and no rebuild runs."""
     for _ in range(400):
-        stats = bookie.penciller.local.stats()
+        stats = bookie.penciller.stats()
         if not stats["merging"] and stats["tree"] != "rebuilding":
             return
         await asyncio.sleep(0.01)
@@ -101,8 +101,8 @@ def test_the_kept_tree_equals_the_folded_one_through_merges_compaction_bulk_and_
             await store.put_many_async([lr.Delete("b", f"k{i}") for i in range(round_, 300, 7)])
         await bookie.compact_journal(wait=True)
         await settled(bookie)
-        assert bookie.penciller.local.stats()["merges"] > 0
-        assert bookie.penciller.local.stats()["tree_upkeep_s"] > 0
+        assert bookie.penciller.stats()["merges"] > 0
+        assert bookie.penciller.stats()["tree_upkeep_s"] > 0
         await same(store, "xxsmall")
         kept = await same(store)
         await bookie.close()
@@ -110,7 +110,7 @@ def test_the_kept_tree_equals_the_folded_one_through_merges_compaction_bulk_and_
         with lr.reader(url, clock=clock) as at_rest:
             assert await same(at_rest) == kept
         bookie, store = await opened(url, clock)
-        assert bookie.penciller.local.stats()["tree_loads"] == 1
+        assert bookie.penciller.stats()["tree_loads"] == 1
         assert await same(store) == kept
         await bookie.close()
         # A bulk write at rest joins the Ledger as it is: the next open folds the tree again.
@@ -120,13 +120,13 @@ def test_the_kept_tree_equals_the_folded_one_through_merges_compaction_bulk_and_
         await bulk.commit_async(plan, [await bulk.write_partition_async(plan, 0, [batch])])
         bookie, store = await opened(url, clock)
         await settled(bookie)
-        assert bookie.penciller.local.stats()["tree_rebuilds"] == 1
+        assert bookie.penciller.stats()["tree_rebuilds"] == 1
         assert await same(store) != kept
         await store.put_many_async([lr.Put("b", "k1", b"after the reopen")])
         # A reopen without a close (the writer crashed) folds it again too.
         crashed, again = await opened(url, clock)
         await settled(crashed)
-        assert crashed.penciller.local.stats()["tree_rebuilds"] == 1
+        assert crashed.penciller.stats()["tree_rebuilds"] == 1
         await same(again)
         await crashed.close()
 
@@ -167,7 +167,7 @@ def test_trees_can_be_off():
         store = Store(LocalHandle(bookie), options, url, None, {"head_only": None}, clock)
         await store.put_many_async([lr.Put("b", f"k{i}", b"v") for i in range(100)])
         assert await store.kept_tree_async() is None
-        assert bookie.penciller.local.stats()["tree"] == "off"
+        assert bookie.penciller.stats()["tree"] == "off"
         assert (await compare_views(store, store)).kept_sides == 0
         await bookie.close()
 
