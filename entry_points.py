@@ -27,6 +27,7 @@ from .cluster.store import ShardedStore
 from .codec.tictac import DEFAULT_SIZE
 from .errors import InvalidArgumentError
 from .files.store import ObjectStore
+from .files.store_config import StoreConfig
 from .files.sync import run_sync
 from .manifest.shard_map import ShardMap
 from .options import Options
@@ -77,40 +78,40 @@ def open(url: str, options: Options | None = None, *, shards: int | None = None,
     Cost: one Ray actor per store (per shard), about a second or two, as it starts a Python
     process; its clerks start later, with their first work; plus the replay of journal
     entries not yet in the Ledger."""
-    options, clock = bookies.check_open(url, options, name, detached, head_only, clock)
+    options, clock, config = bookies.check_open(url, options, name, detached, head_only, clock)
     ensure_ray()
     bookies.refuse_running(name, *([] if name is None else _running_shards(name)))
     if store is not None and shards is not None:
         raise _STORE_OVERRIDE
-    root = ObjectStore.from_url(url, options) if store is None else store
+    root = ObjectStore(config) if store is None else store
     shard_map = run_sync(resolve_layout(root, shards, route_by, options))
     if shard_map is None:
-        (opened,) = bookies.start_bookies([bookies.BookieSpec(url, name, store)], options,
+        (opened,) = bookies.start_bookies([bookies.BookieSpec(url, name, root)], options,
                                         detached=detached, head_only=head_only, clock=clock)
         return opened
     if store is not None:
         raise _STORE_OVERRIDE
-    return _open_shards(url, shard_map, options, name, detached, head_only, clock)
+    return _open_shards(config, shard_map, options, name, detached, head_only, clock)
 
 
-def _open_shards(url: str, shard_map: ShardMap, options: Options, name: str | None,
+def _open_shards(config: StoreConfig, shard_map: ShardMap, options: Options, name: str | None,
                  detached: bool, head_only: str | None, clock: Clock) -> ShardedStore:
     if name is not None:  # none runs (refuse_running): what a crashed one moved is stale
         for prefix in shard_map.prefixes:
             actor_names.forget(shard_name(name, prefix))
     group = placement.spread(shard_map.count, name, detached)
     try:
-        specs = [bookies.BookieSpec(shard_map.shard_url(url, s),
-                                  None if name is None else shard_name(name, prefix),
-                                  scheduling=placement.bundle(group, s),
-                                  shard=(name or url, shard_map.labels[s]))
-                 for s, prefix in enumerate(shard_map.prefixes)]
+        specs = [bookies.BookieSpec(shard.url, None if name is None else shard_name(name, prefix),
+                                    ObjectStore(shard), scheduling=placement.bundle(group, s),
+                                    shard=(name or config.url, shard_map.labels[s]))
+                 for s, prefix in enumerate(shard_map.prefixes)
+                 for shard in [config.under(prefix)]]
         stores = bookies.start_bookies(specs, options, detached=detached, head_only=head_only,
                                      clock=clock)
     except BaseException:
         placement.remove(group)
         raise
-    return ShardedStore(stores, shard_map, url, name, options, clock, group, detached)
+    return ShardedStore(stores, shard_map, config.url, name, options, clock, group, detached)
 
 
 def _running_shards(name: str) -> list[str]:

@@ -13,7 +13,7 @@ from ..clock import Clock, system_clock
 from ..codec import head_only as head_only_mode
 from ..errors import InvalidArgumentError
 from ..files.store import ObjectStore
-from ..files.store_config import parse_url
+from ..files.store_config import StoreConfig
 from ..options import Options
 from . import actor_names, spares
 from .calls import _get
@@ -21,12 +21,14 @@ from .ray_connection import ensure_ray
 from .store import Store
 
 
-def check_open(url, options, name, detached, head_only, clock) -> tuple[Options, Clock]:
-    """The checked arguments of an open: ``(options, clock)``, or InvalidArgumentError."""
+def check_open(url, options, name, detached, head_only, clock
+               ) -> tuple[Options, Clock, StoreConfig]:
+    """The checked arguments of an open: ``(options, clock, the store's config)`` (its URL
+    parsed, here only), or InvalidArgumentError."""
     options = options if options is not None else Options()
     if not isinstance(options, Options):
         raise InvalidArgumentError(f"options must be an lr.Options, not {type(options).__name__}")
-    parse_url(url)
+    config = StoreConfig.from_options(url, options)
     head_only_mode.check_mode(head_only)
     if name is not None and (not isinstance(name, str) or not name or "/" in name):
         raise InvalidArgumentError(f"name must be a non-empty str without '/', not {name!r}")
@@ -36,7 +38,7 @@ def check_open(url, options, name, detached, head_only, clock) -> tuple[Options,
     if not callable(clock):
         raise InvalidArgumentError(f"clock must be a callable returning Unix seconds, not "
                                    f"{clock!r}")
-    return options, clock
+    return options, clock, config
 
 
 def refuse_running(*names: str | None) -> None:
@@ -55,8 +57,8 @@ def refuse_running(*names: str | None) -> None:
 
 
 class BookieSpec(NamedTuple):
-    """One Bookie to start: its store's URL, its actor name, an object store client that
-    overrides the URL's, Ray scheduling options (a placement group bundle), and for a shard
+    """One Bookie to start: its store's URL, its actor name, its object store client (made
+    from the URL if not given), Ray scheduling options (a placement group bundle), and for a shard
     of a sharded store, ``(the store's name or URL, the shard's label)``."""
 
     url: str

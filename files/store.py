@@ -27,7 +27,7 @@ from .outcomes import (
     retry,
     settle_create,
 )
-from .store_config import StoreConfig, check_path, parse_url
+from .store_config import StoreConfig, check_path
 from .sync import with_sync_twins
 
 #: Requests that are hedged (see :func:`~.outcomes.hedged`): reads of a known, small size, and
@@ -116,7 +116,7 @@ class ObjectStore:
 
     def __init__(self, config: StoreConfig):
         self.config = config
-        self.scheme, self.location, self.prefix = parse_url(config.url)
+        self.scheme, self.location, self.prefix = config.scheme, config.location, config.prefix
         self.stats = IoStats()
         self._backend = self._make_backend()
         # Only network requests are hedged: a local one answers before a copy could help.

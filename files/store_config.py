@@ -34,16 +34,30 @@ def check_path(path: str) -> str:
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Where a store lives (its URL), and how its client connects and how its requests are
-    timed out, retried and resolved (:class:`ObjectStoreOptions`, whose ``repr`` hides
-    credentials)."""
+    """Where a store lives (its URL, checked and parsed once, when the config is made: it
+    travels to the Bookie and to every task parsed), and how its client connects and how its
+    requests are timed out, retried and resolved (:class:`ObjectStoreOptions`, whose
+    ``repr`` hides credentials). Bad URLs raise :class:`InvalidArgumentError`."""
 
     url: str
     settings: ObjectStoreOptions = field(default_factory=ObjectStoreOptions)
+    scheme: str = field(init=False, compare=False)
+    location: str = field(init=False, compare=False)
+    prefix: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        scheme, location, prefix = parse_url(self.url)
+        object.__setattr__(self, "scheme", scheme)
+        object.__setattr__(self, "location", location)
+        object.__setattr__(self, "prefix", prefix)
 
     @classmethod
     def from_options(cls, url: str, options: Options | None = None) -> StoreConfig:
         return cls(url, (options or Options()).object_store)
+
+    def under(self, path: str) -> StoreConfig:
+        """The config of the store at ``path`` below this one (a shard's)."""
+        return StoreConfig(f"{self.url.rstrip('/')}/{check_path(path)}", self.settings)
 
     @property
     def s3(self) -> dict:
