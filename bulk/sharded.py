@@ -47,6 +47,7 @@ from ..errors import (
     LeveledError,
     ObjectStoreError,
     StoreClosedError,
+    WrongShardError,
 )
 from ..files.names import ulid, ulid_age
 from ..files.store import NotFound, ObjectStore
@@ -54,6 +55,7 @@ from ..files.sync import sync_twin
 from ..manifest.ingest import IngestConflictError
 from ..manifest.shard_map import ShardMap, read_shard_map
 from ..manifest.store import ManifestStore
+from ..manifest.transitions import bump_epoch
 from ..manifest.txn_records import (
     ABORT,
     COMMIT,
@@ -378,15 +380,28 @@ async def prepare(plan: ShardedBulkWrite, txn: str, files: dict[int, tuple]) -> 
         if bookie is not None:
             await ShardSide(bookie).prepare_ingest(txn, plan.url, journal, ssts)
         else:
-            part = Part(plan.url, files=(tuple(journal), tuple(ssts)))
-            await _shard_store(plan, shard).put_if_absent_async(part_name(txn),
-                                                                encode_part(part), unique=True)
+            await _prepare_offline(plan, shard, txn, Part(plan.url, files=(tuple(journal),
+                                                                          tuple(ssts))))
 
     failed = [a for a in await _on_each(plan, list(files), one) if isinstance(a, BaseException)]
     if failed:
         await decide(_root(plan), txn, ABORT)
         await drop(plan, txn, list(files))
         raise failed[0]
+
+
+async def _prepare_offline(plan: ShardedBulkWrite, shard: int, txn: str, part: Part) -> None:
+    """Leave the part in the shard, then claim the shard as a writer would: a split that
+    claimed it before sees the part (it looks again after its claim, and is refused) or is
+    fenced by this claim; one that retired it already makes this claim fail, and the batch
+    is aborted (:class:`ConflictError`: the layout changed since the write began)."""
+    store = _shard_store(plan, shard)
+    await store.put_if_absent_async(part_name(txn), encode_part(part), unique=True)
+    try:
+        await ManifestStore(store).update(bump_epoch)
+    except WrongShardError:
+        raise ConflictError(f"not written, and nothing of it is visible: shard {shard} was "
+                            "split since the bulk write began. Run it again") from None
 
 
 async def drop(plan: ShardedBulkWrite, txn: str, shards: list[int]) -> None:

@@ -4,6 +4,11 @@ position is ``{"0": sqn, "1": sqn, ...}`` (see :mod:`leveled_ray.read.changes`),
 
 A poll waits on every shard at once and returns what the first shards to answer have; shards
 still waiting keep their call for the next poll, so no shard's change waits for another's.
+
+It follows its handle's layout: when a split or a move closes a shard's Bookie under it, it
+listens again to the new layout's shards from its position (a child reads on from its
+parent's SQN: see :func:`~leveled_ray.manifest.shard_map.position_sqns`). Changes fetched
+and not yet handed out are fetched again, so none is lost or handed out twice.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from collections import deque
 import pyarrow as pa
 
 from ..client.listen import Listener, Polling
+from ..errors import StoreClosedError, WrongShardError
 from ..files.sync import with_sync_twins
 from ..read.changes import Change, shard_positions
+from .redirect import followed
 
 
 @with_sync_twins
@@ -24,15 +31,37 @@ class ShardedListener(Polling):
     """See the module docstring; the same interface as
     :class:`~leveled_ray.client.listen.Listener`, with a position for :attr:`sqn`."""
 
-    def __init__(self, stores, after, *, name: str | None, lifetime: float, values: bool,
-                 batch_size: int, labels=None):
-        self.labels = tuple(labels or (str(s) for s in range(len(stores))))
-        afters = shard_positions(after, self.labels)
-        self.parts = [Listener(store, a, name=None if name is None else f"{name}.{s}",
-                               lifetime=lifetime, values=values, batch_size=batch_size)
-                      for s, (store, a) in enumerate(zip(stores, afters))]
+    def __init__(self, owner, after, *, name: str | None, lifetime: float, values: bool,
+                 batch_size: int):
+        self.owner = owner  # the sharded handle, whose layout it follows
+        self._options = {"lifetime": lifetime, "values": values, "batch_size": batch_size}
+        self._name = name
         self._waiting: dict[int, asyncio.Task] = {}
         self._items: deque[Change] = deque()
+        #: A shard's error that may mean the layout moved on (see :meth:`_follow`).
+        self._moved: BaseException | None = None
+        self._listen(owner._layout, after)
+
+    def _listen(self, layout, after) -> None:
+        """One listener per shard of ``layout``, from position ``after``."""
+        self._layout = layout
+        self.labels = layout.shard_map.labels
+        afters = shard_positions(after, self.labels)
+        self.parts = [Listener(store, a, name=None if self._name is None else
+                               f"{self._name}.{s}", **self._options)
+                      for s, (store, a) in enumerate(zip(layout.stores, afters))]
+
+    async def _follow(self, exc: BaseException) -> None:
+        """A shard's call failed with ``exc``: if its handle's layout moved on (a split or
+        a move), listen to the new one from the position handed out; else raise ``exc``."""
+        if not followed(exc) or not await self.owner._follow(self._layout):
+            raise exc
+        position, old = self.sqn, self.parts
+        await self._stop_waiting()
+        self._listen(self.owner._layout, position)
+        for part in old:  # their Bookies are closed: their leases end with them
+            with contextlib.suppress(Exception):
+                await part.close_async()
 
     @property
     def sqn(self) -> dict[str, int]:
@@ -40,6 +69,9 @@ class ShardedListener(Polling):
         return {label: part.sqn for label, part in zip(self.labels, self.parts)}
 
     async def _poll_parts(self, timeout: float | None, arrow: bool) -> list:
+        if self._moved is not None:  # what came before it was handed out: follow now
+            moved, self._moved = self._moved, None
+            await self._follow(moved)
         for s, part in enumerate(self.parts):
             if s not in self._waiting:
                 poll = part.poll_batch_async if arrow else part._fetch_async
@@ -48,7 +80,11 @@ class ShardedListener(Polling):
                                      return_when=asyncio.FIRST_COMPLETED)
         found = []
         for s in sorted(s for s, task in self._waiting.items() if task in done):
-            got = self._waiting.pop(s).result()
+            try:
+                got = self._waiting.pop(s).result()
+            except (StoreClosedError, WrongShardError) as exc:
+                self._moved = exc  # followed at the next poll, once these are handed out
+                continue
             if arrow and got is not None:
                 found.append(got.append_column("shard", pa.array([s] * got.num_rows,
                                                                   pa.int32())))
@@ -61,7 +97,7 @@ class ShardedListener(Polling):
         shard's position moves past one only once it is handed out."""
         while True:
             found = await self._poll_parts(timeout, False)
-            if found or timeout is not None:
+            if found or timeout is not None and self._moved is None:
                 return found
 
     def _hand_out(self, change: Change) -> Change:
@@ -75,14 +111,17 @@ class ShardedListener(Polling):
             found = await self._poll_parts(timeout, True)
             if found:
                 return pa.Table.from_batches(found).combine_chunks().to_batches()[0]
-            if timeout is not None:
+            if timeout is not None and self._moved is None:
                 return None
 
-    async def close_async(self) -> None:
+    async def _stop_waiting(self) -> None:
         for task in self._waiting.values():
             task.cancel()
         for task in self._waiting.values():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._waiting.clear()
+
+    async def close_async(self) -> None:
+        await self._stop_waiting()
         await asyncio.gather(*(part.close_async() for part in self.parts))

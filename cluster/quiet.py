@@ -26,6 +26,11 @@ async def check_quiet(admin: Admin, shard: int, advice: str = CHECKPOINT_ADVICE)
             lease = snapshot_leases.decode(await admin.store.get_async(meta.path), meta.path)
             if lease.fresh(now):
                 raise InvalidArgumentError(f"shard {shard} is being written: {advice}")
+    await check_no_parts(admin, shard)
+
+
+async def check_no_parts(admin: Admin, shard: int) -> None:
+    """``InvalidArgumentError`` if shard ``shard`` holds a prepared cross-shard part."""
     if any(txn_of_part(m.path) for m in await admin.store.list_async(TXN_PREFIX)):
         raise InvalidArgumentError(f"shard {shard} holds a cross-shard batch not yet settled: "
                                    "open the store once to settle it")

@@ -11,7 +11,9 @@ The steps, each safe to die after (create-if-absent and the shard's own manifest
 1. ``quiet``: the shard has no live writer and no prepared cross-shard part (a running store
    closes the shard's Bookie first).
 2. ``claim``: the splitter takes the shard's writer epoch ``e``, as an open does: a writer
-   that opens the shard after this fences the split, which is then abandoned.
+   that opens the shard after this fences the split, which is then abandoned. It looks for
+   prepared parts again: a bulk write at rest claims the shard after leaving its part, so
+   a part left after step 1 is seen now, or its claim fences the split.
 3. ``children``: the two clones, under prefixes named after ``e`` (``shard-001.0-e7``), each
    pinning the shard's newest version (the journal's tail recorded first).
 4. ``retire``: the commit point, one CAS on the shard's manifest
@@ -43,7 +45,7 @@ from ..manifest import transitions
 from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
 from ..manifest.store import ManifestStore
 from ..options import Options
-from .quiet import check_quiet
+from .quiet import check_no_parts, check_quiet
 
 #: The steps of a split, in order (a test stops the split after each).
 STEPS = ("quiet", "claim", "children", "retire", "publish")
@@ -72,6 +74,9 @@ async def split_shard(url: str, shard: int, options: Options | None = None, *,
     manifests = ManifestStore(ObjectStore.from_url(parent_url, options))
     _, claimed = await manifests.update(transitions.bump_epoch)
     epoch = claimed.writer_epoch
+    # Again after the claim: a bulk write's part left since the first look claims the shard
+    # after leaving it (bulk/sharded.py), so it fences this split or is seen here.
+    await check_no_parts(Admin(parent_url, options), shard)
     done("claim")
     child_map = shard_map.split(shard, children_tag(epoch))
     for child in (shard, shard + 1):

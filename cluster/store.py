@@ -372,9 +372,8 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         each is acknowledged (see :mod:`leveled_ray.cluster.listen`); ``.sqn`` is the
         position. Each shard's listener holds a lease ``<name>.<shard>``. Cost: a plain
         listener's on each shard."""
-        return ShardedListener(self._stores, after, name=name, lifetime=lifetime,
-                               values=values, batch_size=batch_size,
-                               labels=self.shard_map.labels)
+        return ShardedListener(self, after, name=name, lifetime=lifetime, values=values,
+                               batch_size=batch_size)
 
     async def set_history_lease_async(self, name: str, position, lifetime: float) -> list:
         """Hold every change after ``position`` (``{"0": sqn, ...}``) on every shard, as lease

@@ -3,6 +3,7 @@ is killed (-9) at each phase of the commit: with no process holding the store op
 by the next bulk write or by opening the store) and through the running store (settled by its
 Bookies, and by a cut that meets it half-applied)."""
 
+import threading
 import uuid
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from leveled_ray.bulk import sharded as bulk
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
+from leveled_ray.manifest.txn_records import COMMIT, decide
 
 N = 400
 KEYS = [("b", f"k{i:04d}") for i in range(N)]
@@ -219,3 +221,69 @@ def test_a_streaming_batch_sent_again_changes_no_shard_and_a_dead_attempt_is_abo
         [record_name(t) for t in kept] + [claim_name(t) for t in kept])
     assert _stream_batch(tmp_url, b"again", ("w", 2)) == 0  # still found after GC
     assert values(tmp_url) == [b"v2"] * N
+
+
+def _bulk_rows(value: bytes) -> pa.RecordBatch:
+    return pa.record_batch({"bucket": ["b"] * N, "key": [k for _, k in KEYS],
+                            "value": [value] * N})
+
+
+def test_a_bulk_write_begun_before_a_split_at_rest_is_refused_whole(tmp_url):
+    """A bulk write planned on the layout before a split is refused at its commit, with
+    nothing of it visible: its parts would have gone into a retired shard (once, half of such
+    a write was committed, and never installed). Run again, it commits whole."""
+    new_sharded(tmp_url)
+    first = bulk.begin_write(tmp_url)
+    bulk.commit(first, [bulk.write_partition(first, 0, [_bulk_rows(b"old")])])
+    plan = bulk.begin_write(tmp_url)
+    messages = [bulk.write_partition(plan, 0, [_bulk_rows(b"new")])]
+    lr.admin(tmp_url).split_shard(0)
+    with pytest.raises(lr.ConflictError, match="split"):
+        bulk.commit(plan, messages)
+    assert values(tmp_url) == [b"old"] * N  # none of it, in every shard
+    assert parts_left(tmp_url) == 0
+    again = bulk.begin_write(tmp_url)
+    bulk.commit(again, [bulk.write_partition(again, 0, [_bulk_rows(b"new")])])
+    assert values(tmp_url) == [b"new"] * N
+
+
+def test_a_split_refuses_a_part_prepared_after_its_first_look(tmp_url):
+    """A bulk write's part prepared in the shard between the split's first look and its
+    claim is seen by its second look, after the claim: the split is refused and changes no
+    layout, and the bulk write then commits whole."""
+    from leveled_ray.bulk.write import gather_files
+    from leveled_ray.cluster.split import split_shard
+
+    new_sharded(tmp_url)
+    first = bulk.begin_write(tmp_url)
+    bulk.commit(first, [bulk.write_partition(first, 0, [_bulk_rows(b"old")])])
+    plan = bulk.begin_write(tmp_url)
+    messages = [bulk.write_partition(plan, 0, [_bulk_rows(b"new")])]
+    files = {s: gather_files(p) for s, p in bulk.shard_files(plan, messages).items()}
+
+    looked, go, ended = threading.Event(), threading.Event(), {}
+
+    def pause(step: str) -> None:
+        if step == "quiet":  # the split looked: no part yet
+            looked.set()
+            go.wait(60)
+
+    def split() -> None:
+        try:
+            run_sync(split_shard(tmp_url, 0, lr.Options(), after_step=pause))
+            ended["error"] = None
+        except Exception as exc:
+            ended["error"] = exc
+
+    splitter = threading.Thread(target=split)
+    splitter.start()
+    assert looked.wait(60)
+    run_sync(bulk.prepare(plan, "t-late", files))
+    go.set()
+    splitter.join(60)
+    assert isinstance(ended["error"], lr.InvalidArgumentError), ended
+    assert "cross-shard batch" in str(ended["error"])
+    assert lr.admin(tmp_url).shards == 2
+    run_sync(decide(ObjectStore.from_url(tmp_url), "t-late", COMMIT))
+    run_sync(bulk.apply(plan, "t-late", sorted(files)))
+    assert values(tmp_url) == [b"new"] * N

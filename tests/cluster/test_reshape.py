@@ -54,6 +54,29 @@ class Writer(threading.Thread):
         assert self.puts >= puts
 
 
+def drain(feed, once: bool = False) -> list:
+    """The changes the listener hands out until it has none for a second (``once``: in one
+    poll), as ``(key, sqn, kind, value)``."""
+    seen = []
+    while batch := feed.poll(timeout=1.0):
+        seen += [(c.key, c.sqn, c.kind, c.value) for c in batch]
+        if once:
+            break
+    return seen
+
+
+def latest(seen: list) -> dict:
+    """Each key's value after the changes in the order handed out (a key's changes are in one
+    shard's order: its SQNs go on in the children of a split)."""
+    out: dict = {}
+    for key, _, kind, value in seen:
+        if kind == "put":
+            out[key] = value
+        else:
+            out.pop(key, None)
+    return out
+
+
 def stopped(*writers: Writer) -> None:
     for writer in writers:
         writer.stop.set()
@@ -69,14 +92,22 @@ def test_a_running_store_splits_under_writes_and_a_copy_made_before_follows(ray_
         write_rounds(store, model, 5, random.Random(3))
         copy = pickle.loads(pickle.dumps(store))  # as a Ray task holds it
         early = pickle.loads(pickle.dumps(store))  # another, in use through the split
+        feed = store.listen(0)  # follows the split too, from its position
+        seen = drain(feed)
         writers = [Writer(store, model, 0, 2), Writer(early, model, 1, 2)]
         for writer in writers:
             writer.start()
             writer.wait_for(20)
+        seen += drain(feed, once=True)
         shard_map = store.split_shard(0)
         for writer in writers:  # writes go on after it, through both handles
             writer.wait_for(writer.puts + 20)
         stopped(*writers)
+        seen += drain(feed)
+        feed.close()
+        assert set(feed.sqn) == {"0.0", "0.1", "1"}
+        assert len(seen) == len(set(seen)), "a change handed out twice"
+        assert latest(seen) == model
         assert shard_map.labels == ("0.0", "0.1", "1") and store.shards == 3
         # Writes paused, none failed, and the pause is short; the other handle waited for
         # the new layout (the shard's mark) and followed it.
@@ -120,13 +151,18 @@ def test_a_shard_moves_to_another_node_and_rebalance_spreads_them(ray_cluster, t
         assert copy.get("b", sorted(model)[0]) == model[sorted(model)[0]]
         # Both shards onto one node, under writes through the copy, then spread again.
         crowded = nodes_of(store)[0]
+        feed = store.listen(0)
         writer = Writer(copy, model)
         writer.start()
         writer.wait_for(10)
+        seen = drain(feed, once=True)
         store.move_shard(1, crowded)
         writer.wait_for(writer.puts + 10)
         stopped(writer)
         assert nodes_of(store) == [crowded, crowded]
+        seen += drain(feed)  # the listener followed the move
+        feed.close()
+        assert len(seen) == len(set(seen)) and latest(seen) == model
         write_rounds(copy, model, 2, random.Random(6))  # the copy follows the move
         check_model(store, model)
         moves = store.rebalance()
