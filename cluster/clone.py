@@ -55,9 +55,8 @@ def revert(store, at_sqn=None, at_time: float | None = None) -> int:
                 held = set(new.indexes) if new is not None else set()
                 terms = ([("remove", f, t) for f, t in sorted(held - set(old.indexes))]
                          + [("add", f, t) for f, t in old.indexes])
-                ttl = None if not old.expires_at else old.expires_at - now_s
-                batch.append(Put(bucket, key, value, indexes=terms, ttl=ttl,
-                                 metadata=old.metadata))
+                batch.append(Put(bucket, key, value, indexes=terms, metadata=old.metadata,
+                                 expires_at=old.expires_at or None))
             if batch:
                 store.put_many(batch)
                 written += len(batch)

@@ -10,7 +10,14 @@ from typing import Any, NamedTuple
 import xxhash
 
 from ..errors import InvalidArgumentError
-from .checks import check_indexes, check_metadata, check_name, check_sqn, check_ttl, check_value
+from .checks import (
+    check_expiry,
+    check_indexes,
+    check_metadata,
+    check_name,
+    check_sqn,
+    check_value,
+)
 from .keys import object_key
 
 #: Change operations (journal entry types share these numbers).
@@ -46,6 +53,10 @@ class Put(NamedTuple):
     metadata: dict | None = None
     if_sqn: int | None = None
     if_absent: bool = False
+    #: When the object expires, in Unix seconds (rounded up to a whole second), instead of a
+    #: ``ttl``: what a copy of an object keeps (replication, a revert), so its expiry is the
+    #: source's to the second, however long the copy took.
+    expires_at: float | None = None
 
 
 class Delete(NamedTuple):
@@ -81,6 +92,7 @@ def make_change(item: Put | Delete, limits, now_s: float) -> tuple[Change, bytes
         return put_change(
             item.bucket, item.key, item.value, limits, now_s, indexes=item.indexes, ttl=item.ttl,
             metadata=item.metadata, if_sqn=item.if_sqn, if_absent=item.if_absent,
+            expires_at=item.expires_at,
         )
     if isinstance(item, Delete):
         return delete_change(item.bucket, item.key, limits, indexes=item.indexes,
@@ -99,9 +111,10 @@ def _condition(if_sqn: Any, if_absent: Any) -> int:
 
 
 def put_change(bucket, key, value, limits, now_s, *, indexes=(), ttl=None, metadata=None,
-               if_sqn=None, if_absent=False) -> tuple[Change, bytes]:
+               if_sqn=None, if_absent=False, expires_at=None) -> tuple[Change, bytes]:
     if (type(bucket) is str and type(key) is str and type(value) is bytes and not indexes
-            and ttl is None and metadata is None and if_sqn is None and if_absent is False
+            and ttl is None and expires_at is None and metadata is None and if_sqn is None
+            and if_absent is False
             and len(bucket) > 0 and len(key) > 0 and len(value) <= limits.max_value_bytes
             and len(bucket) + len(key) <= limits.max_key_bytes // 4):
         # The common case, checked with as little work as possible (bulk loads spend their
@@ -118,7 +131,8 @@ def put_change(bucket, key, value, limits, now_s, *, indexes=(), ttl=None, metad
     value = check_value(value, limits.max_value_bytes)
     return Change(
         OP_PUT, object_key(bucket, key), len(value), value_hash(value), check_indexes(indexes),
-        check_ttl(ttl, now_s), check_metadata(metadata), _condition(if_sqn, if_absent),
+        check_expiry(ttl, expires_at, now_s), check_metadata(metadata),
+        _condition(if_sqn, if_absent),
     ), value
 
 

@@ -171,6 +171,23 @@ def check_ttl(ttl: Any, now_s: float) -> int:
     return expiry
 
 
+def check_expiry(ttl: Any, expires_at: Any, now_s: float) -> int:
+    """Expiry (unix seconds, 0 = never) for a ``ttl`` in seconds or an ``expires_at`` in Unix
+    seconds (one of them at most; an ``expires_at`` already past is kept: such an object is
+    expired at once)."""
+    if expires_at is None:
+        return check_ttl(ttl, now_s)
+    if ttl is not None:
+        raise InvalidArgumentError("give ttl or expires_at, not both")
+    if (isinstance(expires_at, bool) or not isinstance(expires_at, (int, float))
+            or not math.isfinite(expires_at) or expires_at <= 0):
+        raise InvalidArgumentError(f"expires_at must be Unix seconds > 0, not {expires_at!r}")
+    expiry = int(math.ceil(expires_at))
+    if expiry >= 2**32:
+        raise InvalidArgumentError(f"expires_at {expires_at!r} is after the year 2106")
+    return expiry
+
+
 def check_metadata(metadata: Any) -> bytes:
     """User metadata: a small JSON-able dict, stored as JSON bytes."""
     if metadata is None:

@@ -146,11 +146,10 @@ class Replication:
             await self.target.put_many_async([Delete(bucket, key, indexes=removes)])
             return
         value = await self.source.get_async(bucket, key)
-        now = self.clock()
-        ttl = None if head.expires_at is None else max(head.expires_at - now, 0.001)
         await self.target.put_many_async([Put(
-            bucket, key, value, ttl=ttl, metadata={**(head.metadata or {}), MARK: self.source_name},
-            indexes=removes + [("add", f, t) for f, t in head.indexes])])
+            bucket, key, value, metadata={**(head.metadata or {}), MARK: self.source_name},
+            indexes=removes + [("add", f, t) for f, t in head.indexes],
+            expires_at=head.expires_at)])
 
     def stats(self) -> dict:
         """The counters, the position, and the recent batches' delays (p50, p99)."""

@@ -32,9 +32,9 @@ def write_of(change: Change, source: str, now: float) -> Put | Delete:
         return Delete(change.bucket, change.key, indexes=change.indexes)
     if change.expires_at is not None and change.expires_at <= now:
         return Delete(change.bucket, change.key, indexes=change.indexes)
-    ttl = None if change.expires_at is None else change.expires_at - now
-    return Put(change.bucket, change.key, change.value, indexes=change.indexes, ttl=ttl,
-               metadata={**(change.metadata or {}), MARK: source})
+    return Put(change.bucket, change.key, change.value, indexes=change.indexes,
+               metadata={**(change.metadata or {}), MARK: source},
+               expires_at=change.expires_at)  # the source's, to the second
 
 
 def advance(position, change: Change, labels=None):

@@ -86,6 +86,15 @@ def test_conditions_and_ttl_validation():
         codec.put_change("b", "k", b"v", opts, 0.0, metadata={"x": object()})
     change, _ = codec.put_change("b", "k", b"v", opts, 100.0, ttl=5, if_absent=True)
     assert change.expiry == 105 and change.condition == codec.IF_ABSENT
+    # An absolute expiry, as a copy keeps it: the same second whatever the time now.
+    for now in (100.0, 100.7, 129.9):
+        change, _ = codec.make_change(lr.Put("b", "k", b"v", expires_at=130.0), opts, now)
+        assert change.expiry == 130
+    for bad in (float("nan"), 0, -1.0, True, "130", 2.0**40):
+        with pytest.raises(lr.InvalidArgumentError, match="expires_at"):
+            codec.make_change(lr.Put("b", "k", b"v", expires_at=bad), opts, 100.0)
+    with pytest.raises(lr.InvalidArgumentError, match="not both"):
+        codec.make_change(lr.Put("b", "k", b"v", ttl=5, expires_at=130.0), opts, 100.0)
 
 
 def test_options_are_validated():

@@ -44,6 +44,7 @@ def test_a_replica_keeps_up_under_load_through_a_kill_of_its_replicator(ray_clus
     target_url = f"file://{tmp_path}/dst"
     try:
         source.put_many([lr.Put("b", f"k{i:03d}", b"first") for i in range(100)])
+        source.put_many([lr.Put("t", f"k{i}", b"x", ttl=3600.5) for i in range(20)])
         rep = lr.replicate(source, target_url, name="load", full_sync_s=0)
         stop, rng = threading.Event(), random.Random(5)
 
@@ -73,6 +74,10 @@ def test_a_replica_keeps_up_under_load_through_a_kill_of_its_replicator(ray_clus
             assert feed(target) == feed(source)
             assert sorted(target.index_query("b", "n_int", 0, 6)) == sorted(
                 source.index_query("b", "n_int", 0, 6))
+            ttl_keys = [("t", f"k{i}") for i in range(20)]
+            expiries = [h.expires_at for h in source.head_many(ttl_keys)]
+            assert all(expiries)  # the same second, not one later
+            assert [h.expires_at for h in target.head_many(ttl_keys)] == expiries
     finally:
         source.close()
 

@@ -22,7 +22,7 @@ def change(kind="put", value=b"v", expires_at=None, shard=None, sqn=7):
 
 def test_a_change_becomes_the_same_write_marked_with_its_source():
     put = write_of(change(expires_at=130.0), "src", now=110.0)
-    assert isinstance(put, lr.Put) and put.value == b"v" and put.ttl == 20.0
+    assert isinstance(put, lr.Put) and put.value == b"v" and put.expires_at == 130.0
     assert put.metadata == {"m": 1, MARK: "src"} and put.indexes == (("add", "f_int", 3),)
     assert isinstance(write_of(change("delete", None), "src", 110.0), lr.Delete)
     expired = write_of(change(expires_at=105.0), "src", now=110.0)
