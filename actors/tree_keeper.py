@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..codec import kept_tree
-from ..codec.tictac import SIZES, TicTacTree, tree_key_hashes
+from ..codec.tictac import SIZES, TREE_KEYS, TicTacTree, tree_key_hashes
 from ..errors import LeveledError
 from ..files.clerk import ClerkHost
 from ..files.names import LEDGER_PREFIX, ulid
@@ -170,7 +170,7 @@ class TreeKeeper:
             return None
         # Taken in this step, with ``manifest``: the tree may change (or go) while it uploads.
         saved = KeptTree(f"{LEDGER_PREFIX}{ulid()}.tree", self.tree.size, manifest.store_id,
-                         manifest.ledger_sqn, self.has_ttl)
+                         manifest.ledger_sqn, self.has_ttl, TREE_KEYS)
         await self.store.put_async(saved.name, self.tree.encode())
         self.counters["tree_saves"] += 1
         return saved

@@ -2,10 +2,11 @@
 (``aae_exchange``) rather than by reading both stores side by side.
 
 Each side is a point in time of a store of any kind (a plain or sharded store, a snapshot, a
-checkpoint's reader, a backup or a clone opened as a reader): anything with
-``fold_heads_batches``. A side folds its heads once into a tictac tree
-(:mod:`leveled_ray.codec.tictac`). The exchange then moves only what it needs between the
-sides, and counts it:
+checkpoint's reader, a backup or a clone opened as a reader): any
+:class:`~leveled_ray.read.queries.Queries`. Keys are compared as their Ledger keys, so a
+``str`` and a ``bytes`` name are two keys, and any bytes compare. A side folds its heads
+once into a tictac tree (:mod:`leveled_ray.codec.tictac`). The exchange then moves only
+what it needs between the sides, and counts it:
 
 1. the two roots (one hash per branch);
 2. the branches whose hashes differ (one hash per segment);
@@ -30,10 +31,10 @@ import logging
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow.compute as pc
+import pyarrow as pa
 
 from ..codec.kept_tree import REPLICATION_BUCKET
-from ..codec.keys import object_key
+from ..codec.keys import object_key, split_object_key
 from ..codec.tictac import (
     BRANCH_WIDTH,
     DEFAULT_SIZE,
@@ -41,7 +42,7 @@ from ..codec.tictac import (
     check_size,
     dirty_branches,
     dirty_segments,
-    key_hashes,
+    tree_key_hashes,
 )
 from ..errors import InvalidArgumentError, LeveledError
 from ..read.key_ranges import object_range
@@ -55,8 +56,8 @@ MISSING_IN_A, MISSING_IN_B, DIFFERENT = "missing_in_a", "missing_in_b", "differe
 class Difference:
     """A key that differs: absent from side ``a`` or ``b``, or held with another value."""
 
-    bucket: str
-    key: str
+    bucket: str | bytes  # as written: "k" and b"k" are two keys
+    key: str | bytes
     kind: str
 
 
@@ -110,19 +111,16 @@ class FoldedSide:
         return tree
 
     def _heads(self, view, segments=None):
-        return _own_objects(view.fold_heads_batches_async(
-            *self.span, binary_names=True, batch_size=10_000, segments=segments,
-            tree_size=self.size))
+        return _own_objects(view._fold_entries_async(*self.span, segments=segments,
+                                                     tree_size=self.size))
 
-    async def entries(self, segments: list[int]) -> dict[tuple[str, str], int]:
-        """``(bucket, key) -> value hash`` of the entries in ``segments``: a fold of those
-        segments of each view, read from the blocks that may hold them."""
+    async def entries(self, segments: list[int]) -> dict[bytes, int]:
+        """Ledger key -> value hash of the entries in ``segments``: a fold of those segments
+        of each view, read from the blocks that may hold them."""
         out = {}
         for view in self.views:
-            async for batch in self._heads(view, segments):
-                buckets, keys = batch.column("bucket").to_pylist(), batch.column("key").to_pylist()
-                out.update(zip(((b.decode(), k.decode()) for b, k in zip(buckets, keys)),
-                               _value_hashes(batch).tolist()))
+            async for table in self._heads(view, segments):
+                out.update(zip(table.column("key").to_pylist(), _value_hashes(table).tolist()))
         return out
 
 
@@ -138,27 +136,30 @@ async def _kept_tree(view, size: str) -> TicTacTree | None:
         return None
 
 
-async def _own_objects(batches):
-    """The batches, less leveled-ray's own objects (:data:`REPLICATION_BUCKET`)."""
-    async for batch in batches:
-        if REPLICATION_BUCKET.encode() in batch.column("bucket").unique().to_pylist():
-            batch = batch.filter(pc.not_equal(batch.column("bucket"),
-                                              REPLICATION_BUCKET.encode()))
-        yield batch
+#: The start of every Ledger key of :data:`REPLICATION_BUCKET`.
+_OWN_PREFIX = object_key(REPLICATION_BUCKET, "")[:-2]  # its bucket, to its end
 
 
-def _key_hashes(batch) -> np.ndarray:
-    buckets, keys = batch.column("bucket").to_pylist(), batch.column("key").to_pylist()
-    return key_hashes([object_key(b, k) for b, k in zip(buckets, keys)])
+async def _own_objects(tables):
+    """The Ledger rows, less leveled-ray's own objects (:data:`REPLICATION_BUCKET`)."""
+    async for table in tables:
+        keys = table.column("key").to_pylist()
+        if any(k.startswith(_OWN_PREFIX) for k in keys):
+            table = table.filter(pa.array([not k.startswith(_OWN_PREFIX) for k in keys]))
+        yield table
 
 
-def _value_hashes(batch) -> np.ndarray:
-    return batch.column("hash").to_numpy(zero_copy_only=False).astype(np.uint64)
+def _key_hashes(table) -> np.ndarray:
+    return tree_key_hashes(table.column("key").to_pylist())
 
 
-def entry_bytes(entries: dict[tuple[str, str], int]) -> int:
-    """What sending these entries costs: each name's bytes and an 8-byte hash."""
-    return sum(len(b.encode()) + len(k.encode()) + 8 for b, k in entries)
+def _value_hashes(table) -> np.ndarray:
+    return table.column("hash").to_numpy(zero_copy_only=False).astype(np.uint64)
+
+
+def entry_bytes(entries: dict[bytes, int]) -> int:
+    """What sending these entries costs: each key's bytes and an 8-byte hash."""
+    return sum(len(k) + 8 for k in entries)
 
 
 async def compare_views(a, b, *, size: str = DEFAULT_SIZE, max_segments: int = 256,
@@ -189,12 +190,12 @@ async def compare_views(a, b, *, size: str = DEFAULT_SIZE, max_segments: int = 2
         held_a, held_b = await asyncio.gather(side_a.entries(chunk), side_b.entries(chunk))
         out.rounds += 1
         out.bytes_exchanged += 4 * len(chunk) + entry_bytes(held_a) + entry_bytes(held_b)
-        for name in held_a.keys() | held_b.keys():
-            if name not in held_b:
-                out.differences.append(Difference(*name, MISSING_IN_B))
-            elif name not in held_a:
-                out.differences.append(Difference(*name, MISSING_IN_A))
-            elif held_a[name] != held_b[name]:
-                out.differences.append(Difference(*name, DIFFERENT))
-    out.differences.sort(key=lambda d: (d.bucket, d.key))
+        for lkey in sorted(held_a.keys() | held_b.keys()):
+            if lkey not in held_b:
+                out.differences.append(Difference(*split_object_key(lkey), MISSING_IN_B))
+            elif lkey not in held_a:
+                out.differences.append(Difference(*split_object_key(lkey), MISSING_IN_A))
+            elif held_a[lkey] != held_b[lkey]:
+                out.differences.append(Difference(*split_object_key(lkey), DIFFERENT))
+    out.differences.sort(key=lambda d: object_key(d.bucket, d.key))  # Ledger key order
     return out

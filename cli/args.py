@@ -46,6 +46,12 @@ def name_arg(text: str) -> str | bytes:
     return bytes.fromhex(text[4:]) if text.startswith("hex:") else text
 
 
+def name_text(name) -> str:
+    """A name as the command line shows it, in text and JSON alike: a ``str`` as it is,
+    ``bytes`` as ``hex:...`` (what :func:`name_arg` reads back)."""
+    return f"hex:{name.hex()}" if isinstance(name, bytes) else str(name)
+
+
 def newest_readers(args) -> tuple[list[StoreReader], ShardMap | None]:
     """A reader of each shard's newest manifest (one, of a plain store), and the shard map."""
     options = parse_options(args.option)

@@ -35,6 +35,7 @@ from .args import (
     default_url,
     human_size,
     name_arg,
+    name_text,
     newest_reader,
     newest_readers,
     parse_options,
@@ -70,9 +71,9 @@ def cmd_head(args) -> int:
 def _print_tuples(rows, as_json: bool) -> None:
     for row in rows:
         if as_json:
-            print(json.dumps([r.hex() if isinstance(r, bytes) else r for r in row]))
+            print(json.dumps([name_text(r) if isinstance(r, bytes) else r for r in row]))
         else:
-            print("\t".join(f"hex:{r.hex()}" if isinstance(r, bytes) else str(r) for r in row))
+            print("\t".join(name_text(r) for r in row))
 
 
 def cmd_keys(args) -> int:
@@ -209,12 +210,14 @@ def cmd_compare(args) -> int:
                          end_key=args.end_key, size=args.size,
                          max_segments=args.max_segments, options=parse_options(args.option))
     if args.json:
-        print(json.dumps({"differences": [vars(d) for d in found.differences],
+        print(json.dumps({"differences": [{"bucket": name_text(d.bucket),
+                                           "key": name_text(d.key), "kind": d.kind}
+                                          for d in found.differences],
                           "rounds": found.rounds, "bytes_exchanged": found.bytes_exchanged,
                           "dirty_segments": found.dirty_segments}))
     else:
         for d in found.differences[:args.limit]:
-            print(f"{d.kind:<13} {d.bucket}\t{d.key}")
+            print(f"{d.kind:<13} {name_text(d.bucket)}\t{name_text(d.key)}")
         print(f"{len(found)} difference(s) in {found.dirty_segments} dirty segment(s); "
               f"{found.rounds} round(s), {human_size(found.bytes_exchanged)} exchanged")
     return 1 if found.differences else 0

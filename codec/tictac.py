@@ -6,9 +6,10 @@ to 1 048 576 for ``large``), grouped into branches of :data:`BRANCH_WIDTH` segme
 segment and each branch holds a 32-bit hash; the *root* is the branches' hashes
 (``branches * 4`` bytes: 16 KiB for ``large``, whose whole tree is 4 MiB).
 
-Entries. An object's *key hash* is ``xxh3_64(tree key, seed=SEED)``, the tree key being its
-Ledger key with the bucket and key given as bytes (:func:`tree_key`): its top bits pick the
-segment. The *entry hash* mixes the key hash with the value's hash (the object's
+Entries. An object's *key hash* is ``xxh3_64(Ledger key, seed=SEED)``: its top bits pick the
+segment. The Ledger key holds each name's type, so ``"k"`` and ``b"k"`` are two keys here as
+everywhere (:data:`TREE_KEYS` numbers this rule: trees and SST hints made by an earlier one
+are not used). The *entry hash* mixes the key hash with the value's hash (the object's
 ``Head.hash``, xxh3-64 of the value) into 32 bits (:func:`entry_hash`), and it is XORed into
 the segment and its branch. So the tree depends only on the set
 of ``(key, value)`` pairs: not on the order they were added, their SQNs, or how the store is
@@ -58,34 +59,16 @@ def key_hashes(lkeys) -> np.ndarray:
                        dtype=np.uint64, count=len(lkeys))
 
 
-def tree_key(lkey: bytes) -> bytes:
-    """The key a tree hashes for a Ledger key: an object's key with its bucket and key given
-    as bytes (the names' UTF-8 bytes for ``str`` ones), as a compare reads the names back
-    (``binary_names``); other Ledger keys as they are. A ``str`` and a ``bytes`` part differ
-    only in their type byte (:mod:`leveled_ray.codec.keys`), so this swaps two bytes."""
-    if lkey[:1] != b"o" or lkey[1:2] != b"\x02" and b"\x00\x02" not in lkey:
-        return lkey
-    end = lkey.find(b"\x00", 2)
-    while end >= 0 and lkey[end + 1:end + 2] == b"\xff":  # an escaped zero byte in the bucket
-        end = lkey.find(b"\x00", end + 2)
-    if end < 0 or end + 2 > len(lkey):
-        return lkey
-    return b"o\x01" + lkey[2:end + 1] + b"\x01" + lkey[end + 2:]
+#: How key hashes are made: 1 hashes the Ledger key as it is. (Before, ``0``, a ``str``
+#: name hashed as its UTF-8 bytes, so ``"k"`` and ``b"k"`` were one key in a tree, and the
+#: same object under both names XORed out.) Kept trees and SST segment hints record it.
+TREE_KEYS = 1
 
 
 def tree_key_hashes(lkeys: list[bytes]) -> np.ndarray:
-    """:func:`key_hash` of the :func:`tree_key` of many Ledger keys, as ``uint64``. Keys that
-    share the first key's bucket and key type (an SST's block, mostly) swap one prefix."""
-    if not lkeys:
-        return np.zeros(0, dtype=np.uint64)
-    first = lkeys[0]
-    end = first.find(b"\x00", 2)
-    if first[:1] == b"o" and end >= 0 and first[end + 1:end + 2] in (b"\x01", b"\x02"):
-        prefix, swapped = first[:end + 2], b"o\x01" + first[2:end + 1] + b"\x01"
-        n = len(prefix)
-        if all(k[:n] == prefix for k in lkeys):  # no escaped zero: a bucket ends at its zero
-            return key_hashes([swapped + k[n:] for k in lkeys])
-    return key_hashes([tree_key(k) for k in lkeys])
+    """The key hashes a tree uses for Ledger keys: :func:`key_hashes`, under
+    :data:`TREE_KEYS`."""
+    return key_hashes(lkeys)
 
 
 #: Bits of a key hash an SST keeps as a *segment hint* (each block's distinct ones in SST

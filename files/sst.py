@@ -35,12 +35,17 @@ from .bloom import Bloom
 from .framing import CODEC_LZ4, checksum, encode_block, encode_footer, size_cuts
 
 MAGIC = b"LRSST\x00\x00\x01"
-VERSION = 4
+VERSION = 5
 #: The versions this code reads: 1 has no segment hints (a fold of segments reads every
-#: block), 2 has 16-bit ones, 3 each block's distinct 32-bit ones, 4 every row's.
-READABLE = (1, 2, 3, 4)
+#: block), 2 has 16-bit ones, 3 each block's distinct 32-bit ones, 4 every row's, 5 every
+#: row's under :data:`~leveled_ray.codec.tictac.TREE_KEYS` 1. The hints of versions 2 to 4
+#: hashed a ``str`` name as its bytes: they are not used (such a file is read as version 1
+#: is, until a merge rewrites it).
+READABLE = (1, 2, 3, 4, 5)
 #: Bits of a segment hint, by format version.
-_HINT_BITS = {2: 16, 3: HINT_BITS, 4: HINT_BITS}
+_HINT_BITS = {2: 16, 3: HINT_BITS, 4: HINT_BITS, 5: HINT_BITS}
+#: The first version whose hints are of the tree keys used now.
+_HINTS_USED_FROM = 5
 #: Fixed bytes of one row besides its key and extra columns (for block sizing).
 _FIXED_ROW = 8 + 1 + 4 + 8 + 8 + 8 + 8
 
@@ -278,12 +283,13 @@ def parse_footer(size: int, tail: bytes, path: str) -> SstFooter:
 
 
 def _hints(doc: dict) -> dict:
-    """The segment hints of a footer document (none in version 1)."""
-    if doc["v"] < 2:
+    """The segment hints of a footer document (none in version 1; those of versions 2 to 4
+    are not used: see :data:`READABLE`)."""
+    if doc["v"] < _HINTS_USED_FROM:
         return {}
-    return {"hints": np.frombuffer(doc["seg"], dtype="<u2" if doc["v"] == 2 else "<u4"),
+    return {"hints": np.frombuffer(doc["seg"], dtype="<u4"),
             "hint_offsets": np.frombuffer(doc["sego"], dtype="<u4"),
-            "hint_bits": _HINT_BITS[doc["v"]], "hints_per_row": doc["v"] >= 4}
+            "hint_bits": _HINT_BITS[doc["v"]], "hints_per_row": True}
 
 
 class BlockKeys:

@@ -21,6 +21,7 @@ from dataclasses import astuple, dataclass, field, replace
 
 import msgpack
 
+from ..codec.tictac import TREE_KEYS
 from ..errors import CorruptObjectError
 from ..files.framing import CODEC_LZ4, Reader, checksum, compress, decompress
 from ..files.journal import JournalInfo
@@ -75,6 +76,9 @@ class KeptTree:
     store_id: str
     ledger_sqn: int
     has_ttl: bool = False
+    #: How its key hashes were made (:data:`~leveled_ray.codec.tictac.TREE_KEYS`; a tree
+    #: saved before this was recorded hashed by an earlier rule, ``0``, and is not used).
+    keys: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,8 @@ class Manifest:
         """The saved tree, if it is still this version's Ledger's."""
         tree = self.tree
         return tree if (tree is not None and tree.store_id == self.store_id
-                        and tree.ledger_sqn == self.ledger_sqn) else None
+                        and tree.ledger_sqn == self.ledger_sqn
+                        and tree.keys == TREE_KEYS) else None
 
     @property
     def max_journal_sqn(self) -> int:

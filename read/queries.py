@@ -349,6 +349,16 @@ class Queries:
         return self._plan(self._heads_query(bucket, start, end, batch_size, True, binary_names,
                                             picked))
 
+    def _fold_entries_async(self, bucket=None, start=None, end=None, *, segments=None,
+                            tree_size: str = DEFAULT_SIZE, batch_size: int = 10_000
+                            ) -> AsyncIterator[pa.Table]:
+        """The live objects' Ledger rows (``key``: each one's Ledger key, which keeps its
+        names' types; ``hash``: its value's), as :meth:`fold_heads_batches` finds them: what a
+        compare folds (:mod:`leveled_ray.admin.compare`)."""
+        picked = None if segments is None else SegmentFilter(segments, tree_size)
+        return self._run_async((False, False, self._rows_query(
+            "heads", bucket, start, end, batch_size, lambda table, _now_s: table, picked)))
+
     @two_forms(iterates=True)
     def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",
                      batch_size: int = 1000) -> Iterator[tuple]:

@@ -87,6 +87,42 @@ def test_compare_finds_exactly_the_keys_that_differ(base, mutations, size, max_s
     assert found.rounds == (1 if not expected else 2 + -(-found.dirty_segments // max_segments))
 
 
+async def written_items(url: str, items: list) -> None:
+    """A store at ``url`` holding ``items`` (``lr.Put``s), at rest."""
+    bookie = Bookie(url, OPTIONS, local=True)
+    await bookie.start()
+    store = Store(LocalHandle(bookie), OPTIONS, url, None, {"head_only": None}, system_clock)
+    try:
+        if items:
+            await store.put_many_async(items)
+    finally:
+        await bookie.close()
+
+
+@pytest.mark.parametrize("trees", ["kept", "folded"])
+def test_a_str_name_and_the_same_bytes_are_two_keys_and_any_bytes_compare(trees):
+    """``"k"`` and ``b"k"`` are different keys to compare, as everywhere: a store holding one
+    differs from a store holding the other, and one holding both (same value) from an empty
+    one (their entries once XORed out); a name that is not UTF-8 compares too. Each
+    difference names the key as written. Once with the trees the stores keep, once folded."""
+    def url():
+        return f"memory://cmp-{uuid.uuid4().hex}"
+
+    str_k, bytes_k, both, empty, raw = url(), url(), url(), url(), url()
+    asyncio.run(written_items(str_k, [lr.Put("b", "k", b"v")]))
+    asyncio.run(written_items(bytes_k, [lr.Put("b", b"k", b"v")]))
+    asyncio.run(written_items(both, [lr.Put("b", "k2", b"v"), lr.Put("b", b"k2", b"v")]))
+    asyncio.run(written_items(empty, []))
+    asyncio.run(written_items(raw, [lr.Put(b"\xffb", b"\xffraw", b"v")]))
+    kw = {} if trees == "kept" else {"bucket": "b"}  # a range compare always folds
+    assert lr.compare(str_k, bytes_k, **kw).differences == [
+        Difference("b", b"k", MISSING_IN_A), Difference("b", "k", MISSING_IN_B)]
+    assert lr.compare(both, empty, **kw).differences == [
+        Difference("b", b"k2", MISSING_IN_B), Difference("b", "k2", MISSING_IN_B)]
+    assert lr.compare(raw, empty).differences == [
+        Difference(b"\xffb", b"\xffraw", MISSING_IN_B)]
+
+
 def test_compare_refuses_bad_input():
     url = f"memory://cmp-{uuid.uuid4().hex}"
     asyncio.run(written(url, system_clock, {"k": b"v"}))

@@ -33,10 +33,9 @@ def blocks_with(footer, segments, size: str):
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=24), min_size=1, max_size=400, unique=True),
-       st.sampled_from(sorted(SIZES)), st.sampled_from([2, 3, 4]), st.data())
-def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, version, data):
-    sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=data.draw(st.integers(64, 2048)),
-                            version=version)
+       st.sampled_from(sorted(SIZES)), st.data())
+def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, data):
+    sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=data.draw(st.integers(64, 2048)))
     footer, table = sfmt.read_all(sst, "s")
     segments = SIZES[size]
     segment = {k: segment_of(key_hash(k), segments) for k in keys}
@@ -50,8 +49,8 @@ def test_a_block_is_skipped_only_if_it_holds_none_of_the_segments(keys, size, ve
         held = {segment[block.keys[i]] for i in range(len(block.keys))}
         if held & wanted:
             assert keep[b]  # never skipped when it holds a wanted key
-        elif version >= 3 or segments <= 1 << 16:
-            assert not keep[b]  # exact: 32-bit hints, or a tree of up to 2**16 segments
+        else:
+            assert not keep[b]  # exact: 32-bit hints
 
 
 def test_older_files_still_read_and_version_1_keeps_every_block():
@@ -60,28 +59,28 @@ def test_older_files_still_read_and_version_1_keeps_every_block():
     footer, table = sfmt.read_all(old, "s")
     assert footer.hints is None and table.num_rows == 2000
     assert blocks_with(footer, [0], "small").all()
-    v2, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512, version=2)
-    v2_footer, v2_table = sfmt.read_all(v2, "s")
-    assert v2_footer.hint_bits == 16 and v2_table.equals(table)
-    v3, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512, version=3)
-    v3_footer, v3_table = sfmt.read_all(v3, "s")
-    assert v3_footer.hint_bits == 32 and not v3_footer.hints_per_row and v3_table.equals(table)
+    one = [segment_of(key_hash(keys[7]), 1 << 20)]
+    # Versions 2 to 4 hashed a str name as its bytes: their hints are not used, and a fold of
+    # segments reads each of their blocks, as of version 1.
+    for version in (2, 3, 4):
+        older, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512, version=version)
+        older_footer, older_table = sfmt.read_all(older, "s")
+        assert older_footer.hints is None and older_table.equals(table)
+        assert blocks_with(older_footer, one, "large").all()
     new, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512)
     new_footer, _ = sfmt.read_all(new, "s")
     assert new_footer.hint_bits == 32 and new_footer.hints_per_row
-    # One segment of a large tree is in one block; a version 2 file tells it only to 16 bits.
-    one = [segment_of(key_hash(keys[7]), 1 << 20)]
+    # One segment of a large tree is in one block.
     assert blocks_with(new_footer, one, "large").sum() == 1
-    assert 1 <= blocks_with(v2_footer, one, "large").sum() < v2_footer.block_count / 4
     with pytest.raises(ValueError):
-        sfmt.build_sst("s", table_of(keys), version=5)
+        sfmt.build_sst("s", table_of(keys), version=6)
 
 
 def test_hints_that_do_not_match_the_blocks_are_damage():
     keys = [b"k%05d" % i for i in range(500)]
     sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=512)
     footer = sfmt.parse_footer(len(sst), sst, "s")
-    doc = {"v": 4, "n": footer.entries, "tomb": 0, "kmin": footer.min_key,
+    doc = {"v": 5, "n": footer.entries, "tomb": 0, "kmin": footer.min_key,
            "kmax": footer.max_key, "smin": footer.min_sqn, "smax": footer.max_sqn,
            "first": footer.first_keys,
            "off": np.asarray(footer.offsets, dtype="<u8").tobytes(),
@@ -89,7 +88,7 @@ def test_hints_that_do_not_match_the_blocks_are_damage():
            "bloom": footer.bloom.bits, "bk": footer.bloom.k,
            "seg": footer.hints.tobytes(), "sego": footer.hint_offsets[:-1].tobytes()}
     body = sst[:footer.offsets[-1]]
-    bad = body + framing.encode_footer(sfmt.MAGIC, 4, framing.CODEC_LZ4, doc, len(body))
+    bad = body + framing.encode_footer(sfmt.MAGIC, 5, framing.CODEC_LZ4, doc, len(body))
     with pytest.raises(CorruptObjectError, match="segment hints"):
         sfmt.parse_footer(len(bad), bad, "s")
 
@@ -97,7 +96,7 @@ def test_hints_that_do_not_match_the_blocks_are_damage():
 @settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=24), min_size=1, max_size=400, unique=True),
        st.sampled_from(sorted(SIZES)), st.data())
-def test_a_version_4_file_tells_each_rows_segment_without_hashing(keys, size, data):
+def test_a_version_5_file_tells_each_rows_segment_without_hashing(keys, size, data):
     """The footer's hint of each row tells exactly the rows of the wanted segments, for any
     run of blocks."""
     sst, _ = sfmt.build_sst("s", table_of(keys), block_bytes=data.draw(st.integers(64, 2048)))
@@ -165,21 +164,26 @@ def test_a_fold_of_segments_returns_exactly_their_objects_across_levels(tmp_path
 
     asyncio.run(fill())
     with lr.reader(url, options=options) as r:
-        every = [row for batch in r.fold_heads_batches(binary_names=True)
-                 for row in batch.to_pylist()]
+        # Each object's names as written ("b" is a str bucket, b"raw" a bytes one): its tree
+        # key is its Ledger key, types and all.
+        every = [(b, k, head.sqn) for b, k, head in r.fold_heads()]
         assert len(list((tmp_path / "db" / "ledger").iterdir())) > 3  # several SSTs
+
+        def as_bytes(name):
+            return name if isinstance(name, bytes) else name.encode()
+
         for size, at_once in (("xxsmall", 1), ("small", 2), ("large", scan.SEGMENT_FILES)):
             monkeypatch.setattr(scan, "SEGMENT_FILES", at_once)
             count = SIZES[size]
-            segment = {(row["bucket"], row["key"]): segment_of(
-                key_hash(object_key(row["bucket"], row["key"])), count) for row in every}
+            segment = {(b, k): segment_of(key_hash(object_key(b, k)), count)
+                       for b, k, _ in every}
             wanted = set(rng.sample(sorted(set(segment.values())), 6))
             got = [(row["bucket"], row["key"], row["sqn"])
                    for batch in r.fold_heads_batches(binary_names=True, segments=wanted,
                                                      tree_size=size)
                    for row in batch.to_pylist()]
-            assert got == [(row["bucket"], row["key"], row["sqn"]) for row in every
-                           if segment[(row["bucket"], row["key"])] in wanted]
+            assert got == [(as_bytes(b), as_bytes(k), sqn) for b, k, sqn in every
+                           if segment[(b, k)] in wanted]
             assert got
         for bad in ([-1], [1 << 20], ["3"], [True], 2.5):
             with pytest.raises(lr.InvalidArgumentError):

@@ -259,3 +259,18 @@ def test_a_stale_writer_cannot_revive_a_collected_version(tmp_path):
         store.delete(f"manifest/{old:020d}")
     mid, m = asyncio.run(manifests.update(add_marker("stale"), stale))
     assert mid == 6 and m.checkpoints[-1].id == "stale" and len(m.checkpoints) == 6
+
+
+def test_a_tree_saved_under_an_earlier_key_rule_is_not_used():
+    """A kept tree records how its keys were hashed; one saved before (no such field: ``str``
+    names hashed as their bytes) is not the Ledger's tree, so the store folds it again."""
+    import dataclasses
+
+    from leveled_ray.codec.tictac import TREE_KEYS
+    from leveled_ray.manifest.model import KeptTree, Manifest
+
+    m = Manifest.new()
+    saved = KeptTree("ledger/t.tree", "large", m.store_id, m.ledger_sqn, False, TREE_KEYS)
+    assert dataclasses.replace(m, tree=saved).kept_tree() == saved
+    old = KeptTree(*list(dataclasses.astuple(saved))[:5])  # as an older manifest decodes
+    assert old.keys == 0 and dataclasses.replace(m, tree=old).kept_tree() is None

@@ -89,11 +89,15 @@ def test_a_full_sync_repairs_what_the_stream_missed_and_reports_foreign_writes(r
     try:
         source.put_many([lr.Put("b", f"k{i}", b"v%d" % i, metadata={"i": i})
                          for i in range(50)])
+        # A bytes key of the same text as a str one, and one that is not UTF-8.
+        source.put_many([lr.Put("b", b"k4", b"bytes"), lr.Put(b"\xff", b"\xffraw", b"r")])
         rep = lr.replicate(source, target_url, name="sync", full_sync_s=0)
         wait_until(lambda: caught_up(rep, source))
         rep.close()
         target = lr.open(target_url)  # behind the replicator's back
         target.delete("b", "k1")  # as if the stream had missed it: repaired
+        target.delete("b", b"k4")  # a bytes key: repaired as itself
+        target.delete(b"\xff", b"\xffraw")
         target.put("b", "k2", b"foreign")  # someone else's writes: reported, kept
         target.put("b", "extra", b"x")
         target.close()
@@ -101,7 +105,7 @@ def test_a_full_sync_repairs_what_the_stream_missed_and_reports_foreign_writes(r
         rep = lr.replicate(source, target_url, name="sync", full_sync_s=0)
         wait_until(lambda: caught_up(rep, source))
         done = rep.full_sync()
-        assert (done["copy"], done["delete"], done["foreign"]) == (1, 0, 2)
+        assert (done["copy"], done["delete"], done["foreign"]) == (3, 0, 2)
         assert sorted(rep.stats()["foreign"]) == [("b", "extra"), ("b", "k2")]
         wait_until(lambda: "ray_leveled_replication_lag_changes" in scraped(ray_cluster))
         rep.close()
@@ -109,6 +113,8 @@ def test_a_full_sync_repairs_what_the_stream_missed_and_reports_foreign_writes(r
             assert t.get_many([("b", "k1"), ("b", "k2"), ("b", "k3")]) == [
                 b"v1", b"foreign", b"while down"]
             assert t.head("b", "k1").metadata["i"] == 1
+            assert t.get_many([("b", b"k4"), ("b", "k4"), (b"\xff", b"\xffraw")]) == [
+                b"bytes", b"v4", b"r"]
         assert [(d.key, d.kind) for d in lr.compare(source, target_url).differences] == [
             ("extra", "missing_in_a"), ("k2", "different")]
         with pytest.raises(lr.InvalidArgumentError):
