@@ -28,7 +28,7 @@ from ..errors import InvalidArgumentError
 from ..files import journal as jfmt
 from ..files.routed import foreign_name, is_foreign
 from ..files.store import ObjectStore
-from ..files.store_config import parse_url
+from ..files.store_config import parse_url, same_store
 from ..manifest import checkpoints as cp
 from ..manifest.model import CloneParent, Manifest
 from ..manifest.store import ManifestStore
@@ -62,7 +62,7 @@ async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
     ``settings``: see :func:`clone_manifest`."""
     options = options or Options()
     parse_url(url)
-    if parent_url.rstrip("/") == url.rstrip("/"):
+    if same_store(parent_url, url):
         raise InvalidArgumentError("a clone needs a location of its own")
     parent_store = ObjectStore.from_url(parent_url, parent_options or options)
     parents, mine = ManifestStore(parent_store), ManifestStore(ObjectStore.from_url(url, options))

@@ -24,7 +24,7 @@ from ..codec import Delete, Put
 from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.names import MANIFEST_PREFIX
 from ..files.store import ObjectStore
-from ..files.store_config import parse_url
+from ..files.store_config import parse_url, same_store
 from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
 from ..options import Options
 from . import checkpoints
@@ -100,7 +100,7 @@ async def create_sharded_clone(parent_url: str, parent_map: ShardMap, url: str,
                                checkpoint: str | None, options: Options,
                                parent_options: Options) -> ShardMap:
     """Make (or finish making) the sharded clone at ``url``; returns its shard map."""
-    if parent_url.rstrip("/") == url.rstrip("/"):
+    if same_store(parent_url, url):
         raise InvalidArgumentError("a clone needs a location of its own")
     root = ObjectStore.from_url(url, options)
     parent = ShardedAdmin(parent_url, parent_map, parent_options)

@@ -76,8 +76,10 @@ def test_bad_clones_are_refused(tmp_path):
     with pytest.raises(lr.InvalidArgumentError):  # no parent there
         run_sync(create_clone(url, f"file://{tmp_path}/c"))
     asyncio.run(ManifestStore(ObjectStore.from_url(url)).create_initial(Manifest.new()))
-    with pytest.raises(lr.InvalidArgumentError):  # onto itself
-        run_sync(create_clone(url, url))
+    for itself in (url, url + "/", f"file://{tmp_path}/./p", f"file://{tmp_path}//p"):
+        # onto itself, however spelled
+        with pytest.raises(lr.InvalidArgumentError, match="location of its own"):
+            run_sync(create_clone(url, itself))
     other = f"file://{tmp_path}/other"
     asyncio.run(ManifestStore(ObjectStore.from_url(other)).create_initial(Manifest.new()))
     with pytest.raises(lr.InvalidArgumentError):  # over a store that is not its clone
