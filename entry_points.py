@@ -233,14 +233,18 @@ def compare(a, b, *, bucket=None, start_key=None, end_key=None, size: str = DEFA
     heads, no values), then a fold of the blocks that may hold the dirty segments' keys; the
     exchange itself moves a root, the dirty branches and the dirty segments' keys."""
     opened = []
+    for side in (a, b):  # both checked before either is pinned by a reader
+        if isinstance(side, str):
+            if isinstance(found := admin(side, options), Admin):
+                found.check_store()
+        elif not hasattr(side, "fold_heads_batches_async"):
+            raise InvalidArgumentError(f"compare takes store URLs or store handles, not "
+                                       f"{side!r}")
 
     def view(side):
         if isinstance(side, str):
             opened.append(reader(side, options=options))
             return opened[-1]
-        if not hasattr(side, "fold_heads_batches_async"):
-            raise InvalidArgumentError(f"compare takes store URLs or store handles, not "
-                                       f"{side!r}")
         return side
 
     try:

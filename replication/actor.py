@@ -15,7 +15,8 @@ from ..client.calls import _get, read_call
 from ..client.ray_connection import ensure_ray
 from ..entry_points import open as open_store
 from ..errors import InvalidArgumentError
-from ..files.store_config import parse_url, same_store
+from ..files.store import ObjectStore
+from ..files.store_config import same_store
 from ..options import Options
 from .replicator import Replication, check_name
 
@@ -126,7 +127,9 @@ def replicate(source, target_url: str, *, name: str | None = None,
     if not hasattr(source, "listen") or not hasattr(source, "stats_async"):
         raise InvalidArgumentError(f"the source must be a running store's handle, not "
                                    f"{source!r}")
-    parse_url(target_url)  # a bad URL is refused here, before anything starts
+    # A bad URL, or one naming a file, is refused here, before anything starts (a client
+    # makes no directory until its first write).
+    ObjectStore.from_url(target_url, target_options)
     if same_store(target_url, source.url):  # opening it would fence the source
         raise InvalidArgumentError(f"the target must be another store's URL, not "
                                    f"{target_url!r} (the source's)")

@@ -1,5 +1,7 @@
 """Bad inputs get clear, typed errors, and the store is unchanged."""
 
+import itertools
+
 import pytest
 
 import leveled_ray as lr
@@ -184,3 +186,48 @@ def test_calls_refused_for_a_missing_store_make_no_directory(ray_cluster, tmp_pa
             with pytest.raises(lr.InvalidArgumentError, match="no store at"):
                 call()
         assert sorted(tmp_path.iterdir()) == before
+
+
+def _tree(root) -> list:
+    return sorted((str(p.relative_to(root)), p.is_dir()) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("layout", ["plain", "sharded"])
+def test_every_entry_point_refuses_every_bad_url_and_changes_nothing(ray_cluster, tmp_path,
+                                                                     layout):
+    """Each public entry point that takes a store's URL, given a missing store, a file in
+    its place, a bad scheme or a NUL byte (and ``destroy`` a missing store), raises
+    ``InvalidArgumentError`` in the caller, with the directory tree unchanged: no directory,
+    no object, no lease."""
+    shards = 2 if layout == "sharded" else None
+    good = f"file://{tmp_path}/good"
+    lr.open(good, shards=shards).close()
+    (tmp_path / "a-file").write_bytes(b"not a store")
+    bad_urls = {"missing": f"file://{tmp_path}/missing", "file": f"file://{tmp_path}/a-file",
+                "scheme": "nope://x", "nul": f"file://{tmp_path}/x\0y"}
+    calls = {
+        "reader": lambda u: lr.reader(u),
+        "admin": lambda u: lr.admin(u).list_checkpoints(),
+        "compare a": lambda u: lr.compare(u, good),
+        "compare b": lambda u: lr.compare(good, u),
+        "clone from": lambda u: lr.clone(u, f"file://{tmp_path}/clone"),
+        "gc": lambda u: lr.gc(u),
+        "destroy": lambda u: lr.destroy(u),
+        "backup from": lambda u: lr.admin(u).backup(f"file://{tmp_path}/bak"),
+    }
+    before = _tree(tmp_path)
+    for (what, url), (name, call) in itertools.product(bad_urls.items(), calls.items()):
+        with pytest.raises(lr.InvalidArgumentError):
+            call(url)
+        assert _tree(tmp_path) == before, (what, name)
+    with lr.open(good) as store:
+        before = _tree(tmp_path)
+        for what, url in bad_urls.items():
+            if what == "missing":
+                continue  # a backup or a clone makes its new store there
+            for name, call in (("backup to", lambda u: store.backup(u)),
+                               ("clone to", lambda u: lr.clone(good, u)),
+                               ("replicate to", lambda u: lr.replicate(store, u))):
+                with pytest.raises(lr.InvalidArgumentError):
+                    call(url)
+                assert _tree(tmp_path) == before, (what, name)
