@@ -35,9 +35,11 @@ examples: setup
 SEEDS ?= 1000
 FIRST ?= 1
 JOBS ?= 1
+# A Config as JSON, for a test's fixed one (its failure prints it); default: each seed's own.
+CONFIG ?=
 
 simulate: setup
-	PYTHONHASHSEED=0 $(BIN)/python tests/simulation/run.py --seeds $(SEEDS) --first $(FIRST) --jobs $(JOBS)
+	PYTHONHASHSEED=0 $(BIN)/python tests/simulation/run.py --seeds $(SEEDS) --first $(FIRST) --jobs $(JOBS) --config '$(CONFIG)'
 
 # The fault campaigns at a size beyond make test's: GC passes under 5% S3 faults.
 GC_PASSES ?= 200

@@ -146,16 +146,17 @@ def run_in(process: str | None, coro) -> asyncio.Task:
 @contextlib.contextmanager
 def deterministic(loop: SimLoop, seed: int):
     """Within: time is the loop's virtual time, and randomness comes from ``seed``. Each
-    call site of ``os.urandom`` and ``random.Random()`` draws from a stream of its own (by
-    file, line and count), so a draw that only some runs make (a module imported lazily by
-    the first run in a process) shifts no other."""
+    function that calls ``os.urandom`` or ``random.Random()`` draws from a stream of its own
+    (named by its file and qualified name, and a count), so a draw that only some runs make
+    (a module imported lazily by the first run in a process) shifts no other, and neither
+    does an edit that moves lines elsewhere."""
     saved = (time.time, time.time_ns, time.monotonic, time.monotonic_ns, time.perf_counter,
              os.urandom, random.Random, random.getstate())
     counts: dict[tuple, int] = {}
 
     def site_rng() -> random.Random:
         caller = sys._getframe(2)
-        site = (_portable(caller.f_code.co_filename), caller.f_lineno)
+        site = (_portable(caller.f_code.co_filename), caller.f_code.co_qualname)
         counts[site] = n = counts.get(site, 0) + 1
         return _Random(zlib.crc32(repr((seed, site, n)).encode()))
 

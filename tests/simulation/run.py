@@ -9,6 +9,8 @@ the seed. A seed runs alike in any process: each draws its randomness from its s
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
 import sys
 import time
@@ -27,13 +29,17 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("--trace", action="store_true", help="print the run's trace")
     parser.add_argument("--jobs", type=int, default=1, help="processes to run seeds in")
+    parser.add_argument("--config", default="", help="a Config as JSON (a test's fixed "
+                        "one), for every seed; default: each seed's own")
     args = parser.parse_args(argv)
+    config = scenario.Config(**json.loads(args.config)) if args.config else None
+    run = functools.partial(scenario.run, config=config)
     seeds = [args.seed] if args.seed is not None else range(args.first,
                                                             args.first + args.seeds)
     started = time.perf_counter()
     failed, checks, steps = [], Counter(), 0
     pool = ProcessPoolExecutor(args.jobs) if args.jobs > 1 else None
-    reports = pool.map(scenario.run, seeds, chunksize=10) if pool else map(scenario.run, seeds)
+    reports = pool.map(run, seeds, chunksize=10) if pool else map(run, seeds)
     try:
         for n, (seed, report) in enumerate(zip(seeds, reports), 1):
             steps += _report(seed, report, args.trace, failed, checks)
@@ -61,7 +67,7 @@ def _report(seed: int, report, trace: bool, failed: list, checks: Counter) -> in
         print(f"seed {seed} {report.config}:", flush=True)
         for violation in report.violations:
             print(f"  {violation}", flush=True)
-        print(f"  replay: make simulate SEEDS=1 FIRST={seed}", flush=True)
+        print(f"  replay: {scenario.replay_command(seed, report.config)}", flush=True)
     return report.steps
 
 

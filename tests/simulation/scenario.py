@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import random
 from dataclasses import dataclass, field
 
@@ -110,6 +112,15 @@ class Report:
     faults: dict
     trace: list[str] = field(repr=False, default_factory=list)
     digest: int = 0
+
+
+def replay_command(seed: int, config: Config) -> str:
+    """The command that runs ``seed`` again as it ran: with its config when it is not the
+    seed's own (a test's fixed one)."""
+    command = f"make simulate SEEDS=1 FIRST={seed}"
+    if config != config_of(seed):
+        command += f" CONFIG='{json.dumps(dataclasses.asdict(config))}'"
+    return command
 
 
 def run(seed: int, config: Config | None = None) -> Report:

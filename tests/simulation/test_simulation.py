@@ -108,7 +108,7 @@ SPLIT_OUTCOMES = {"splits done, split", "splits killed, split", "splits killed, 
 
 def failures(report) -> str:
     return (f"seed {report.seed} {report.config} broke: " + "; ".join(report.violations)
-            + f"\nreplay: make simulate SEEDS=1 FIRST={report.seed}")
+            + f"\nreplay: {scenario.replay_command(report.seed, report.config)}")
 
 
 @pytest.mark.parametrize("first", range(1, SEEDS + 1, 20))
