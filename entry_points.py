@@ -235,8 +235,7 @@ def compare(a, b, *, bucket=None, start_key=None, end_key=None, size: str = DEFA
     opened = []
     for side in (a, b):  # both checked before either is pinned by a reader
         if isinstance(side, str):
-            if isinstance(found := admin(side, options), Admin):
-                found.check_store()
+            admin(side, options).list_checkpoints()  # InvalidArgumentError if no store
         elif not hasattr(side, "fold_heads_batches_async"):
             raise InvalidArgumentError(f"compare takes store URLs or store handles, not "
                                        f"{side!r}")

@@ -56,11 +56,6 @@ class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administr
         self._seen = True
         return newest
 
-    async def check_store_async(self) -> None:
-        """``InvalidArgumentError`` if no store is at the URL. Cost: a list of manifests."""
-        self._seen = False
-        await self._existing()
-
     async def create_checkpoint_async(self, lifetime: float | None = None,
                                       name: str | None = None, source: str | None = None, *,
                                       checkpoint_id: str | None = None) -> Checkpoint:

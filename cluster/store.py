@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from .. import roles
 from ..client import actor_names
@@ -30,7 +31,7 @@ from ..errors import (
     WrongShardError,
 )
 from ..files.store import ObjectStore
-from ..files.sync import run_sync, with_sync_twins
+from ..files.sync import run_sync, two_forms, with_sync_twins
 from ..manifest.model import Checkpoint
 from ..manifest.shard_map import ShardMap
 from ..options import Options
@@ -53,6 +54,29 @@ from .txn import put_across
 
 def _sides(stores) -> list[ShardSide]:
     return [ShardSide(store) for store in stores]
+
+
+class KeyCall(NamedTuple):
+    """The plan of a call by one key (see :func:`~leveled_ray.files.sync.two_forms`): the
+    plain handle's ``method`` on the key's shard, sent again on the new layout if the layout
+    changed under it (:meth:`ShardedStore._routed`). The synchronous form calls the shard's
+    synchronous method, which waits for its Ray call directly."""
+
+    handle: ShardedStore
+    method: str
+    args: tuple
+    kwargs: dict
+
+    def _on(self, layout: Layout):
+        return self.handle._on(layout, *self.args[:2])
+
+    def run(self):
+        return self.handle._routed_sync(
+            lambda layout: getattr(self._on(layout), self.method)(*self.args, **self.kwargs))
+
+    async def run_async(self):
+        return await self.handle._routed(lambda layout: getattr(
+            self._on(layout), f"{self.method}_async")(*self.args, **self.kwargs))
 
 
 @with_sync_twins
@@ -165,18 +189,12 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         self._layout = found
         return True
 
-    def _key_call(self, method: str, bucket, key, *args, **kwargs):
-        return self._routed_sync(
-            lambda layout: getattr(self._on(layout, bucket, key), method)(bucket, key, *args,
-                                                                          **kwargs))
-
-    async def _key_call_async(self, method: str, bucket, key, *args, **kwargs):
-        return await self._routed(
-            lambda layout: getattr(self._on(layout, bucket, key), f"{method}_async")(
-                bucket, key, *args, **kwargs))
+    def _key_call(self, method: str, bucket, key, *args, **kwargs) -> KeyCall:
+        return KeyCall(self, method, (bucket, key, *args), kwargs)
 
     # -- one key: its shard's call, nothing more --
 
+    @two_forms
     def put(self, bucket, key, value: bytes, *, indexes=(), ttl: float | None = None,
             metadata: dict | None = None, if_sqn: int | None = None,
             if_absent: bool = False) -> int:
@@ -186,36 +204,23 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         return self._key_call("put", bucket, key, value, indexes=indexes, ttl=ttl,
                               metadata=metadata, if_sqn=if_sqn, if_absent=if_absent)
 
-    async def put_async(self, bucket, key, value: bytes, *, indexes=(),
-                        ttl: float | None = None, metadata: dict | None = None,
-                        if_sqn: int | None = None, if_absent: bool = False) -> int:
-        return await self._key_call_async("put", bucket, key, value, indexes=indexes, ttl=ttl,
-                                          metadata=metadata, if_sqn=if_sqn,
-                                          if_absent=if_absent)
-
+    @two_forms
     def delete(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
         """:meth:`Store.delete <leveled_ray.client.store.Store.delete>` on the key's shard.
         Cost: the plain call's, on that shard."""
         return self._key_call("delete", bucket, key, indexes=indexes, if_sqn=if_sqn)
 
-    async def delete_async(self, bucket, key, *, indexes=(), if_sqn: int | None = None) -> int:
-        return await self._key_call_async("delete", bucket, key, indexes=indexes, if_sqn=if_sqn)
-
+    @two_forms
     def get(self, bucket, key) -> bytes | None:
         """:meth:`Store.get <leveled_ray.client.store.Store.get>` on the key's shard. Cost:
         the plain call's, on that shard."""
         return self._key_call("get", bucket, key)
 
-    async def get_async(self, bucket, key) -> bytes | None:
-        return await self._key_call_async("get", bucket, key)
-
+    @two_forms
     def head(self, bucket, key) -> Head | None:
         """:meth:`Store.head <leveled_ray.client.store.Store.head>` on the key's shard. Cost:
         the plain call's, on that shard."""
         return self._key_call("head", bucket, key)
-
-    async def head_async(self, bucket, key) -> Head | None:
-        return await self._key_call_async("head", bucket, key)
 
     # -- many keys: every shard involved at once, answers in input order --
 
