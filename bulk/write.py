@@ -407,12 +407,18 @@ async def release_pin(plan: BulkWrite) -> None:
                                  plan.checkpoint)
 
 
+async def connect_running(store_name: str, ray_address: str | None) -> Store:
+    """A handle on the Bookie running as ``store_name`` (``InvalidArgumentError`` if none
+    does): the lookup by name, which the protocol simulation replaces with its own."""
+    return await asyncio.to_thread(connect_bookie, store_name, address=ray_address)
+
+
 async def running_store(store_name: str, ray_address: str | None, began: bool = False) -> Store:
     """The client's handle on the running store ``store_name``: its calls raise the client's
     typed errors. A Bookie that is gone raises ``StoreClosedError``, also when it is gone by
     the time a write that ``began`` with it commits (its name no longer resolves)."""
     try:
-        return await asyncio.to_thread(connect_bookie, store_name, address=ray_address)
+        return await connect_running(store_name, ray_address)
     except InvalidArgumentError:
         if not began:
             raise

@@ -29,7 +29,12 @@ from leveled_ray.cluster.layout import shard_name
 from leveled_ray.cluster.redirect import Layout
 from leveled_ray.cluster.split import split_shard
 from leveled_ray.cluster.store import ShardedStore
-from leveled_ray.errors import LeveledError, StoreClosedError, WrongShardError
+from leveled_ray.errors import (
+    InvalidArgumentError,
+    LeveledError,
+    StoreClosedError,
+    WrongShardError,
+)
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
 from leveled_ray.options import Options
@@ -255,7 +260,8 @@ class World:
         objects = self.objects
         self._patches.enter_context(_patched(ObjectStore, "_make_backend",
                                              lambda store: objects.backend(store.location)))
-        self._patches.enter_context(_patched(bulk_write, "running_store", self._running_store))
+        self._patches.enter_context(_patched(bulk_write, "connect_running",
+                                             self._running_store))
         # A cross-shard put_many deletes its commit record off the caller's path, in a
         # thread of its own: here, in a task of the caller's process (no thread may race
         # the simulation).
@@ -289,12 +295,13 @@ class World:
         """Run ``coro`` on the world's loop for at most ``limit_s`` virtual seconds."""
         return self.loop.run_until_complete(asyncio.wait_for(coro, limit_s))
 
-    async def _running_store(self, store_name: str, ray_address=None, began: bool = False):
+    async def _running_store(self, store_name: str, ray_address=None):
+        """:func:`leveled_ray.bulk.write.connect_running`, as named actors are found here."""
         for key in self.live:
             if self._name_of(key) == store_name:
                 url = f"{self.url}/{key}" if self.sharded else self.url
                 return self._client(key, url)
-        raise AssertionError(f"no shard named {store_name}")
+        raise InvalidArgumentError(f"no running store named {store_name!r}")
 
     async def _bookies(self, name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
         """:func:`leveled_ray.cluster.redirect.running_bookies`, as named actors are found

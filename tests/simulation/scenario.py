@@ -183,8 +183,18 @@ class Run:
             await asyncio.sleep(1.0)
         self.writing_done = True
         await asyncio.gather(chaos, *closer, *others, return_exceptions=True)
+        self.check_tasks([chaos, *closer, *others, *(task for _, task in self.drivers)])
         await self.heal()
         await self.check_final()
+
+    def check_tasks(self, tasks) -> None:
+        """Every client task that ended raised nothing but leveled-ray's typed errors (a task
+        of a killed process never ends: it is not looked at)."""
+        for task in tasks:
+            exc = task.exception() if task.done() and not task.cancelled() else None
+            if exc is not None and not isinstance(exc, LeveledError):
+                self.model.violated("no call raises an untyped error",
+                                    f"{type(exc).__name__}: {exc}")
 
     # -- writers --
 
