@@ -21,8 +21,10 @@ import warnings
 from dataclasses import dataclass
 
 from leveled_ray.actors.bookie import Bookie
+from leveled_ray.bulk import read as bulk_read
 from leveled_ray.bulk import write as bulk_write
 from leveled_ray.client.store import Store
+from leveled_ray.clock import system_clock
 from leveled_ray.cluster import redirect, txn
 from leveled_ray.cluster.backup import find_shard_map
 from leveled_ray.cluster.layout import shard_name
@@ -35,11 +37,12 @@ from leveled_ray.errors import (
     StoreClosedError,
     WrongShardError,
 )
+from leveled_ray.files import clerk
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
 from leveled_ray.options import Options
 
-from .loop import EPOCH, SimLoop, deterministic, run_in
+from .loop import SimLoop, deterministic, run_in
 from .objects import SimObjects
 
 #: The name the world's store runs under (its shards' Bookies are ``sim.shard-000``, ...).
@@ -78,8 +81,9 @@ class World:
 
     # -- time and processes --
 
-    def clock(self) -> float:
-        return EPOCH + self.loop.now
+    #: Every process's clock: wall time, which is the loop's virtual time within the run
+    #: (:func:`~.loop.deterministic`); a module function, so it pickles as Ray would send it.
+    clock = staticmethod(system_clock)
 
     def note(self, event: str) -> None:
         """Add to the run's trace (two runs of a seed leave the same trace)."""
@@ -247,6 +251,12 @@ class World:
     # -- running --
 
     def __enter__(self) -> World:
+        # What a process keeps for the stores it read (file clerks and their cache, readers
+        # of a Spark read) is keyed by URL: a world's store, at the same URL as the last
+        # run's, starts in new processes, with nothing of them.
+        clerk._SHARED.clear()
+        bulk_read._VIEWS.clear()
+        bulk_read._LEASES.clear()
         # Python's cyclic GC runs when allocations cross a threshold, which depends on every
         # earlier run in the process; what it finalizes (async generators) schedules steps.
         # Off for the run, a seed runs the same alone or after others. What was alive before
@@ -353,7 +363,10 @@ class _SimMethod:
             elif task.exception() is not None:
                 future.set_exception(task.exception())
             else:
-                future.set_result(_copy(task.result()))
+                try:
+                    future.set_result(_copy(task.result()))
+                except UnpicklableError as exc:  # the caller sees it: an untyped error
+                    future.set_exception(exc)
 
         run_in(inc.pid, run()).add_done_callback(answered)
         return future
@@ -371,12 +384,18 @@ class _RecordDeletes:
         asyncio.get_running_loop().create_task(delete())
 
 
+class UnpicklableError(TypeError):
+    """An argument or answer between processes that Ray could not send: the run fails (as
+    an untyped error)."""
+
+
 def _copy(value):
-    """``value`` as another process receives it (pickled, as Ray sends it), when it pickles."""
+    """``value`` as another process receives it: pickled, as Ray sends it."""
     try:
         return pickle.loads(pickle.dumps(value, protocol=5))
-    except Exception:  # noqa: BLE001 - an object only this process can use: passed as is
-        return value
+    except Exception as exc:
+        raise UnpicklableError(f"{type(value).__name__} cannot be sent between processes: "
+                               f"{exc}") from exc
 
 
 @contextlib.contextmanager
