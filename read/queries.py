@@ -1,13 +1,12 @@
 """Queries: folds over keys, heads and objects, secondary-index queries, buckets.
 
-Every query reads one point in time (a :class:`~leveled_ray.read.point_in_time.PointInTime`), so it
-sees one moment of the store while writes go on. On a :class:`~leveled_ray.client.store.Store` each
-query takes its own snapshot and releases it when the query ends: when it is exhausted, when
-the loop breaks out of it, or when it is closed (leveled's breaking folds).
-
-Folds stream: they read the Ledger a range of blocks at a time (see :mod:`leveled_ray.read.scan`)
-and hand out ``batch_size`` rows at a time, so memory stays bounded however large the store
-is. Each fold has an Arrow form (``*_batches``) yielding ``pyarrow.RecordBatch``.
+Every query reads one point in time (a :class:`~leveled_ray.read.point_in_time.PointInTime`):
+one moment of the store, while writes go on. On a :class:`~leveled_ray.client.store.Store`
+each query takes its own snapshot and releases it when the query ends: exhausted, broken out
+of, or closed (leveled's breaking folds). Folds stream a range of blocks at a time (see
+:mod:`leveled_ray.read.scan`) and hand out ``batch_size`` rows at a time, so memory stays
+bounded however large the store is. Each fold has an Arrow form (``*_batches``) yielding
+``pyarrow.RecordBatch``.
 """
 
 from __future__ import annotations
@@ -344,20 +343,18 @@ class Queries:
         of a tictac tree of ``tree_size``, see :mod:`leveled_ray.codec.tictac`) keeps only the
         objects whose keys fall in them. Cost: :meth:`fold_keys`'s, without a Python object
         per row; with ``segments``, only the blocks that may hold their keys are read (all
-        blocks of files written before SST format 2)."""
+        blocks of files written before SST format 5)."""
         picked = None if segments is None else SegmentFilter(segments, tree_size)
         return self._plan(self._heads_query(bucket, start, end, batch_size, True, binary_names,
                                             picked))
 
     def _fold_entries_async(self, bucket=None, start=None, end=None, *, segments=None,
-                            tree_size: str = DEFAULT_SIZE, batch_size: int = 10_000
-                            ) -> AsyncIterator[pa.Table]:
-        """The live objects' Ledger rows (``key``: each one's Ledger key, which keeps its
-        names' types; ``hash``: its value's), as :meth:`fold_heads_batches` finds them: what a
-        compare folds (:mod:`leveled_ray.admin.compare`)."""
+                            tree_size: str = DEFAULT_SIZE) -> AsyncIterator[pa.Table]:
+        """What :meth:`fold_heads_batches` finds, as Ledger rows (``key`` the Ledger key, which
+        keeps the names' types): what a compare folds (:mod:`leveled_ray.admin.compare`)."""
         picked = None if segments is None else SegmentFilter(segments, tree_size)
         return self._run_async((False, False, self._rows_query(
-            "heads", bucket, start, end, batch_size, lambda table, _now_s: table, picked)))
+            "heads", bucket, start, end, 10_000, lambda table, _now_s: table, picked)))
 
     @two_forms(iterates=True)
     def fold_objects(self, bucket=None, start=None, end=None, *, order: str = "key",
