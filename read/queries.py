@@ -197,13 +197,10 @@ async def list_buckets(view: PointInTime) -> list:
     return out
 
 
-# --- running async generators from synchronous code ----------------------------------------
-
 @with_sync_twins
 class Queries:
     """Folds, index queries and bucket listing over the point in time :meth:`_query_view`
-    gives. Subclasses provide ``_query_view`` (and may release something when a query ends).
-    """
+    gives. Subclasses provide ``_query_view`` (and may release something when a query ends)."""
 
     #: A sharded handle's shard map, whose positions (``{"0": sqn, ...}``) its change feed
     #: takes; ``None`` on a plain one, whose positions are SQNs.
