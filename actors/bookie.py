@@ -392,7 +392,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
             if self.lease is not None:  # only the snapshots handed out still need anything
                 await self.lease.close()
         finally:
-            self.writes.closed = True
+            self.writes.end_close()
             if not self.local:
                 import ray
 

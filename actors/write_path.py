@@ -120,6 +120,10 @@ class WritePath:
         self.closing = True
         self._wake_waiters()
 
+    def end_close(self) -> None:
+        """The store is closed: writes are refused, and so are reads."""
+        self.closed = True
+
     def stopping(self) -> bool:
         """Whether the store is closing or stopped."""
         return self.closing or self.broken is not None

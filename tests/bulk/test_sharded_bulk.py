@@ -228,13 +228,18 @@ def _bulk_rows(value: bytes) -> pa.RecordBatch:
                             "value": [value] * N})
 
 
+def _bulk_write(url: str, value: bytes) -> None:
+    """Every key of :data:`KEYS` set to ``value`` by one bulk write at rest."""
+    plan = bulk.begin_write(url)
+    bulk.commit(plan, [bulk.write_partition(plan, 0, [_bulk_rows(value)])])
+
+
 def test_a_bulk_write_begun_before_a_split_at_rest_is_refused_whole(tmp_url):
     """A bulk write planned on the layout before a split is refused at its commit, with
     nothing of it visible: its parts would have gone into a retired shard (once, half of such
     a write was committed, and never installed). Run again, it commits whole."""
     new_sharded(tmp_url)
-    first = bulk.begin_write(tmp_url)
-    bulk.commit(first, [bulk.write_partition(first, 0, [_bulk_rows(b"old")])])
+    _bulk_write(tmp_url, b"old")
     plan = bulk.begin_write(tmp_url)
     messages = [bulk.write_partition(plan, 0, [_bulk_rows(b"new")])]
     lr.admin(tmp_url).split_shard(0)
@@ -242,8 +247,7 @@ def test_a_bulk_write_begun_before_a_split_at_rest_is_refused_whole(tmp_url):
         bulk.commit(plan, messages)
     assert values(tmp_url) == [b"old"] * N  # none of it, in every shard
     assert parts_left(tmp_url) == 0
-    again = bulk.begin_write(tmp_url)
-    bulk.commit(again, [bulk.write_partition(again, 0, [_bulk_rows(b"new")])])
+    _bulk_write(tmp_url, b"new")
     assert values(tmp_url) == [b"new"] * N
 
 
@@ -255,8 +259,7 @@ def test_a_split_refuses_a_part_prepared_after_its_first_look(tmp_url):
     from leveled_ray.cluster.split import split_shard
 
     new_sharded(tmp_url)
-    first = bulk.begin_write(tmp_url)
-    bulk.commit(first, [bulk.write_partition(first, 0, [_bulk_rows(b"old")])])
+    _bulk_write(tmp_url, b"old")
     plan = bulk.begin_write(tmp_url)
     messages = [bulk.write_partition(plan, 0, [_bulk_rows(b"new")])]
     files = {s: gather_files(p) for s, p in bulk.shard_files(plan, messages).items()}
