@@ -66,14 +66,18 @@ lint: setup typecheck
 	$(BIN)/lint-imports
 
 # The types a user's editor sees: the user scripts of tests/typing/ and the README's tour under
-# mypy --strict. The package is found as leveled_ray through build/api (as make docs does);
-# its modules lend their types and are not themselves checked.
+# mypy --strict. The package is found as leveled_ray in a copy of its files under build/types,
+# and the scripts are checked from a directory of their own: run inside the clone, mypy takes
+# the clone's directory (which holds __init__.py) for a package, and its name need not be a
+# module's (/tmp/ci-check). The package's modules lend their types and are not checked.
 typecheck: setup
 	$(BIN)/pip install --quiet mypy
-	mkdir -p build/api && ln -sfn ../.. build/api/leveled_ray
+	rm -rf build/types && mkdir -p build/types/leveled_ray
+	git ls-files -z -- '*.py' py.typed | xargs -0 tar -cf - | tar -xf - -C build/types/leveled_ray
 	$(BIN)/python tests/support/readme_tour.py build/readme_tour.py
-	MYPYPATH=build/api $(BIN)/mypy --strict --follow-imports=silent --no-incremental \
-		tests/typing build/readme_tour.py
+	scripts=$$(mktemp -d) && cp tests/typing/*.py build/readme_tour.py $$scripts/ && \
+		cd $$scripts && MYPYPATH=$(CURDIR)/build/types $(CURDIR)/$(BIN)/mypy --strict \
+		--follow-imports=silent --no-incremental *.py
 
 # The package as a user installs it: sdist and wheel built, the wheel installed into a fresh
 # venv, every module imported, the demo, the README's tour and the typed user scripts run or
