@@ -37,10 +37,12 @@ from .checkpoints import create_checkpoint, release_checkpoint
 
 
 def clone_manifest(parent: Manifest, parent_url: str, checkpoint_id: str,
-                   settings: dict[str, str] | None = None) -> Manifest:
+                   settings: dict[str, str] | None = None, leases: bool = False) -> Manifest:
     """The clone's first manifest (not yet initialized): the parent's Ledger and journal data
     files as shared files, the parent's ancestors plus the parent itself; the parent's
-    settings, with ``settings`` over them (a split's child records the run it owns)."""
+    settings, with ``settings`` over them (a split's child records the run it owns).
+    ``leases``: the parent's history leases too (a split's child: the parent's consumers read
+    on in it, and its journal compaction must keep what they have not read)."""
     sid = parent.store_id
     # Shared journal files take no slot: the clone's own slots start again at 0 in its path.
     journal = tuple(replace(j, name=foreign_name(sid, j.name), slot=jfmt.NO_SLOT)
@@ -50,16 +52,17 @@ def clone_manifest(parent: Manifest, parent_url: str, checkpoint_id: str,
         levels=tuple(tuple(replace(s, name=foreign_name(sid, s.name)) for s in level)
                      for level in parent.levels),
         journal=journal, ledger_sqn=parent.ledger_sqn, stores=stores,
-        history_sqn=parent.history_sqn,
+        history_sqn=parent.history_sqn, leases=parent.leases if leases else (),
         parent=CloneParent(parent_url, checkpoint_id), initialized=False)
 
 
 async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
                        options: Options | None = None,
                        parent_options: Options | None = None,
-                       settings: dict[str, str] | None = None) -> Manifest:
+                       settings: dict[str, str] | None = None,
+                       leases: bool = False) -> Manifest:
     """Make (or finish making) the clone at ``url``; returns its initialized manifest.
-    ``settings``: see :func:`clone_manifest`."""
+    ``settings`` and ``leases``: see :func:`clone_manifest`."""
     options = options or Options()
     parse_url(url)
     if same_store(parent_url, url):
@@ -83,7 +86,7 @@ async def create_clone(parent_url: str, url: str, checkpoint: str | None = None,
             pin = await create_checkpoint(parents, None, label, checkpoint, latest)
         source = await parents.read_pinned(pin.manifest_id)
         # 2. the clone's manifest, not yet initialized (a lost race means another try won)
-        await mine.try_create(0, clone_manifest(source, parent_url, pin.id, settings))
+        await mine.try_create(0, clone_manifest(source, parent_url, pin.id, settings, leases))
     # 3. initialized
     _, done = await mine.update(lambda m: m if m.initialized else
                                 m.with_changes(initialized=True))

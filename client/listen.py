@@ -134,6 +134,7 @@ class Listener(Polling):
         self._leased_at: float | None = None  # monotonic time of the last lease move
         self._catchup: AsyncIterator[pa.Table] | None = None
         self._release = None  # ends the catch-up's snapshot
+        self._caught_up_to = after  # the SQN of the catch-up's snapshot
         self._items: deque[Change] = deque()
 
     # -- the async core --
@@ -157,6 +158,9 @@ class Listener(Polling):
                 rows = await anext(self._catchup, None)
                 if rows is not None:
                     return rows
+                # Read to the snapshot's SQN, though the last changes up to it may not be
+                # this shard's (a split child's inherited files hold its sibling's too).
+                self._read = max(self._read, self._caught_up_to)
                 await self._end_catchup()
             wait = POLL_S if deadline is None else max(0.0, min(POLL_S,
                                                                 deadline - time.monotonic()))
@@ -165,6 +169,7 @@ class Listener(Polling):
             if rows is None:  # no longer in the Bookie's memory: read the Journal
                 snap = await self.store.snapshot_async(long_running=True)
                 self._release = snap.release_async
+                self._caught_up_to = snap._view.sqn
                 self._catchup = journal_changes(snap._view, self._read, None, self.batch_size)
                 continue
             if rows.num_rows:

@@ -47,9 +47,9 @@ class ShardedListener(Polling):
         self._layout = layout
         self.labels = layout.shard_map.labels
         afters = shard_positions(after, self.labels)
-        self.parts = [Listener(store, a, name=None if self._name is None else
-                               f"{self._name}.{s}", **self._options)
-                      for s, (store, a) in enumerate(zip(layout.stores, afters))]
+        # Each shard's lease under the listener's name: a split's children inherit it.
+        self.parts = [Listener(store, a, name=self._name, **self._options)
+                      for store, a in zip(layout.stores, afters)]
 
     async def _follow(self, exc: BaseException) -> None:
         """A shard's call failed with ``exc``: if its handle's layout moved on (a split or

@@ -15,7 +15,8 @@ The steps, each safe to die after (create-if-absent and the shard's own manifest
    prepared parts again: a bulk write at rest claims the shard after leaving its part, so
    a part left after step 1 is seen now, or its claim fences the split.
 3. ``children``: the two clones, under prefixes named after ``e`` (``shard-001.0-e7``), each
-   pinning the shard's newest version (the journal's tail recorded first).
+   pinning the shard's newest version (the journal's tail recorded first), with the shard's
+   history leases (its consumers read on in both children).
 4. ``retire``: the commit point, one CAS on the shard's manifest
    (:func:`~leveled_ray.manifest.transitions.retire_for_split`): if ``e`` is still the
    shard's epoch, the shard records ``split_epoch = e`` and is fenced and destroyed for good.
@@ -82,7 +83,8 @@ async def split_shard(url: str, shard: int, options: Options | None = None, *,
     for child in (shard, shard + 1):
         start, end = child_map.runs[child]
         await create_clone(parent_url, child_map.shard_url(url, child), options=options,
-                           settings={OWNS: Owns(shard_map.route_by, start, end).encode()})
+                           settings={OWNS: Owns(shard_map.route_by, start, end).encode()},
+                           leases=True)
     done("children")
     await manifests.update(lambda m: transitions.retire_for_split(m, epoch, system_clock()))
     done("retire")

@@ -183,3 +183,48 @@ def test_a_shard_moves_to_another_node_and_rebalance_spreads_them(ray_cluster, t
         check_model(again, model)
     finally:
         again.close()
+
+
+def test_a_listener_behind_a_split_reaches_the_end_though_the_last_changes_are_its_siblings(
+        ray_cluster, tmp_path):
+    """A child's inherited journal holds its sibling's changes too: a listener behind the
+    split reads past them, though none of them is its own, and waits for new changes."""
+    store = lr.open(f"file://{tmp_path}/db", OPTIONS, shards=1, name="reshape-behind")
+    try:
+        feed = store.listen(0)
+        model: dict = {}
+        for i in range(40):  # one change per SQN, so the last ones fall to one child
+            store.put("b", f"k{i:03d}", b"v%d" % i)
+            model[f"k{i:03d}"] = b"v%d" % i
+        store.split_shard(0)
+        done = threading.Event()
+        seen: list = []
+        reader = threading.Thread(target=lambda: (seen.extend(drain(feed)), done.set()),
+                                  daemon=True)
+        reader.start()
+        assert done.wait(60), "the listener did not come back from a poll"
+        assert latest(seen) == model and len(seen) == 40
+        store.put("b", "k999", b"new")
+        assert [c.key for c in feed.poll(timeout=30)] == ["k999"]
+        feed.close()
+    finally:
+        store.close()
+
+
+def test_history_leases_pass_to_both_children_of_a_split(ray_cluster, tmp_path):
+    """A consumer's lease on a shard holds its history in both children: a split does not
+    let their journal compaction drop what the consumer has not read."""
+    store = lr.open(f"file://{tmp_path}/db", OPTIONS, shards=1, name="reshape-leases")
+    try:
+        for i in range(10):
+            store.put("b", f"k{i:03d}", b"v")
+        feed = store.listen(0, name="consumer", lifetime=600)
+        assert len(feed.poll(timeout=30)) > 0
+        store.set_history_lease("held", {"0": 3}, 600)
+        store.split_shard(0)
+        leases = store.list_history_leases()
+        assert leases["held"] == {"0.0": 3, "0.1": 3}
+        assert set(leases["consumer"]) == {"0.0", "0.1"}
+        feed.close()
+    finally:
+        store.close()

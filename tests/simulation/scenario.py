@@ -64,7 +64,7 @@ from leveled_ray.testing.sim.world import NAME, World
 #: Virtual seconds a run may take before it counts as hung.
 LIMIT_S = 3600.0
 OPTIONS = lr.Options(ledger=dict(l0_max_keys=40, push_keys=10, push_ms=50, sst_max_keys=30),
-                     journal=dict(compaction_interval_s=0), txn_timeout_s=5.0,
+                     journal=dict(compaction_interval_s=2.0, small_files=8), txn_timeout_s=5.0,
                      gc=dict(min_age_s=60.0, interval_s=0))
 
 
@@ -160,6 +160,9 @@ class Run:
         await world.create()
         world.objects.fault_rate = config.fault_rate
         self.store = world.store()
+        # The final check reads the feed from 0: hold it from journal compaction (a split's
+        # children inherit the lease).
+        await self.store.set_history_lease_async("check", 0, LIMIT_S)
         for i in range(config.txn_writers):
             self.drivers.append(world.spawn(f"txn{i}", self.txn_writer(i)))
         for i in range(config.bulk_writers):
@@ -292,7 +295,8 @@ class Run:
             await self.pause(1.0)
             store = self.world.store()  # a restarted consumer's handle: the layout of now
             try:
-                feed = store.listen(self.position, batch_size=self.rng.randint(1, 4))
+                feed = store.listen(self.position, name="consumer", lifetime=LIMIT_S,
+                                    batch_size=self.rng.randint(1, 4))
             except LeveledError:
                 continue
             try:
