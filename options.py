@@ -72,9 +72,12 @@ def value_from_text(name: str, kind: str, text):
         return text.lower() == "true"
     if kind.startswith(("int", "float")):
         try:
-            return int(text) if kind.startswith("int") else float(text)
+            number = int(text) if kind.startswith("int") else float(text)
         except ValueError:
             raise InvalidArgumentError(f"option {name} must be a number, not {text!r}") from None
+        if not math.isfinite(number):
+            raise InvalidArgumentError(f"option {name} must be a finite number, not {text!r}")
+        return number
     if "None" in kind and text.lower() in ("", "none", "null"):
         return None
     return text

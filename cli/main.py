@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import math
 import os
 import sys
 
@@ -224,8 +225,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    if (args.watch is not None and args.watch <= 0) or (args.count is not None
-                                                         and args.count < 1):
+    if (args.watch is not None and not 0 < args.watch < math.inf) or (
+            args.count is not None and args.count < 1):
         bad_input("--watch takes seconds above 0, --count a number of refreshes >= 1")
     if args.name:  # the running store's own figures, through Ray
         store = face.connect(args.name)

@@ -32,7 +32,7 @@ from ..errors import InvalidArgumentError
 from ..files.names import ulid
 from ..files.sync import PrivateLoop, with_sync_twins
 from ..manifest.history import check_position
-from ..options import check_positive_int
+from ..options import check_number, check_positive_int
 from ..read.changes import Change, changes_batch, journal_changes, python_changes
 from .shard_side import ShardSide
 
@@ -120,8 +120,7 @@ class Listener(Polling):
         check_position(after)
         if name is not None and (not isinstance(name, str) or not name):
             raise InvalidArgumentError(f"name must be a non-empty str, not {name!r}")
-        if not isinstance(lifetime, (int, float)) or isinstance(lifetime, bool) or lifetime <= 0:
-            raise InvalidArgumentError(f"lifetime must be seconds > 0, not {lifetime!r}")
+        check_number("lifetime", lifetime, minimum=0, inclusive=False)
         self.store = store
         self.sqn = after  # the last change handed out
         self._read = after  # the last change fetched (some may wait in _items)

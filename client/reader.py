@@ -15,7 +15,7 @@ from ..errors import (
 from ..files.sync import with_sync_twins
 from ..manifest.model import Checkpoint
 from ..options import Options
-from ..read.history_view import as_of
+from ..read.history_view import as_of, check_moment
 from ..read.point_in_time import KeyReads
 from ..read.queries import Queries
 from ..read.store_reader import StoreReader
@@ -35,8 +35,7 @@ class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, ro
                  options: Options | None = None, lifetime: float = 600.0,
                  _owns: bool | None = None, clock: Clock | None = None,
                  at_sqn: int | None = None, at_time: float | None = None):
-        if at_sqn is not None and at_time is not None:
-            raise InvalidArgumentError("give at most one of at_sqn and at_time")
+        check_moment(at_sqn, at_time)
         self.at_sqn, self.at_time = at_sqn, at_time
         self.url = url
         self.options = options or Options()

@@ -35,7 +35,8 @@ from ..files.store import ObjectStore
 from ..files.store_config import parse_url
 from ..files.sync import two_forms, with_sync_twins
 from ..manifest.model import Checkpoint, HistoryLease
-from ..options import Options
+from ..options import Options, check_number
+from ..read.history_view import check_moment
 from ..read.queries import Queries, check_index_query
 from .calls import Answer, Call, Submitted, _await, _get, bookie_call, read_call
 from .coalesce import Part, WriteCoalescer
@@ -231,6 +232,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         :class:`~leveled_ray.errors.HistoryUnavailableError`. Cost: reading the changes since
         then, and each changed key's entry before them, from the Journal.
         """
+        check_moment(at_sqn, at_time)  # before a snapshot is taken
         snap = await self._snapshot_async(long_running, values=values, timeout_s=timeout_s)
         if at_sqn is None and at_time is None:
             return snap
@@ -250,9 +252,7 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
         if timeout_s is None:
             timeout_s = (self.options.gc.long_snapshot_timeout_s if long_running
                          else self.options.gc.snapshot_timeout_s)
-        if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
-                or timeout_s <= 0):
-            raise InvalidArgumentError(f"timeout_s must be a number > 0, not {timeout_s!r}")
+        check_number("timeout_s", timeout_s, minimum=0, inclusive=False)
         if timeout_s > self.options.gc.long_snapshot_timeout_s:  # GC protects no longer than this
             raise InvalidArgumentError(f"timeout_s={timeout_s} is over long_snapshot_timeout_s="
                                        f"{self.options.gc.long_snapshot_timeout_s}")

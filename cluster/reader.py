@@ -12,6 +12,7 @@ from ..codec import Head
 from ..errors import InvalidArgumentError, SnapshotExpiredError
 from ..files.sync import with_sync_twins
 from ..read.changes import shard_positions
+from ..read.history_view import check_moment
 from ..read.merged import MergedView
 from ..read.queries import Queries
 from .admin import ShardedAdmin
@@ -119,8 +120,7 @@ async def open_reader(admin: ShardedAdmin, checkpoint: str | None, lifetime: flo
     """A reader at ``checkpoint``, or at one of its own made now; ``at_sqn`` (a position)
     reads every shard as it was then, ``at_time`` as :meth:`ShardedStore.snapshot
     <leveled_ray.cluster.store.ShardedStore.snapshot>` does."""
-    if at_sqn is not None and at_time is not None:
-        raise InvalidArgumentError("give at most one of at_sqn and at_time")
+    check_moment(at_sqn, at_time)
     sqns = (shard_positions(at_sqn, admin.shard_map.labels, "at_sqn") if at_sqn is not None
             else [None] * admin.shards)
     if checkpoint is not None:  # taken before a split: read through its own layout

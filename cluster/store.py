@@ -25,7 +25,6 @@ from ..codec import head_only as head_only_mode
 from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
 from ..errors import (
     ConflictError,
-    InvalidArgumentError,
     ObjectStoreError,
     StoreClosedError,
     WrongShardError,
@@ -36,6 +35,7 @@ from ..manifest.model import Checkpoint
 from ..manifest.shard_map import ShardMap
 from ..options import Options
 from ..read.changes import shard_positions
+from ..read.history_view import check_moment
 from ..read.kept_trees import merged
 from ..read.merged import MergedView
 from ..read.queries import Queries
@@ -277,8 +277,7 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         shard they span (see :mod:`.past`): such a batch is still all or nothing. Cost: a cut
         (a freeze, a snapshot and a thaw on every shard, at once; writes wait meanwhile), and
         for ``at_sqn``/``at_time`` the plain call's reads of history on each shard."""
-        if at_sqn is not None and at_time is not None:
-            raise InvalidArgumentError("give at most one of at_sqn and at_time")
+        check_moment(at_sqn, at_time)
         early = Early(("snapshot", long_running, values, timeout_s),
                       lambda _, snap: snap.release_async())
         taken, _ = await cut(self, self._sides(), lambda s: self._stores[s].snapshot_async(

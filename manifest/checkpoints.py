@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.names import ulid
+from ..options import check_number
 from .deletion import pinned_below
 from .model import Checkpoint, Manifest
 from .transitions import require_usable
@@ -31,10 +32,8 @@ def find(manifest: Manifest, checkpoint_id: str, now: float) -> Checkpoint:
 
 
 def check_lifetime(lifetime: float | None) -> None:
-    if lifetime is not None and (not isinstance(lifetime, (int, float))
-                                 or isinstance(lifetime, bool) or lifetime <= 0):
-        raise InvalidArgumentError(f"lifetime must be a number of seconds > 0 or None, "
-                                   f"not {lifetime!r}")
+    if lifetime is not None:
+        check_number("lifetime", lifetime, minimum=0, inclusive=False)
 
 
 def check_checkpoint_id(checkpoint_id: str | None) -> None:

@@ -17,6 +17,7 @@ the manifest with an expiry its holder renews) keeps every change after its SQN,
 from __future__ import annotations
 
 from ..errors import HistoryUnavailableError, InvalidArgumentError
+from ..options import check_number
 from .model import HistoryLease, Manifest
 from .transitions import require_usable
 
@@ -51,8 +52,7 @@ def set_lease(manifest: Manifest, name: str, sqn: int, lifetime: float,
         raise InvalidArgumentError(f"a lease name must be a non-empty str of at most "
                                    f"{MAX_LEASE_NAME} characters, not {name!r}")
     check_position(sqn)
-    if not isinstance(lifetime, (int, float)) or isinstance(lifetime, bool) or lifetime <= 0:
-        raise InvalidArgumentError(f"lifetime must be a number of seconds > 0, not {lifetime!r}")
+    check_number("lifetime", lifetime, minimum=0, inclusive=False)
     check_covered(manifest.history_sqn, sqn)
     kept = tuple(lease for lease in live_leases(manifest, now) if lease.name != name)
     return manifest.with_changes(leases=kept + (HistoryLease(name, sqn, now + lifetime),))

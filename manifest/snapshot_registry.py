@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..clock import system_clock
-from ..errors import InvalidArgumentError
+from ..options import check_number
 from .deletion import pinned_below
 
 
@@ -35,8 +35,7 @@ Registry = Mapping[str, Registration]
 def register(registry: Registry, snapshot_id: str, manifest_id: int, timeout_s: float,
              now: float) -> dict[str, Registration]:
     """Add (or renew) a snapshot that reads ``manifest_id`` until ``now + timeout_s``."""
-    if timeout_s <= 0:
-        raise InvalidArgumentError(f"snapshot timeout must be positive, not {timeout_s!r}")
+    check_number("snapshot timeout", timeout_s, minimum=0, inclusive=False)
     out = dict(registry)
     out[snapshot_id] = Registration(snapshot_id, manifest_id, now + timeout_s)
     return out

@@ -21,6 +21,7 @@ from ..codec.index_terms import held_terms
 from ..codec.keys import index_key
 from ..errors import InvalidArgumentError
 from ..manifest.history import check_covered, check_position
+from ..options import check_number
 from .changes import SPAN_BYTES, journal_changes
 from .point_in_time import PointInTime
 
@@ -139,13 +140,23 @@ async def _newest_at_or_below(view: PointInTime, sqn: int, keys: set[bytes]) -> 
     return found
 
 
+def check_moment(at_sqn, at_time: float | None) -> None:
+    """At most one of ``at_sqn`` and ``at_time``, and ``at_time`` Unix seconds (finite,
+    >= 0). ``at_sqn`` is checked where it is read: an SQN, or a sharded store's position."""
+    if at_sqn is not None and at_time is not None:
+        raise InvalidArgumentError("give at most one of at_sqn and at_time")
+    if at_time is not None:
+        check_number("at_time", at_time, minimum=0)
+
+
 async def as_of(view: PointInTime, at_sqn: int | None = None,
                 at_time: float | None = None) -> PointInTime:
     """``view`` as it was at SQN ``at_sqn``, or at Unix time ``at_time`` (the newest
     position whose changes were all written by then, see :func:`sqn_at_time`): exactly one
     of them."""
-    if (at_sqn is None) == (at_time is None):
+    if at_sqn is None and at_time is None:
         raise InvalidArgumentError("give one of at_sqn and at_time")
+    check_moment(at_sqn, at_time)
     if at_time is not None:
         at_sqn = await sqn_at_time(view, at_time)
     return await view_at(view, at_sqn)

@@ -46,7 +46,7 @@ from ..client.ray_connection import ensure_ray
 from ..entry_points import connect
 from ..errors import InvalidArgumentError
 from ..files.sync import run_sync
-from ..options import value_from_text
+from ..options import check_number, value_from_text
 
 #: Option names as Spark passes them (lower case).
 STREAM_READ_OPTIONS = ("startingposition", "maxchangespertrigger", "lease_s", "splits",
@@ -73,7 +73,8 @@ class LeveledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise InvalidArgumentError("streaming reads need PySpark 4.2 or later")
         self.options = options
         self.target = run_sync(stream.target_async(url, store_options))
-        self.lease_s = value_from_text("lease_s", "float", options.get("lease_s", 3600))
+        self.lease_s = check_number("lease_s", value_from_text(
+            "lease_s", "float", options.get("lease_s", 3600)), minimum=0, inclusive=False)
         self.splits = value_from_text("splits", "int", options.get("splits", 8))
         limit = options.get("maxchangespertrigger")
         self.max_changes = None if limit is None else value_from_text(

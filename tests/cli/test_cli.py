@@ -163,5 +163,6 @@ def test_stats_of_a_running_store_and_of_its_manifest(ray_cluster, tmp_url, caps
     assert cli.main(["stats", "--url", tmp_url, "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["source"].startswith("manifest") and figures["max_sqn"] == 200
-    with pytest.raises(SystemExit):
-        cli.main(["stats", "--url", tmp_url, "--watch", "0"])
+    for bad in ("0", "nan", "inf"):
+        with pytest.raises(SystemExit):
+            cli.main(["stats", "--url", tmp_url, "--watch", bad])

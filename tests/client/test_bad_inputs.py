@@ -1,5 +1,6 @@
 """Bad inputs get clear, typed errors, and the store is unchanged."""
 
+import functools
 import itertools
 
 import pytest
@@ -53,6 +54,22 @@ def small_store(ray_cluster, tmp_path_factory):
     store.close()
 
 
+#: Each call that takes seconds, with the number put in its place.
+SECONDS_CALLS = [
+    ("listen lifetime", lambda s, n: s.listen(0, lifetime=n)),
+    ("lease lifetime", lambda s, n: s.set_history_lease("h", 0, n)),
+    ("checkpoint lifetime", lambda s, n: s.checkpoint(lifetime=n)),
+    ("snapshot timeout", lambda s, n: s.snapshot(timeout_s=n)),
+    ("snapshot at_time", lambda s, n: s.snapshot(at_time=n)),
+    ("ttl", lambda s, n: s.put("b", "k", b"v", ttl=n)),
+    ("expires_at", lambda s, n: s.put_many([lr.Put("b", "k", b"v", expires_at=n)])),
+]
+for _name, _call in list(SECONDS_CALLS):
+    BAD_CALLS += [(f"{_name} {n}", functools.partial(lambda c, n, s: c(s, n), _call, n),
+                   "must be")
+                  for n in (float("nan"), float("inf"), -1.0)]
+
+
 @pytest.mark.parametrize("name,call,message", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
 def test_bad_input_is_rejected_and_changes_nothing(small_store, name, call, message):
     before = small_store.stats()
@@ -63,6 +80,7 @@ def test_bad_input_is_rejected_and_changes_nothing(small_store, name, call, mess
     assert after["changes"] == before["changes"]
     assert small_store.get("b", "k") == b"original"
     assert small_store.get("b", "ok") is None and small_store.get("b", "k2") is None
+    assert small_store.list_history_leases() == [] and small_store.list_checkpoints() == []
 
 
 def test_bad_urls_and_options(ray_cluster, tmp_path):

@@ -414,7 +414,7 @@ def test_a_stream_must_say_where_it_starts_and_checks_its_options(spark, tmp_url
     with pytest.raises(Exception, match="startingPosition"):
         spark.readStream.format("leveled").option("url", tmp_url).load().writeStream.format(
             "console").start().processAllAvailable()
-    with pytest.raises(Exception, match="maxChangesPerTrigger"):
+    with pytest.raises(Exception, match="maxChangesPerTrigger must be at least"):
         spark.readStream.format("leveled").option("url", tmp_url).option(
             "startingPosition", "latest").option("maxChangesPerTrigger", "0").load(
         ).writeStream.format("console").start().processAllAvailable()
@@ -422,6 +422,11 @@ def test_a_stream_must_say_where_it_starts_and_checks_its_options(spark, tmp_url
         spark.readStream.format("leveled").option("url", tmp_url).option(
             "startingPosition", "yesterday").load().writeStream.format(
             "console").start().processAllAvailable()
+    for bad in ("nan", "inf", "0"):
+        with pytest.raises(Exception, match="lease_s must be"):
+            spark.readStream.format("leveled").option("url", tmp_url).option(
+                "startingPosition", "latest").option("lease_s", bad).load(
+            ).writeStream.format("console").start().processAllAvailable()
 
 
 def test_a_streaming_write_must_name_its_writer(spark, tmp_path):
