@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from ..codec import ACTIVE, LEDGER_SCHEMA, OP_PUT, LedgerRows, checked_key
+from ..codec.name_text import has_bytes_names, name_from_text
 from ..files import journal as jfmt
 from ..files.framing import size_cuts
 from ..files.sst import sort_and_dedupe
@@ -44,9 +45,20 @@ def _name_ok(column: pa.Array, max_bytes: int) -> bool:
     escaping (no zero byte), so it can be keyed in bulk."""
     if column.type not in _NAME_TAGS or column.null_count:
         return False
+    if column.type == pa.string() and has_bytes_names(column):
+        return False  # text forms of bytes names: see names()
     size = pc.binary_length(column)
     return bool(pc.all(pc.and_(pc.greater(size, 0), pc.less_equal(size, max_bytes))).as_py()
                 and not pc.any(pc.match_substring(column, "\x00")).as_py())
+
+
+def names(column: pa.Array) -> list:
+    """The buckets or keys of a column, one by one: a ``string`` column's text forms (see
+    :mod:`~leveled_ray.codec.name_text`) as the names they stand for."""
+    found = column.to_pylist()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [name_from_text(n) if isinstance(n, str) else n for n in found]
+    return found
 
 
 def _expiry(ttl: pa.Array | None, n: int, now_s: float) -> np.ndarray | None:
@@ -104,8 +116,7 @@ def object_keys(batch: pa.RecordBatch, options: Options) -> list[bytes]:
     bucket, key = _narrow(batch.column("bucket")), _narrow(batch.column("key"))
     if _name_ok(bucket, options.max_key_bytes) and _name_ok(key, options.max_key_bytes):
         return _object_keys(bucket, key).to_pylist()
-    return [checked_key(b, k, options)
-            for b, k in zip(bucket.to_pylist(), key.to_pylist())]
+    return [checked_key(b, k, options) for b, k in zip(names(bucket), names(key))]
 
 
 def change_rows(changes) -> pa.Table:

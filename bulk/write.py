@@ -50,7 +50,7 @@ from ..manifest.store import ManifestStore, Versioned
 from ..manifest.transitions import bump_epoch, record_journal, require_usable
 from ..options import Options
 from ..read.store_reader import StoreReader
-from .rows import change_rows, journal_slices, plain_rows, sorted_run
+from .rows import change_rows, journal_slices, names, plain_rows, sorted_run
 
 #: The columns a bulk write takes: required, then optional.
 REQUIRED = ("bucket", "key", "value")
@@ -210,6 +210,7 @@ class PartitionWriter:
     async def _changes(self, batch: pa.RecordBatch) -> list:
         """The rows checked one by one (as ``put_many`` checks them), index terms resolved."""
         cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+        cols["bucket"], cols["key"] = names(batch.column("bucket")), names(batch.column("key"))
         n = batch.num_rows
         ttls = cols.get("ttl") or [None] * n
         indexes = cols.get("indexes") or [None] * n

@@ -8,6 +8,7 @@ import sys
 from typing import NoReturn
 
 from ..cluster.reader import ShardsAsTheyAre
+from ..codec.name_text import name_from_text
 from ..errors import InvalidArgumentError
 from ..files.store import ObjectStore
 from ..files.sync import run_sync
@@ -42,14 +43,12 @@ def bad_input(message: str) -> NoReturn:
 
 
 def name_arg(text: str) -> str | bytes:
-    """Buckets and keys are str; ``hex:...`` gives bytes."""
-    return bytes.fromhex(text[4:]) if text.startswith("hex:") else text
-
-
-def name_text(name) -> str:
-    """A name as the command line shows it, in text and JSON alike: a ``str`` as it is,
-    ``bytes`` as ``hex:...`` (what :func:`name_arg` reads back)."""
-    return f"hex:{name.hex()}" if isinstance(name, bytes) else str(name)
+    """Buckets and keys are str; ``hex:...`` gives bytes (see
+    :mod:`~leveled_ray.codec.name_text`, the form the command line shows names in)."""
+    try:
+        return name_from_text(text)
+    except InvalidArgumentError as exc:
+        bad_input(str(exc))
 
 
 def newest_readers(args) -> tuple[list[StoreReader], ShardMap | None]:

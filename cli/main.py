@@ -25,6 +25,7 @@ from ..bulk.read import ReadQuery
 from ..cluster.clone import create_any_clone
 from ..cluster.store import ShardedStore
 from ..codec import object_key
+from ..codec.name_text import name_text
 from ..codec.tictac import DEFAULT_SIZE
 from ..errors import LeveledError
 from ..files.sync import run_sync
@@ -36,7 +37,6 @@ from .args import (
     default_url,
     human_size,
     name_arg,
-    name_text,
     newest_reader,
     newest_readers,
     parse_options,
@@ -74,7 +74,7 @@ def _print_tuples(rows, as_json: bool) -> None:
         if as_json:
             print(json.dumps([name_text(r) if isinstance(r, bytes) else r for r in row]))
         else:
-            print("\t".join(name_text(r) for r in row))
+            print("\t".join(name_text(r) if isinstance(r, bytes) else str(r) for r in row))
 
 
 def cmd_keys(args) -> int:

@@ -19,6 +19,7 @@ from .checks import (
     check_value,
 )
 from .keys import object_key
+from .name_text import BYTES_PREFIX
 
 #: Change operations (journal entry types share these numbers).
 OP_PUT = 0
@@ -116,7 +117,8 @@ def put_change(bucket, key, value, limits, now_s, *, indexes=(), ttl=None, metad
             and ttl is None and expires_at is None and metadata is None and if_sqn is None
             and if_absent is False
             and len(bucket) > 0 and len(key) > 0 and len(value) <= limits.max_value_bytes
-            and len(bucket) + len(key) <= limits.max_key_bytes // 4):
+            and len(bucket) + len(key) <= limits.max_key_bytes // 4
+            and not key.startswith(BYTES_PREFIX) and not bucket.startswith(BYTES_PREFIX)):
         # The common case, checked with as little work as possible (bulk loads spend their
         # client time here). Short str names cannot exceed max_key_bytes once encoded.
         try:

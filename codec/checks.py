@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from .keys import INT_BIAS, TAG_OBJECT, object_key
+from .name_text import BYTES_PREFIX
 
 MAX_METADATA_BYTES = 4096
 
@@ -95,6 +96,9 @@ def check_name(value: Any, what: str, max_bytes: int) -> str | bytes:
         value = bytes(value)
     if isinstance(value, str):
         size = utf8_size(value, what)
+        if value.startswith(BYTES_PREFIX):
+            raise InvalidArgumentError(f"a str {what} may not begin with {BYTES_PREFIX!r} (the "
+                                       f"text form of bytes names): give bytes")
     elif isinstance(value, bytes):
         size = len(value)
     else:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import TAG_INDEX, TAG_OBJECT, check_name, encode_key, split_object_key, utf8_size
+from ..codec.name_text import texts_array
 from ..errors import InvalidArgumentError
 
 _AFTER = b"\x00"
@@ -141,15 +142,11 @@ class Names:
                              pa.binary())
 
     def arrow(self, binary: bool) -> tuple[pa.Array, pa.Array]:
-        """``(bucket, key)`` columns: ``binary``, or ``string`` (names given as bytes must then
-        be valid UTF-8)."""
+        """``(bucket, key)`` columns: ``binary`` (each name's bytes, UTF-8 for a ``str``), or
+        ``string``, each name in its text form (see :mod:`~leveled_ray.codec.name_text`)."""
         if binary:
             return self.buckets, self.keys
-        try:
-            return self.buckets.cast(pa.string()), self.keys.cast(pa.string())
-        except pa.ArrowInvalid:
-            raise InvalidArgumentError("a bucket or key stored as bytes is not valid UTF-8: "
-                                       "ask for binary_names=True") from None
+        return texts_array(self.buckets, self.bucket_str), texts_array(self.keys, self.key_str)
 
     def python(self) -> tuple[list, list]:
         """``(buckets, keys)`` as the ``str`` / ``bytes`` values they were written as."""

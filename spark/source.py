@@ -58,6 +58,7 @@ from ..bulk import sharded as bulk
 from ..bulk import write as bulk_write
 from ..bulk.stream import SPARK_SCHEMA
 from ..client.ray_connection import ensure_ray
+from ..codec.name_text import BYTES_PREFIX, name_from_text
 from ..entry_points import connect
 from ..errors import InvalidArgumentError
 from ..options import Options, value_from_text
@@ -157,11 +158,37 @@ def read_query(options: dict) -> bulk_read.ReadQuery:
     _check_names(options, _READ_OPTIONS)
     index = options.get("index")
     return bulk_read.check_query(bulk_read.ReadQuery(
-        bucket=options.get("bucket"), start=options.get("start_key"),
-        end=options.get("end_key"), index=index,
+        bucket=_name_option(options, "bucket"), start=_name_option(options, "start_key"),
+        end=_name_option(options, "end_key"), index=index,
         term_start=term_from_text(index or "", options.get("index_start")),
         term_end=term_from_text(index or "", options.get("index_end")),
         with_indexes=_flag(options, "with_indexes"), binary_names=_flag(options, "binary_names")))
+
+
+def _name_option(options: dict, name: str):
+    """A bucket or key given as an option, in its text form (``hex:...`` for bytes)."""
+    text = options.get(name)
+    return None if text is None else name_from_text(text)
+
+
+def _text_range(start, end, filters) -> tuple:
+    """The narrowest ``(start, end)`` of the keys (as text) the filters and the read's own
+    range allow (``None``: open)."""
+    for f in filters:
+        if isinstance(f, (EqualTo, GreaterThanOrEqual)) and (start is None or f.value > start):
+            start = f.value
+        if isinstance(f, (EqualTo, LessThanOrEqual)) and (end is None or f.value < end):
+            end = f.value
+    return start, end
+
+
+def _str_keys_only(start, end) -> bool:
+    """Does no bytes key's text (``hex:...``) fall in ``[start, end]`` (str bounds)? Then the
+    store's range of str keys from ``start`` to ``end`` holds every key that does."""
+    if not all(b is None or isinstance(b, str) for b in (start, end)):
+        return False
+    return (end is not None and end < BYTES_PREFIX) or (
+        start is not None and start > BYTES_PREFIX[:-1] + chr(ord(BYTES_PREFIX[-1]) + 1))
 
 
 def _flag(options: dict, name: str) -> bool:
@@ -233,9 +260,16 @@ class LeveledReader(DataSourceReader):
 
     def pushFilters(self, filters):
         """Narrow the scan to the bucket and key range that ``=``, ``>=`` and ``<=`` filters
-        on ``bucket`` and ``key`` allow; Spark applies the other filters to what is read."""
+        on ``bucket`` and ``key`` allow; Spark applies the other filters to what is read.
+        Names are compared as text (a bytes name as ``hex:...``, see
+        :mod:`~leveled_ray.codec.name_text`), keys in the store by type first: a key range
+        is pushed down only when no bytes key's text can fall in it. ``binary_names``
+        columns do not tell a str name from a bytes one: nothing is pushed down."""
+        if self.query.binary_names:
+            yield from filters
+            return
         pinned = [f for f in filters if isinstance(f, EqualTo) and f.attribute == ("bucket",)]
-        values = {f.value for f in pinned}
+        values = {name_from_text(f.value) for f in pinned}
         if len(values) > 1 or (values and self.query.bucket is not None
                                and self.query.bucket not in values):
             self.query = dataclasses.replace(self.query, empty=True)
@@ -244,22 +278,18 @@ class LeveledReader(DataSourceReader):
         if values and self.query.index is None:
             self.query = dataclasses.replace(self.query, bucket=values.pop())
         handled = list(pinned) if self.query.index is None else []
-        if self.query.bucket is not None and self.query.index is None:
-            start, end = self.query.start, self.query.end
-            for f in filters:
-                if getattr(f, "attribute", None) != ("key",):
-                    continue
-                if isinstance(f, (EqualTo, GreaterThanOrEqual)) and (
-                        start is None or f.value > start):
-                    start = f.value
-                if isinstance(f, (EqualTo, LessThanOrEqual)) and (end is None or f.value < end):
-                    end = f.value
-                if isinstance(f, (EqualTo, GreaterThanOrEqual, LessThanOrEqual)):
-                    handled.append(f)
+        keys = [f for f in filters if getattr(f, "attribute", None) == ("key",)
+                and isinstance(f, (EqualTo, GreaterThanOrEqual, LessThanOrEqual))]
+        bounds_text = all(b is None or isinstance(b, str) for b in (self.query.start,
+                                                                     self.query.end))
+        if self.query.bucket is not None and self.query.index is None and keys and bounds_text:
+            start, end = _text_range(self.query.start, self.query.end, keys)
             if start is not None and end is not None and start > end:
                 self.query = dataclasses.replace(self.query, empty=True)
-            else:
+                handled += keys
+            elif _str_keys_only(start, end):
                 self.query = dataclasses.replace(self.query, start=start, end=end)
+                handled += keys
         yield from (f for f in filters if not any(f is h for h in handled))
 
     def partitions(self):

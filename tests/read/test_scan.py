@@ -18,6 +18,7 @@ from leveled_ray.codec import (
     object_key,
     split_object_key,
 )
+from leveled_ray.codec.name_text import name_text
 from leveled_ray.errors import InvalidArgumentError
 from leveled_ray.files.sst import build_sst, sort_and_dedupe
 from leveled_ray.files.store import ObjectStore
@@ -153,8 +154,14 @@ def test_names_decode_in_bulk_like_one_by_one():
     assert list(zip(*sliced.python())) == [names[1]]
     buckets, keys = Names(pa.array([lkeys[0], lkeys[3]], pa.binary())).arrow(binary=False)
     assert buckets.to_pylist() == ["a", "\u00e9t\u00e9"] and keys.type == pa.string()
-    with pytest.raises(InvalidArgumentError, match="binary_names"):
-        Names(pa.array([object_key(b"\xff", "k")], pa.binary())).arrow(binary=False)
+    # Bytes names in their text form, whatever their bytes: one-to-one with the names.
+    buckets, keys = Names(pa.array(lkeys, pa.binary())).arrow(binary=False)
+    assert buckets.to_pylist() == ["a", "hex:726177", "b\x00c", "\u00e9t\u00e9"]
+    assert keys.to_pylist() == ["k", "k2", "hex:0001", "cl\u00e9"]
+    buckets, keys = Names(pa.array([object_key(b"\xff", "k"), object_key("b", b"k"),
+                                    object_key("b", "k")], pa.binary())).arrow(binary=False)
+    assert buckets.to_pylist() == ["hex:ff", "b", "b"]
+    assert keys.to_pylist() == ["k", "hex:6b", "k"]
     assert encode_key(b"o", "a") < lkeys[0]
 
 
@@ -176,3 +183,6 @@ def test_names_of_one_bucket_or_many_decode_like_one_by_one(bucket, keys, others
     as_bytes = [(b.encode() if isinstance(b, str) else b, k.encode() if isinstance(k, str)
                  else k) for b, k in names]
     assert list(zip(buckets.to_pylist(), keys_out.to_pylist())) == as_bytes
+    buckets, keys_out = decoded.arrow(binary=False)
+    assert list(zip(buckets.to_pylist(), keys_out.to_pylist())) == [
+        (name_text(b), name_text(k)) for b, k in names]
