@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test examples test-fast simulate soak bench lint typecheck wheel-check docs clean
+.PHONY: setup run test examples test-fast simulate mutate soak bench lint typecheck wheel-check docs clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,13 @@ CONFIG ?=
 
 simulate: setup
 	PYTHONHASHSEED=0 $(BIN)/python tests/simulation/run.py --seeds $(SEEDS) --first $(FIRST) --jobs $(JOBS) --config '$(CONFIG)'
+
+# Proof that the checks can fail: each mutant of tests/simulation/mutants.py against the
+# simulation (up to SEEDS seeds) and its named tests; the report goes to build/mutants.md.
+ONLY ?=
+
+mutate: setup
+	$(BIN)/python tests/simulation/mutate.py --seeds $(or $(MUTATE_SEEDS),200) --jobs $(JOBS) --only '$(ONLY)' --report build/mutants.md
 
 # The fault campaigns at a size beyond make test's: GC passes under 5% S3 faults.
 GC_PASSES ?= 200

@@ -67,6 +67,20 @@ def test_what_a_pass_keeps_and_deletes():
                                     window=120.0)
 
 
+def test_a_plan_with_a_doubt_deletes_nothing():
+    """Whatever else it proved, a pass that could not read something it needed (a lease, a
+    version) plans no delete, and says why."""
+    orphan = "ledger/X.sst"
+    v1 = Manifest.new()
+    listing = [meta(manifest_name(1), 3 * DAY), meta(orphan, 3 * DAY)]
+    known = gcm.Known((1, v1), {}, {1: v1},
+                      gcm.needed_versions(listing, (1, v1), NOW, 600.0, 3600.0))
+    assert gcm.plan(listing, known, NOW, 600.0, grace=600.0).files == [orphan]
+    doubted = gcm.plan(listing, known, NOW, 600.0, grace=600.0,
+                       doubts=["a snapshot lease could not be read"])
+    assert doubted.paths == [] and doubted.doubts == ("a snapshot lease could not be read",)
+
+
 def test_a_version_stays_until_its_successor_is_old_enough_to_tell_a_re_creation():
     """Whatever min_age: a writer with an older cached version could re-create a deleted id,
     and tells so only by creation times (whole seconds on S3)."""

@@ -107,6 +107,7 @@ def test_listen_resumes_across_a_reopen_from_the_journal(ray_cluster, tmp_path):
             while batch is None:
                 batch = feed.poll_batch(timeout=5)
             assert batch.column("key").to_pylist() == ["arrow"]
+            assert feed.sqn == batch.column("sqn")[-1].as_py()  # the batch is handed out
     finally:
         store.close()
 

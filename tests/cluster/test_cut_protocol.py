@@ -61,3 +61,44 @@ def test_a_cut_that_never_holds_fails_with_nothing_taken():
     with pytest.raises(ConflictError, match="before the cut was taken"):
         asyncio.run(cut(store, store._shards, None, Early(("snapshot",), discard)))
     assert sorted(given_back) == sorted((s, n) for s in (0, 1) for n in range(1, ATTEMPTS + 1))
+
+
+class HoldingShard(Shard):
+    """A shard that holds prepared parts ``held`` when it freezes: the cut applies the
+    committed ones (``applied``) before it takes the shard's part."""
+
+    def __init__(self, number: int, held: list[str]):
+        super().__init__(number, 0)
+        self.held, self.applied = held, []
+
+    async def freeze(self, cut_id, hold_s, take):
+        self.frozen = cut_id
+        return list(self.held), None  # parts held: taken after they are settled
+
+    async def cut_apply(self, cut_id, txns) -> None:
+        assert self.frozen == cut_id
+        self.applied += txns
+
+
+def test_a_cut_applies_the_committed_parts_it_holds_and_no_other(tmp_path):
+    from leveled_ray.files.store import ObjectStore
+    from leveled_ray.manifest.txn_records import ABORT, COMMIT, decide
+    from leveled_ray.options import Options
+
+    store = Store([])
+    store.url, store.options = f"file://{tmp_path}/db", Options()
+    root = ObjectStore.from_url(store.url, store.options)
+    store._shards = [HoldingShard(0, ["committed", "aborted"]), HoldingShard(1, ["open"])]
+
+    async def run():
+        assert await decide(root, "committed", COMMIT) == COMMIT
+        assert await decide(root, "aborted", ABORT) == ABORT
+
+        async def take(shard):
+            return ("taken", shard, list(store._shards[shard].applied))
+        return await cut(store, store._shards, take)
+
+    taken, _ = asyncio.run(run())
+    # "open" has no record: undecided, so not in the cut (its batch is in no shard yet).
+    assert [s.applied for s in store._shards] == [["committed"], []]
+    assert taken == [("taken", 0, ["committed"]), ("taken", 1, [])]

@@ -99,6 +99,35 @@ def test_a_put_many_across_shards_is_atomic_and_checks_every_condition_first(fou
     wait_until(lambda: not ObjectStore.from_url(store.url).list("txn/"))  # records go
 
 
+def test_batches_racing_for_the_same_keys_each_go_in_whole_one_after_the_other(four):
+    """Two writers put_many the same keys across every shard at once: a shard tells the
+    later batch its keys are busy, and that batch tries again, so every batch is written
+    (none fails) and the shards agree on which went in last."""
+    import threading
+
+    store = four
+    keys = [("race", f"k{i}") for i in range(8)]
+    assert len({store.shard_of(b, k) for b, k in keys}) == 4
+    busy = lambda: sum(s["txn_busy"] for s in store.stats()["shards"])  # noqa: E731
+    before, errors = busy(), []
+
+    def writer(tag: str) -> None:
+        try:
+            for n in range(25):
+                store.put_many([lr.Put(b, k, b"%s%d" % (tag.encode(), n)) for b, k in keys])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(set(store.get_many(keys))) == 1  # one batch's values in every shard
+    assert busy() > before  # they did meet
+
+
 def test_batched_reads_see_cross_shard_batches_whole(four):
     """Readers batch-read the keys of cross-shard batches while a writer writes them: every
     answer holds one batch, never parts of two."""

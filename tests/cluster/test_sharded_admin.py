@@ -26,6 +26,8 @@ def test_readers_admin_backup_gc_and_destroy(ray_cluster, s3_backend, tmp_path):
     assert checkpoint.id in {c.id for c in admin.list_checkpoints()}
     with pytest.raises(lr.InvalidArgumentError, match="being written"):
         admin.create_checkpoint()  # no cut without Ray while shards are written
+    with pytest.raises(lr.InvalidArgumentError, match="being written"):
+        admin.split_shard(0)  # a split at rest waits for the store to close
     feed = list(admin.changes(0, values=False))  # a feed needs no cut: read while written
     assert [(c.shard, c.sqn) for c in feed] == [(c.shard, c.sqn)
                                                 for c in store.changes(0, values=False)]

@@ -29,6 +29,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("--trace", action="store_true", help="print the run's trace")
     parser.add_argument("--jobs", type=int, default=1, help="processes to run seeds in")
+    parser.add_argument("--stop-first", action="store_true",
+                        help="stop at the first seed that breaks an invariant")
     parser.add_argument("--config", default="", help="a Config as JSON (a test's fixed "
                         "one), for every seed; default: each seed's own")
     args = parser.parse_args(argv)
@@ -43,6 +45,9 @@ def main(argv=None) -> int:
     try:
         for n, (seed, report) in enumerate(zip(seeds, reports), 1):
             steps += _report(seed, report, args.trace, failed, checks)
+            if failed and args.stop_first:
+                print(f"stopped at seed {seed}, the {n}th run", flush=True)
+                break
             if n % 100 == 0:
                 print(f"{n} seeds, {len(failed)} failed, "
                       f"{n / (time.perf_counter() - started):.1f} seeds/s", flush=True)

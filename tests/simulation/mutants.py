@@ -1,0 +1,202 @@
+"""The catalogue of ``make mutate``: single-point bugs at the protocols' decision points.
+
+Each mutant replaces one exact piece of a product module (found exactly once) with a wrong
+one. ``tests`` name the tests meant to catch it when the simulation does not (pytest node ids
+relative to the repository root); ``equivalent`` explains a mutant that no check can catch
+because it changes no outcome; ``unreached`` names a known survivor's missing scenario (it
+still counts as survived).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Mutant(NamedTuple):
+    name: str
+    path: str  # a product module, relative to the repository root
+    old: str
+    new: str
+    tests: tuple[str, ...] = ()
+    equivalent: str = ""
+    #: A known survivor: the path no check reaches yet, and what would reach it.
+    unreached: str = ""
+
+
+CROSS = "tests/cluster/test_sharded.py"
+TXN_CRASH = "tests/cluster/test_txn_crashes.py"
+PARTS = "tests/actors/test_participant_answers.py"
+HELD = "tests/actors/test_cut_holds_prepares.py"
+CUTS = "tests/cluster/test_cut_protocol.py"
+RESHAPE = "tests/cluster/test_reshape.py"
+SPLIT = "tests/cluster/test_split.py"
+FAILOVER = "tests/cluster/test_failover.py"
+GC = "tests/admin/test_gc.py"
+CHANGES = "tests/client/test_changes_ray.py"
+TRANSITIONS = "tests/manifest"
+
+MUTANTS = [
+    # -- participant decisions (actors/participant.py) --
+    Mutant("a resent prepare prepares again", "actors/participant.py",
+           "        if txn in self.parts:\n            return self.parts[txn].number  # prepared",
+           "        if False:\n            return self.parts[txn].number  # prepared",
+           (PARTS, TXN_CRASH)),
+    Mutant("a busy key is not refused", "actors/participant.py",
+           "        if not self.writes.lock([c.lkey for c in changes], txn):",
+           "        if not self.writes.lock([c.lkey for c in changes], txn) and False:",
+           (PARTS, CROSS)),
+    Mutant("a failed condition still prepares", "actors/participant.py",
+           "            if failure is not None:\n                self.writes.unlock(txn)",
+           "            if failure is not None and False:\n                self.writes.unlock(txn)",
+           (CROSS,)),
+    Mutant("a part prepared during a close is kept", "actors/participant.py",
+           "        # and a writer that finds the part settles it by that decision.\n"
+           "        self.writes.check_usable()",
+           "        # and a writer that finds the part settles it by that decision.\n"
+           "        pass",
+           (TXN_CRASH,),
+           unreached="a close that begins while the part's object is written: neither the "
+           "simulation's closer nor a test times a close into a prepare's upload yet"),
+    Mutant("an applied part is applied again after a restart", "actors/participant.py",
+           "                elif (part.found or part.attempted) and applied_already(",
+           "                elif False and applied_already(",
+           (HELD, TXN_CRASH)),
+    Mutant("a vanished commit record is an abort", "actors/participant.py",
+           "So this part is (going) in.\n            return COMMIT",
+           "So this part is (going) in.\n            return ABORT",
+           (TXN_CRASH,),
+           unreached="a client deletes its record between a shard's failed create of abort "
+           "and its read: a race no scenario makes yet (issue 53: seed 2637)"),
+    Mutant("a commit of an unknown part answers nothing", "actors/participant.py",
+           "            return self.applied_sqns.get(txn, [])",
+           "            return []",
+           (HELD, TXN_CRASH)),
+    Mutant("a lower bulk part is not settled first", "actors/participant.py",
+           "        for lower in settle_before(held, first_sqn):",
+           "        for lower in settle_before(held, first_sqn)[:0]:",
+           ("tests/bulk",)),
+    # -- commit records (manifest/txn_records.py, cluster/txn.py) --
+    Mutant("decide overwrites another decision", "manifest/txn_records.py",
+           "    if await root.put_if_absent_async(name, encode_record(decision, numbers)):\n"
+           "        return decision\n"
+           "    return decode_record(await root.get_async(name), name)",
+           "    await root.put_if_absent_async(name, encode_record(decision, numbers))\n"
+           "    return decision",
+           (TXN_CRASH,)),
+    Mutant("applied_already ignores the part's first SQN", "manifest/txn_records.py",
+           "any(s is not None and s >= part.after for s in newest)",
+           "any(s is not None and s >= 0 for s in newest)",
+           (TRANSITIONS, TXN_CRASH)),
+    Mutant("settle_before takes parts above the write", "manifest/txn_records.py",
+           "if p.first_sqn is not None and p.first_sqn < first_sqn]",
+           "if p.first_sqn is not None and p.first_sqn <= first_sqn + 10**9]",
+           ("tests/manifest/test_ingest.py", "tests/bulk")),
+    Mutant("the client applies without deciding", "cluster/txn.py",
+           "    if await decide(root, txn, COMMIT, numbers) != COMMIT:",
+           "    if False:",
+           (TXN_CRASH,)),
+    Mutant("a busy answer is raised, not retried", "cluster/txn.py",
+           "            if not _prepared(answer) and answer != BUSY:",
+           "            if not _prepared(answer):",
+           (CROSS,)),
+    Mutant("prepared parts are not aborted on a failure", "cluster/txn.py",
+           "        await _abort(shards, prepared, txn)\n        for answer in answers:",
+           "        for answer in answers:",
+           (CROSS, TXN_CRASH)),
+    # -- the cut (cluster/cut.py) --
+    Mutant("a cut that a shard outlasted is kept", "cluster/cut.py",
+           "        if all(h is True for h in held):",
+           "        if True:",
+           (CUTS,)),
+    Mutant("a cut does not apply the committed parts it holds", "cluster/cut.py",
+           "            committed = {txn for txn, d in zip(pending, decisions) if d == COMMIT}",
+           "            committed = set()",
+           (CUTS,)),
+    Mutant("a cut applies undecided parts", "cluster/cut.py",
+           "            committed = {txn for txn, d in zip(pending, decisions) if d == COMMIT}",
+           "            committed = set(pending)",
+           (CUTS,)),
+    # -- GC's guards (admin/gc.py, manifest/deletion.py) --
+    Mutant("GC deletes despite a doubt", "manifest/deletion.py",
+           "    if proof.doubts:\n        return []",
+           "    if False:\n        return []",
+           (GC,)),
+    Mutant("GC deletes a prepared batch's files", "admin/gc.py",
+           "        if path in known.prepared:",
+           "        if False:",
+           (GC, "tests/bulk")),
+    Mutant("GC deletes the journal tail", "admin/gc.py",
+           "        if slot is not None and slot >= manifest.journal_next_slot:",
+           "        if False:",
+           (GC,)),
+    Mutant("GC deletes a snapshot's journal tail", "admin/gc.py",
+           "        if slot is not None and any(first <= slot < end for first, end in tails):",
+           "        if False:",
+           (GC,)),
+    Mutant("GC deletes young objects", "admin/gc.py",
+           "        if now - meta.last_modified < min_age:\n            return \"young\"",
+           "        if False:\n            return \"young\"",
+           (GC,)),
+    Mutant("GC deletes what a writer may still publish", "admin/gc.py",
+           "            return \"its writer may publish it\"",
+           "            return None",
+           (GC,)),
+    Mutant("GC deletes files referenced by a kept version", "admin/gc.py",
+           "        if path in refs:\n            return \"referenced\"",
+           "        if False:\n            return \"referenced\"",
+           (GC,)),
+    # -- listener positions (client/listen.py) --
+    Mutant("a listener's position skips a change", "client/listen.py",
+           "        self._read = int(rows.column(\"sqn\")[-1].as_py())",
+           "        self._read = int(rows.column(\"sqn\")[-1].as_py()) + 1",
+           (CHANGES, RESHAPE)),
+    Mutant("a listener hands out a batch without moving", "client/listen.py",
+           "        self.sqn = self._read  # the whole batch is handed out",
+           "        pass  # the whole batch is handed out",
+           (CHANGES,)),
+    Mutant("a caught-up listener reads the Journal again forever", "client/listen.py",
+           "                self._read = max(self._read, self._caught_up_to)",
+           "                pass",
+           (RESHAPE,)),
+    Mutant("a lease does not hold history", "manifest/transitions.py",
+           "    if held := [h.sqn for h in leases if h.sqn < history_sqn]:",
+           "    if held := []:",
+           (TRANSITIONS, CHANGES)),
+    # -- split (cluster/split.py, cluster/quiet.py) --
+    Mutant("a split does not look for parts after its claim", "cluster/split.py",
+           "    await check_no_parts(Admin(parent_url, options), shard)\n    done(\"claim\")",
+           "    done(\"claim\")",
+           (SPLIT, "tests/bulk")),
+    Mutant("a split ignores a live writer", "cluster/quiet.py",
+           "            if lease.fresh(now):",
+           "            if False:",
+           (SPLIT, "tests/cluster/test_sharded_admin.py")),
+    Mutant("a split's children lose the shard's leases", "cluster/split.py",
+           "                           leases=True)",
+           "                           leases=False)",
+           (RESHAPE,)),
+    Mutant("a retire ignores a newer writer", "manifest/transitions.py",
+           "    if manifest.split_epoch == epoch:\n        return manifest  # an earlier",
+           "    if True:\n        return manifest  # an earlier",
+           (SPLIT, TRANSITIONS)),
+    # -- fencing and failover (manifest/transitions.py) --
+    Mutant("fencing is off", "manifest/transitions.py",
+           "    if manifest.writer_epoch != epoch:\n        raise FencedError(",
+           "    if False:\n        raise FencedError(",
+           (TRANSITIONS, FAILOVER)),
+    Mutant("a failover claims a store someone else opened", "manifest/transitions.py",
+           "    if manifest.writer_epoch != lost_epoch:",
+           "    if False:",
+           (TRANSITIONS, FAILOVER)),
+    Mutant("a split shard still takes writes", "manifest/transitions.py",
+           "    if manifest.split_epoch is not None:\n        raise WrongShardError(",
+           "    if False:\n        raise WrongShardError(",
+           (SPLIT, TRANSITIONS)),
+    # -- replay: the Ledger's SQN only moves forward (manifest/transitions.py) --
+    Mutant("the Ledger's SQN moves back", "manifest/transitions.py",
+           "    if ledger_sqn <= manifest.ledger_sqn:\n        return manifest",
+           "    if False:\n        return manifest",
+           (TRANSITIONS,),
+           equivalent="a persisted SQN set lower makes the next open replay more of the "
+           "Journal, which it applies again by SQN: the same Ledger"),
+]
