@@ -25,7 +25,6 @@ class Mutant(NamedTuple):
 
 CROSS = "tests/cluster/test_sharded.py"
 TXN_CRASH = "tests/cluster/test_txn_crashes.py"
-PARTS = "tests/actors/test_participant_answers.py"
 HELD = "tests/actors/test_cut_holds_prepares.py"
 CUTS = "tests/cluster/test_cut_protocol.py"
 RESHAPE = "tests/cluster/test_reshape.py"
@@ -40,11 +39,11 @@ MUTANTS = [
     Mutant("a resent prepare prepares again", "actors/participant.py",
            "        if txn in self.parts:\n            return self.parts[txn].number  # prepared",
            "        if False:\n            return self.parts[txn].number  # prepared",
-           (PARTS, TXN_CRASH)),
+           (HELD, TXN_CRASH)),
     Mutant("a busy key is not refused", "actors/participant.py",
            "        if not self.writes.lock([c.lkey for c in changes], txn):",
            "        if not self.writes.lock([c.lkey for c in changes], txn) and False:",
-           (PARTS, CROSS)),
+           (HELD, CROSS)),
     Mutant("a failed condition still prepares", "actors/participant.py",
            "            if failure is not None:\n                self.writes.unlock(txn)",
            "            if failure is not None and False:\n                self.writes.unlock(txn)",
