@@ -31,8 +31,8 @@ def name_from_text(text: str) -> str | bytes:
     try:
         return bytes.fromhex(text[len(BYTES_PREFIX):])
     except ValueError:
-        raise InvalidArgumentError(f"{text!r} is not hex: and an even number of hex digits "
-                                   f"(the text form of a bytes name)") from None
+        raise InvalidArgumentError(f"{text!r} is not the text form of a bytes name: "
+                                   f"{BYTES_PREFIX} and an even number of hex digits") from None
 
 
 def texts_array(names: pa.Array, is_str: np.ndarray) -> pa.Array:
