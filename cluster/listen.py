@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 
 import pyarrow as pa
@@ -95,9 +96,10 @@ class ShardedListener(Polling):
     async def _fetch_async(self, timeout: float | None) -> list[Change]:
         """The next changes of whichever shards have some (``[]`` after ``timeout``); a
         shard's position moves past one only once it is handed out."""
+        deadline = _deadline(timeout)
         while True:
-            found = await self._poll_parts(timeout, False)
-            if found or timeout is not None and self._moved is None:
+            found = await self._poll_parts(_left(deadline), False)
+            if found or _past(deadline) and self._moved is None:
                 return found
 
     def _hand_out(self, change: Change) -> Change:
@@ -107,11 +109,12 @@ class ShardedListener(Polling):
     async def poll_batch_async(self, timeout: float | None = None) -> pa.RecordBatch | None:
         """The next changes as one Arrow batch with a ``shard`` column (``None`` after
         ``timeout``)."""
+        deadline = _deadline(timeout)
         while True:
-            found = await self._poll_parts(timeout, True)
+            found = await self._poll_parts(_left(deadline), True)
             if found:
                 return pa.Table.from_batches(found).combine_chunks().to_batches()[0]
-            if timeout is not None and self._moved is None:
+            if _past(deadline) and self._moved is None:
                 return None
 
     async def _stop_waiting(self) -> None:
@@ -125,3 +128,17 @@ class ShardedListener(Polling):
     async def close_async(self) -> None:
         await self._stop_waiting()
         await asyncio.gather(*(part.close_async() for part in self.parts))
+
+
+# A poll's time: a shard's call kept from an earlier poll may come back empty at once, so a
+# poll goes on waiting until its own timeout has passed.
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline

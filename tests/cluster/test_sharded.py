@@ -405,6 +405,22 @@ def test_listen_to_a_sharded_store_follows_every_shard(four):
         assert all(feed.sqn[str(shard)] >= sqn for shard, sqn in seen.values())
 
 
+def test_a_sharded_poll_waits_its_whole_timeout_for_a_change(four):
+    """A poll that timed out leaves each shard's call waiting; the next poll waits for its
+    own timeout, not for the first of those calls to come back empty."""
+    import threading
+
+    position = {str(s): shard["next_sqn"] - 1 for s, shard in enumerate(four.stats()["shards"])}
+    with four.listen(position) as feed:
+        assert feed.poll(timeout=0.2) == []
+        late = threading.Timer(1.0, four.put, ("late", "k", b"x"))
+        late.start()
+        try:
+            assert [(c.bucket, c.key) for c in feed.poll(timeout=30)] == [("late", "k")]
+        finally:
+            late.join()
+
+
 def test_a_plain_bookie_refuses_the_root_of_a_sharded_store(ray_cluster, tmp_url, tmp_path):
     """Code that opens a URL as a plain store (as Ray-on-Spark's did) must not create a
     stray plain store at a sharded store's root."""
