@@ -5,6 +5,7 @@ answers of a shard to a cross-shard batch: a resent prepare, a busy key, a resta
 apply, a late commit. One local Bookie, without Ray."""
 
 import asyncio
+import contextlib
 import time
 
 import leveled_ray as lr
@@ -16,13 +17,22 @@ from leveled_ray.codec import make_change
 OPTIONS = lr.Options(journal=dict(compaction_interval_s=0), gc=dict(interval_s=0))
 
 
+@contextlib.asynccontextmanager
+async def local_bookie(url: str):
+    """A started Bookie of ``url`` in this process, closed at the end."""
+    bookie = Bookie(url, OPTIONS, local=True)
+    await bookie.start()
+    try:
+        yield bookie
+    finally:
+        await bookie.close()
+
+
 def test_a_frozen_shard_prepares_no_part_until_it_thaws(tmp_path):
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, OPTIONS, local=True)
-        await bookie.start()
-        try:
+        async with local_bookie(url) as bookie:
             change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
             frozen = await bookie.freeze("cut-1", 60.0)
             prepare = asyncio.ensure_future(
@@ -39,8 +49,6 @@ def test_a_frozen_shard_prepares_no_part_until_it_thaws(tmp_path):
             assert bookie.writes.locked([change.lkey])
             await bookie.abort_part("txn-1")
             assert not bookie.writes.locked([change.lkey])
-        finally:
-            await bookie.close()
 
     asyncio.run(run())
 
@@ -96,9 +104,7 @@ def test_a_part_a_cut_applied_first_still_notes_its_batch_and_answers_the_client
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, OPTIONS, local=True)
-        await bookie.start()
-        try:
+        async with local_bookie(url) as bookie:
             change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
             number = await bookie.prepare("txn-1", url, pack([change]), [value])
             numbers = {"0": number, "1": (7, 3)}  # by shard label
@@ -110,8 +116,6 @@ def test_a_part_a_cut_applied_first_still_notes_its_batch_and_answers_the_client
                 await asyncio.sleep(0.01)
             assert "txn-1" not in bookie.participant.parts
             assert await bookie.participant.commit("txn-1", numbers) == applied != []
-        finally:
-            await bookie.close()
 
     asyncio.run(run())
 
@@ -127,9 +131,7 @@ def test_a_bulk_install_waits_for_a_prepared_batch_holding_keys_in_its_range(tmp
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, OPTIONS, local=True)
-        await bookie.start()
-        try:
+        async with local_bookie(url) as bookie:
             change, value = make_change(lr.Put("b", "k", b"txn", if_absent=True), OPTIONS,
                                         time.time())
             assert isinstance(await bookie.prepare("txn-1", url, pack([change]), [value]),
@@ -146,8 +148,6 @@ def test_a_bulk_install_waits_for_a_prepared_batch_holding_keys_in_its_range(tmp
             await bookie.commit_part("txn-1", None)
             await install
             assert await bookie.get(change.lkey) == b"bulk"  # installed after, above it
-        finally:
-            await bookie.close()
 
     asyncio.run(run())
 
@@ -213,9 +213,7 @@ def test_a_resent_prepare_gets_its_part_and_another_batch_is_told_busy(tmp_path)
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, OPTIONS, local=True)
-        await bookie.start()
-        try:
+        async with local_bookie(url) as bookie:
             change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
             first = await bookie.prepare("txn-1", url, pack([change]), [value])
             assert await bookie.prepare("txn-1", url, pack([change]), [value]) == first
@@ -227,7 +225,5 @@ def test_a_resent_prepare_gets_its_part_and_another_batch_is_told_busy(tmp_path)
             assert isinstance(await bookie.prepare("txn-2", url, pack([other]), [value2]),
                               tuple)  # the key is free again
             await bookie.abort_part("txn-2")
-        finally:
-            await bookie.close()
 
     asyncio.run(run())
