@@ -13,6 +13,10 @@ The restarted writer claims the store only if no one else opened it while it was
 (:func:`~leveled_ray.manifest.transitions.reclaim_epoch`): the epoch it held is kept in Ray's
 key-value store, which outlives the process. If someone did, it stands down, fenced, and
 every call raises ``FencedError``.
+
+The shell knows its actor only through a :class:`RayActor` (its id, whether it was restarted,
+Ray's key-value store, its own end): the simulation runs this module unchanged with one of its
+own.
 """
 
 from __future__ import annotations
@@ -34,74 +38,96 @@ from ..errors import FencedError, StoreUnavailableError
 UNGATED = frozenset({"get_options", "get_clock", "start", "close", "assign"})
 
 
+class RayActor:
+    """What a Bookie's shell knows of its own actor, from Ray: its id, whether Ray restarted
+    it, and Ray's key-value store, which outlives its process. The shell reads it only through
+    these methods: the deterministic simulation (``testing/sim``) gives it one of its own."""
+
+    def begin(self) -> None:
+        """The actor's process begins to serve it: pandas is kept out (see
+        :func:`without_pandas`)."""
+        without_pandas()
+
+    def actor_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_actor_id()
+
+    def restarted(self) -> bool:
+        """Whether Ray restarted this actor. (Ray's own property reads a deprecated one of its
+        own, and every Bookie's start logged Ray's warning about it.)"""
+        import ray
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+    def die(self) -> None:
+        """End this process now, so that Ray restarts the actor (not ``exit_actor``: that
+        would be final)."""
+        os._exit(1)
+
+    def get(self, key: bytes) -> bytes | None:
+        from ray.experimental import internal_kv
+
+        return internal_kv._internal_kv_get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        from ray.experimental import internal_kv
+
+        internal_kv._internal_kv_put(key, value, overwrite=True)
+
+    def delete(self, key: bytes) -> None:
+        from ray.experimental import internal_kv
+
+        internal_kv._internal_kv_del(key)
+
+
+#: The actor context of every Bookie Ray runs.
+RAY_ACTOR = RayActor()
+
+
 def _epoch_key(actor_id: str) -> bytes:
     return f"leveled/writer_epoch/{actor_id}".encode()
-
-
-def remember_epoch(epoch: int) -> None:
-    """Keep this actor's writer epoch where its restart finds it."""
-    import ray
-    from ray.experimental import internal_kv
-
-    key = _epoch_key(ray.get_runtime_context().get_actor_id())
-    internal_kv._internal_kv_put(key, str(epoch).encode(), overwrite=True)
-
-
-def forget_epoch() -> None:
-    """A closed Bookie is not restarted: drop what a restart would read (its epoch, and a
-    spare's assignment)."""
-    import ray
-    from ray.experimental import internal_kv
-
-    actor_id = ray.get_runtime_context().get_actor_id()
-    internal_kv._internal_kv_del(_epoch_key(actor_id))
-    internal_kv._internal_kv_del(_assignment_key(actor_id))
 
 
 def _assignment_key(actor_id: str) -> bytes:
     return f"leveled/spare_assignment/{actor_id}".encode()
 
 
-def keep_assignment(kwargs: bytes) -> None:
+def remember_epoch(actor: RayActor, epoch: int) -> None:
+    """Keep this actor's writer epoch where its restart finds it."""
+    actor.put(_epoch_key(actor.actor_id()), str(epoch).encode())
+
+
+def forget_epoch(actor: RayActor) -> None:
+    """A closed Bookie is not restarted: drop what a restart would read (its epoch, and a
+    spare's assignment)."""
+    actor_id = actor.actor_id()
+    actor.delete(_epoch_key(actor_id))
+    actor.delete(_assignment_key(actor_id))
+
+
+def keep_assignment(actor: RayActor, kwargs: bytes) -> None:
     """Keep a spare Bookie's pickled constructor arguments where its restart finds them (a
     restart runs the constructor with the spare's own arguments: none)."""
-    import ray
-    from ray.experimental import internal_kv
-
-    key = _assignment_key(ray.get_runtime_context().get_actor_id())
-    internal_kv._internal_kv_put(key, kwargs, overwrite=True)
+    actor.put(_assignment_key(actor.actor_id()), kwargs)
 
 
-def assignment() -> dict | None:
+def assignment(actor: RayActor) -> dict | None:
     """The arguments :func:`keep_assignment` kept for this actor, when Ray restarted it."""
-    import ray
-    from ray.experimental import internal_kv
-
-    context = ray.get_runtime_context()
-    if not _restarted(context):
+    if not actor.restarted():
         return None
-    value = internal_kv._internal_kv_get(_assignment_key(context.get_actor_id()))
+    value = actor.get(_assignment_key(actor.actor_id()))
     return None if value is None else pickle.loads(value)
 
 
-def _restarted(context) -> bool:
-    """Whether Ray restarted this actor. (Ray's own property reads a deprecated one of its
-    own, and every Bookie's start logged Ray's warning about it.)"""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return bool(context.was_current_actor_reconstructed)
-
-
-def lost_epoch() -> int | None:
+def lost_epoch(actor: RayActor) -> int | None:
     """The writer epoch this actor held before Ray restarted it (``None``: a first start,
     or an epoch never recorded, as when the process died inside ``start``)."""
-    import ray
-    from ray.experimental import internal_kv
-
-    context = ray.get_runtime_context()
-    if not _restarted(context):
+    if not actor.restarted():
         return None
-    value = internal_kv._internal_kv_get(_epoch_key(context.get_actor_id()))
+    value = actor.get(_epoch_key(actor.actor_id()))
     return None if value is None else int(value)
 
 
@@ -140,7 +166,7 @@ def _forward(name: str, fn):
     return forward
 
 
-def restartable(cls):
+def restartable(cls, actor: RayActor = RAY_ACTOR):
     """The Ray actor class of the Bookie class ``cls``: a shell holding one Bookie, whose
     constructor, on a restart, starts reopening the store, and whose every public method but
     :data:`UNGATED` forwards to the Bookie once the reopen is done. (A shell, not a subclass:
@@ -148,13 +174,14 @@ def restartable(cls):
 
     A reopen refused by fencing leaves the actor fenced (each call raises the refusal); any
     other failure (the object store unreachable through its retries) ends the process, so
-    that Ray restarts it and the reopen begins again from nothing."""
+    that Ray restarts it and the reopen begins again from nothing. ``actor``: what the shell
+    knows of its actor (Ray's, but in the simulation)."""
 
     class Restartable:
         def __init__(self, *args, **kwargs):
             """A Bookie of ``cls(*args, **kwargs)``; without arguments, a spare, which gets
             its Bookie from :meth:`assign` (or, restarted, from where ``assign`` kept it)."""
-            without_pandas()
+            actor.begin()
             # Calls wait for the first start too: a named actor is found as soon as it is
             # created, before its store is open (a handle following a move finds it so).
             self._started = asyncio.Event()
@@ -162,7 +189,7 @@ def restartable(cls):
             self._stood_down: FencedError | None = None
             self.bookie = None
             if not args and not kwargs:
-                kept = assignment()
+                kept = assignment(actor)
                 if kept is None:
                     return  # a spare, still waiting for its store
                 args, kwargs = (), kept
@@ -170,7 +197,7 @@ def restartable(cls):
 
         def _make(self, args, kwargs) -> None:
             self.bookie = cls(*args, **kwargs)
-            self.bookie.lost_epoch = lost_epoch()
+            self.bookie.lost_epoch = lost_epoch(actor)
             if self.bookie.lost_epoch is not None:  # the constructor runs in the actor's loop
                 self._reopen = asyncio.ensure_future(self._start_again())
 
@@ -179,12 +206,12 @@ def restartable(cls):
             in Ray's key-value store, for a restart."""
             if self.bookie is not None:
                 raise RuntimeError("this Bookie already has its store")
-            keep_assignment(kwargs)
+            keep_assignment(actor, kwargs)
             self._make((), pickle.loads(kwargs))
 
         async def start(self) -> dict:
             info = await self.bookie.start()
-            remember_epoch(self.bookie.epoch)
+            remember_epoch(actor, self.bookie.epoch)
             self._started.set()
             return info
 
@@ -197,7 +224,7 @@ def restartable(cls):
                 self._started.set()  # calls are answered: with the refusal
             except Exception:
                 logging.getLogger(__name__).exception("reopening after a restart failed")
-                os._exit(1)  # not exit_actor: that would be final, and this must restart
+                actor.die()
 
         async def reopened(self) -> None:
             if self._reopen is not None:
@@ -220,7 +247,7 @@ def restartable(cls):
                 await asyncio.gather(asyncio.shield(self._reopen), return_exceptions=True)
             if self.bookie is not None:  # a spare never assigned holds nothing
                 await self.bookie.close()
-            forget_epoch()
+            forget_epoch(actor)
 
         def get_options(self):
             return self.bookie.get_options()

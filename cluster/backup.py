@@ -8,8 +8,10 @@ one commit point (see :mod:`leveled_ray.manifest.backup_records`).
    the first backup then writes the target's shard map.
 
 A backup interrupted before step 3 leaves every shard at the previous backup (the next one
-reuses the copies); after it, :func:`finish_backup` completes it, and the next backup and every
-open or administration of the target call it first. Opening the target restores the store.
+reuses the copies); the first backup to a target marks it unfinished until step 4, so that no
+open takes a half-copied target for a store. After step 3, :func:`finish_backup` completes
+it, and the next backup and every open or administration of the target call it first.
+Opening the target restores the store.
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ from ..manifest.backup_records import (
     create_backup_record,
     newest_backup,
 )
-from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
+from ..manifest.shard_map import (
+    ShardMap,
+    create_shard_map,
+    mark_unfinished,
+    read_shard_map,
+    unmark_unfinished,
+)
 from ..manifest.store import ManifestStore
 from ..options import Options
 from . import checkpoints
@@ -85,6 +93,8 @@ async def backup(store, target_url: str, target_options: Options | None, progres
         raise InvalidArgumentError(f"{target_url} holds a plain store")
     targets = [ObjectStore.from_url(layout.shard_url(target_url, s), options)
                for s in range(layout.count)]
+    if found is None:  # a new backup: no open takes its shards for a store until 4.
+        await mark_unfinished(root, "backup")
     pin, parts = await checkpoints.create(store, store.options.gc.long_snapshot_timeout_s,
                                           "backup", None)
     try:
@@ -102,6 +112,7 @@ async def backup(store, target_url: str, target_options: Options | None, progres
         if not await create_backup_record(root, number, record):  # 3.
             raise InvalidArgumentError(f"another backup wrote {target_url} meanwhile")
         await finish_backup(root, options)  # 4.
+        await unmark_unfinished(root, "backup")
         removed = [await prune(t, s) for t, s in zip(targets, staged)]
         for meta in await root.list_async(BACKUP_PREFIX):  # only the newest is ever read
             if meta.path < backup_record_name(number):

@@ -8,9 +8,10 @@ all from one checkpoint of the parent, so from one consistent cut:
    by name on a retry.
 2. Each shard of the clone is made as a plain clone of the parent's shard at that checkpoint
    (each pins its own version in the parent's shard, found again by name on a retry).
-3. The clone's shard map is created last: until then no open finds a sharded store there,
-   and a retried ``lr.clone`` carries on. Then the parent's pin of step 1 is released (by a
-   retry too, when the first try died before it could).
+3. The clone's shard map is created last: until then the clone's root is marked unfinished
+   (from before step 1), an open refuses it, and a retried ``lr.clone`` carries on. Then the
+   parent's pin of step 1 is released (by a retry too, when the first try died before it
+   could).
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from ..errors import CheckpointNotFoundError, InvalidArgumentError
 from ..files.names import MANIFEST_PREFIX
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url, same_store
-from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
+from ..manifest.shard_map import (
+    ShardMap,
+    create_shard_map,
+    mark_unfinished,
+    read_shard_map,
+    unmark_unfinished,
+)
 from ..options import Options
 from . import checkpoints
 from .admin import ShardedAdmin
@@ -113,15 +120,18 @@ async def create_sharded_clone(parent_url: str, parent_map: ShardMap, url: str,
         if pin is not None:  # made, but its maker died before it released the pin
             with contextlib.suppress(CheckpointNotFoundError):
                 await checkpoints.delete(parent, pin.id)
+        await unmark_unfinished(root, "clone")
         return found  # done (a plain clone checks its parent when opened: each shard's)
     if await root.list_async(MANIFEST_PREFIX):
         raise InvalidArgumentError(f"{url} holds a plain store")
+    await mark_unfinished(root, "clone")  # no open takes the shards for a store until 3.
     if pin is None:  # 1.
         pin = (await checkpoints.create(parent, None, label, checkpoint))[0]
     await asyncio.gather(*(create_clone(  # 2.
         parent_map.shard_url(parent_url, s), parent_map.shard_url(url, s), pin.id, options,
         parent_options) for s in range(parent_map.count)))
     made = await create_shard_map(root, dataclasses.replace(parent_map, version=1))  # 3.
+    await unmark_unfinished(root, "clone")
     with contextlib.suppress(CheckpointNotFoundError):
         await checkpoints.delete(parent, pin.id)
     return made

@@ -9,7 +9,7 @@ from ..codec.routing import check_route_by, check_shards
 from ..errors import InvalidArgumentError
 from ..files.names import MANIFEST_PREFIX
 from ..files.store import ObjectStore
-from ..manifest.shard_map import ShardMap, create_shard_map
+from ..manifest.shard_map import ShardMap, create_shard_map, unfinished
 from ..options import Options
 from .backup import find_shard_map
 
@@ -22,6 +22,8 @@ async def resolve_layout(root: ObjectStore, shards: int | None, route_by: str | 
       match what its shard map records.
     - Without a shard map, ``shards`` creates one, unless a plain store is there already.
     - Without either, the store is plain (created if absent, as always).
+    - A root that a sharded clone or backup is making (marked, until it writes the shard map,
+      last) is refused: only running the clone or backup again finishes it.
     """
     if shards is not None:
         check_shards(shards)
@@ -36,6 +38,10 @@ async def resolve_layout(root: ObjectStore, shards: int | None, route_by: str | 
             raise InvalidArgumentError(f"route_by={route_by!r}, but the store at {root.url} "
                                        f"routes by {found.route_by!r}")
         return found
+    if await unfinished(root):
+        raise InvalidArgumentError(f"the store at {root.url} holds shards but no shard map: a "
+                                   "sharded clone or backup that did not finish (run it "
+                                   "again to finish it)")
     if shards is None:
         if route_by is not None:
             raise InvalidArgumentError("route_by applies to a sharded store: pass shards= too")

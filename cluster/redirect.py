@@ -24,13 +24,10 @@ import asyncio
 import contextlib
 from typing import NamedTuple
 
-from ..actors.remote import NAMESPACE
-from ..client import actor_names, bookies
 from ..errors import ObjectStoreError, StoreClosedError, StoreUnavailableError, WrongShardError
 from ..files.store import NotFound, ObjectStore
 from ..manifest.shard_map import ShardMap, read_shard_map
 from ..options import Options
-from .layout import shard_name
 from .split import settle_splits
 from .txn import COMMITTED
 
@@ -60,47 +57,19 @@ def followed(exc: BaseException) -> bool:
             and not getattr(exc, COMMITTED, False))
 
 
-async def find_layout(url: str, name: str | None, options: Options,
-                      current: Layout) -> Layout | None:
+async def find_layout(url: str, name: str | None, options: Options, current: Layout,
+                      runtime) -> Layout | None:
     """The layout the store runs with now, if it differs from ``current``: its newest shard
     map (a split published, see :func:`~.split.settle_splits`) and each shard's running
-    Bookie, found by name. ``None`` when nothing changed, or when the Bookies cannot be found
-    (a store opened without ``name``: only the handle that split or moved reaches them)."""
+    Bookie, found by name in ``runtime`` (a :class:`~.runtime.Runtime`). ``None`` when nothing
+    changed, or when the Bookies cannot be found (a store opened without ``name``: only the
+    handle that split or moved reaches them)."""
     root = ObjectStore.from_url(url, options)
     found = await read_shard_map(root)
     shard_map = current.shard_map if found is None else await settle_splits(root, found, options)
     if name is None:
         return None
-    return await running_bookies(name, shard_map, current)
-
-
-async def running_bookies(name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
-    """The layout of ``shard_map`` with each shard's running Bookie (by its actor name),
-    reusing ``current``'s handles where the actor is the same; ``None`` if one is not running,
-    or if nothing changed."""
-    return await asyncio.to_thread(_connect, name, shard_map, current)
-
-
-def _connect(name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
-    import ray
-
-    mine = dict(zip(current.shard_map.prefixes, current.stores))
-    stores = []
-    for prefix in shard_map.prefixes:
-        try:
-            actor = ray.get_actor(actor_names.resolve(shard_name(name, prefix)),
-                                  namespace=NAMESPACE)
-        except ValueError:
-            return None  # not running (yet): nothing to send the call to
-        known = mine.get(prefix)
-        if known is not None and known._actor._actor_id == actor._actor_id:
-            stores.append(known)
-        else:
-            stores.append(bookies.connect_bookie(shard_name(name, prefix)))
-    if shard_map.same_layout(current.shard_map) and all(
-            a is b for a, b in zip(stores, current.stores)):
-        return None
-    return Layout(tuple(stores), shard_map)
+    return await runtime.running_bookies(name, shard_map, current)
 
 
 @contextlib.asynccontextmanager
@@ -127,13 +96,13 @@ async def _reshaping(root: ObjectStore, prefixes, now: float) -> bool:
 
 
 async def wait_for_layout(url: str, name: str | None, options: Options, current: Layout,
-                          clock) -> Layout | None:
+                          clock, runtime) -> Layout | None:
     """:func:`find_layout`, waited for while a shard of ``current`` is marked as being split
     or moved (at most :data:`CHANGE_WAIT_S`)."""
     root = ObjectStore.from_url(url, options)
     deadline = clock() + CHANGE_WAIT_S
     while True:
-        found = await find_layout(url, name, options, current)
+        found = await find_layout(url, name, options, current, runtime)
         if (found is not None or clock() > deadline
                 or not await _reshaping(root, current.shard_map.prefixes, clock())):
             return found

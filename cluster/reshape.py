@@ -44,9 +44,9 @@ def _name(store, prefix: str) -> str | None:
 def drop_group(store, prefix: str) -> None:
     """Remove the placement group of the shard at ``prefix``, if it moved or split (once its
     Bookie is closed: Ray ends the actors of a removed group)."""
-    name = _name(store, prefix)
-    placement.remove(store._shard_groups.pop(prefix, None) or placement.named(
-        placement.shard_placement_name(None if name is None else actor_names.resolve(name))))
+    name, runtime = _name(store, prefix), store.runtime
+    runtime.remove(store._shard_groups.pop(prefix, None) or runtime.named(
+        placement.shard_placement_name(None if name is None else runtime.resolve(name))))
 
 
 class _Starting(NamedTuple):
@@ -65,27 +65,25 @@ async def _create(store, shard_map: ShardMap, shards: list[int], node: str | Non
     opened, each in a placement group of its own on ``node`` (where Ray picks: ``None``),
     under its shard's name, or when ``moving``, under a name of its own: the shard's Bookie
     still runs under the shard's."""
-    specs, groups = [], []
+    specs, groups, runtime = [], [], store.runtime
     try:
         for shard in shards:
             name = _name(store, shard_map.prefixes[shard])
             actor_name = actor_names.moved(name) if moving and name is not None else name
-            groups.append(await asyncio.to_thread(
-                placement.on_node, node, placement.shard_placement_name(actor_name),
-                store.detached))
+            groups.append(await runtime.on_node(
+                node, placement.shard_placement_name(actor_name), store.detached))
             specs.append(bookies.BookieSpec(
                 shard_map.shard_url(store.url, shard), actor_name,
-                scheduling=placement.bundle(groups[-1], 0),
+                scheduling=runtime.bundle(groups[-1], 0),
                 shard=(store.name or store.url, shard_map.labels[shard])))
-        actors = await asyncio.to_thread(bookies.create_bookies, specs, store.options,
-                                         detached=store.detached, head_only=store.head_only,
-                                         clock=store.clock)
+        actors = await runtime.create_bookies(specs, store.options, detached=store.detached,
+                                              head_only=store.head_only, clock=store.clock)
     except BaseException:
-        _remove(groups)
+        _remove(store, groups)
         raise
     starting = _Starting(shard_map, shards, specs, actors, groups)
     try:  # their processes up (seconds under load): a pause that follows holds their opens only
-        await asyncio.gather(*(actor.__ray_ready__.remote() for actor in actors))
+        await runtime.ready(actors)
     except BaseException:
         _abandon(store, starting)
         raise
@@ -96,28 +94,28 @@ async def _open(store, starting: _Starting) -> list:
     """Open the stores of :func:`_create`'s Bookies, and have handles find them by their
     shards' names; on failure, stop them and drop their groups."""
     try:
-        opened = await asyncio.to_thread(bookies.open_bookies, starting.actors, starting.specs,
-                                         store.options, store.clock)
+        opened = await store.runtime.open_bookies(starting.actors, starting.specs,
+                                                  store.options, store.clock)
     except BaseException:
-        _remove(starting.groups)
+        _remove(store, starting.groups)
         raise
     for shard, spec, group in zip(starting.shards, starting.specs, starting.groups):
         prefix = starting.shard_map.prefixes[shard]
         store._shard_groups[prefix] = group
         if spec.name is not None:
-            actor_names.point(_name(store, prefix), spec.name)
+            store.runtime.point(_name(store, prefix), spec.name)
     return opened
 
 
 def _abandon(store, starting: _Starting) -> None:
     """Stop Bookies created ahead but not to be opened, and drop their groups."""
-    bookies.stop_bookies(starting.actors)
-    _remove(starting.groups)
+    store.runtime.stop_bookies(starting.actors)
+    _remove(store, starting.groups)
 
 
-def _remove(groups: list) -> None:
+def _remove(store, groups: list) -> None:
     for group in groups:
-        placement.remove(group)
+        store.runtime.remove(group)
 
 
 async def _start(store, shard_map: ShardMap, shards: list[int], node: str | None) -> list:
@@ -150,7 +148,7 @@ async def split_running(store, shard: int) -> ShardMap:
     children = await _create(store, planned, [shard, shard + 1], node)
     try:
         async with _changing(store, root, layout.shard_map.prefixes[shard]):
-            await parent.close_async()
+            await store.runtime.close_bookie(parent)
             drop_group(store, layout.shard_map.prefixes[shard])
             try:
                 new_map = await split_shard(store.url, shard, store.options)
@@ -185,7 +183,7 @@ async def split_running(store, shard: int) -> ShardMap:
 async def move_running(store, shard: int, node_id: str) -> None:
     """Restart shard ``shard``'s Bookie of ``store`` on node ``node_id`` (see the module)."""
     _check_shard(store, shard)
-    if node_id not in placement.alive_nodes():
+    if node_id not in store.runtime.alive_nodes():
         raise InvalidArgumentError(f"no Ray node {node_id!r} is alive")
     layout = store._layout
     if await node_of(layout.stores[shard]) == node_id:
@@ -197,7 +195,7 @@ async def move_running(store, shard: int, node_id: str) -> None:
     starting = await _create(store, layout.shard_map, [shard], node_id, moving=True)
     try:
         async with _changing(store, root, prefix):
-            await layout.stores[shard].close_async()
+            await store.runtime.close_bookie(layout.stores[shard])
             drop_group(store, prefix)
             opening, starting = starting, None  # _open cleans up after itself
             moved = await _open(store, opening)
@@ -209,7 +207,7 @@ async def move_running(store, shard: int, node_id: str) -> None:
 
 async def rebalance(store) -> list[dict]:
     """Spread ``store``'s shards over the nodes alive now (see the module)."""
-    nodes = placement.alive_nodes()
+    nodes = store.runtime.alive_nodes()
     found = await asyncio.gather(*(node_of(s) for s in store._stores))
     running = collections.defaultdict(list, {node: [] for node in nodes})
     for shard, node in enumerate(found):

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from .. import roles
-from ..client import actor_names
 from ..client.shard_side import ShardSide
 from ..client.store import Store
 from ..clock import Clock
@@ -47,6 +46,7 @@ from .fanout import per_shard_checked, shard_groups
 from .layout import shard_name
 from .listen import ShardedListener
 from .redirect import CHANGE_WAIT_S, REDIRECTS, Layout, followed, wait_for_layout
+from .runtime import RAY, Runtime
 from .snapshot import ShardedSnapshot
 from .totals import totals
 from .txn import put_across
@@ -95,7 +95,7 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
 
     def __init__(self, stores: Sequence[Store], shard_map: ShardMap, url: str,
                  name: str | None, options: Options, clock: Clock, group=None,
-                 detached: bool = False):
+                 detached: bool = False, runtime: Runtime = RAY):
         self._layout = Layout(tuple(stores), shard_map)
         self.url = url
         self.name = name
@@ -106,6 +106,7 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         self._group = group  # the placement group this handle made (None in copies)
         self._change: concurrent.futures.Future | None = None  # a split or move under way
         self._shard_groups: dict = {}  # prefix -> the placement group of a shard it moved
+        self.runtime = runtime  # where its Bookies run: Ray's (a copy's is always Ray's)
 
     def __reduce__(self):
         return (ShardedStore, (self._stores, self.shard_map, self.url, self.name, self.options,
@@ -181,7 +182,8 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         if self._layout is not used:
             return True
         try:
-            found = await wait_for_layout(self.url, self.name, self.options, used, self.clock)
+            found = await wait_for_layout(self.url, self.name, self.options, used, self.clock,
+                                          self.runtime)
         except ObjectStoreError:  # the layout cannot be read now: the call's own error stands
             return False
         if found is None:
@@ -410,12 +412,13 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
             await asyncio.gather(*(store.close_async() for store in self._stores))
         finally:
             group, self._group = self._group, None
-            placement.remove(group if group is not None else placement.named(
+            runtime = self.runtime
+            runtime.remove(group if group is not None else runtime.named(
                 None if self.name is None else placement.placement_name(self.name)))
             for prefix in self.shard_map.prefixes:
                 reshape.drop_group(self, prefix)
                 if self.name is not None:
-                    actor_names.forget(shard_name(self.name, prefix))
+                    runtime.forget(shard_name(self.name, prefix))
 
     # -- the layout: split and move shards through the running store --
 

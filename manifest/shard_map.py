@@ -15,6 +15,7 @@ before a split still says where to read on: its parent's SQN stands for each chi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from ..codec.routing import (
     partition_runs,
     shard_of_partition,
 )
-from ..errors import CorruptObjectError, InvalidArgumentError
+from ..errors import CorruptObjectError, InvalidArgumentError, ObjectStoreError
 from ..files.store import ObjectStore
 from .history import check_position
 
@@ -40,9 +41,32 @@ def shard_map_name(version: int) -> str:
     return f"{SHARD_MAP_PREFIX}{version:020d}"
 
 
+#: Where a sharded clone or backup marks the root it makes a store at, until that store's
+#: shard map (written last) is there: an open refuses such a root, and only running the clone
+#: or backup again finishes it.
+UNFINISHED_PREFIX = "unfinished/"
+
+
 def shard_prefix(shard: int) -> str:
     """A shard's prefix under the store's root (``shard-003``)."""
     return f"shard-{shard:03d}"
+
+
+async def mark_unfinished(root: ObjectStore, maker: str) -> None:
+    """Mark ``root`` as being made by ``maker`` (``"clone"``, ``"backup"``)."""
+    await root.put_async(UNFINISHED_PREFIX + maker, b"")
+
+
+async def unmark_unfinished(root: ObjectStore, maker: str) -> None:
+    """Drop ``maker``'s mark, once the shard map is written (a mark left then is harmless:
+    the shard map is what an open reads)."""
+    with contextlib.suppress(ObjectStoreError):
+        await root.delete_async(UNFINISHED_PREFIX + maker)
+
+
+async def unfinished(root: ObjectStore) -> bool:
+    """Whether a sharded clone or backup marked ``root`` (see :data:`UNFINISHED_PREFIX`)."""
+    return bool(await root.list_async(UNFINISHED_PREFIX))
 
 
 @dataclass(frozen=True)

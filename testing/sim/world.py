@@ -1,14 +1,27 @@
 """One simulated world: a sharded store's Bookies, each in a process of its own, on the
 simulated object store, and the client handles that reach them as Ray's would.
 
+The world stands in for Ray, behind the seams the product declares, so that the product's own
+code runs unchanged:
+
+* :class:`SimRuntime` is ``cluster/runtime.py``'s :class:`~leveled_ray.cluster.runtime.Runtime`:
+  a split or move (``cluster/reshape.py``) and a handle following a new layout
+  (``cluster/redirect.py``) make, open, stop and close Bookies, and find them by name, here;
+* every Bookie runs in the shell Ray runs it in (``actors/failover.py``), told of its actor by
+  :class:`SimActorContext`: a restart (:meth:`World.failover`) runs the shell's constructor
+  again in a new process, and the shell reopens the store by itself;
+* named actors (:class:`SimActor`) as Ray keeps them: a name held from creation to the actor's
+  end, Ray's key-value store, calls held while an actor restarts, and the end of the actors a
+  driver made when it dies.
+
 Calls between processes go through :class:`SimHandle`: the callee runs each call as a task of
 its own process; arguments and answers are pickled (as Ray does, so no two processes share an
 object); a call to a dead process, or one in flight when it dies, fails with
-``StoreClosedError`` (Ray's ``ActorDiedError``, as the client sees it). After a kill, the
-shard's next :meth:`World.start_shard` is a new Bookie over the same store, as a reopen (or a
-restarted actor) is, and handles reach it from then on.
+``StoreClosedError`` (Ray's ``ActorDiedError``, as the client sees it), or
+``StoreUnavailableError`` when Ray restarts the actor. A user's reopen
+(:meth:`World.start_shard`) is a new process of the shard's actor, which handles reach from
+then on.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -17,32 +30,34 @@ import gc
 import itertools
 import pickle
 import random
+import sys
 import warnings
 from dataclasses import dataclass
 
 from leveled_ray.actors.bookie import Bookie
+from leveled_ray.actors.failover import restartable
 from leveled_ray.bulk import read as bulk_read
 from leveled_ray.bulk import write as bulk_write
 from leveled_ray.client.store import Store
 from leveled_ray.clock import system_clock
-from leveled_ray.cluster import redirect, txn
-from leveled_ray.cluster.backup import find_shard_map
+from leveled_ray.cluster import txn
 from leveled_ray.cluster.layout import shard_name
 from leveled_ray.cluster.redirect import Layout
-from leveled_ray.cluster.split import split_shard
+from leveled_ray.cluster.split import settle_splits
 from leveled_ray.cluster.store import ShardedStore
 from leveled_ray.errors import (
+    FencedError,
     InvalidArgumentError,
     LeveledError,
     StoreClosedError,
-    WrongShardError,
+    StoreUnavailableError,
 )
 from leveled_ray.files import clerk
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
 from leveled_ray.options import Options
 
-from .loop import SimLoop, deterministic, run_in
+from .loop import PROCESS, SimLoop, deterministic, run_in
 from .objects import SimObjects
 
 #: The name the world's store runs under (its shards' Bookies are ``sim.shard-000``, ...).
@@ -51,10 +66,32 @@ NAME = "sim"
 
 @dataclass
 class Incarnation:
-    """One Bookie process of a shard."""
+    """One Bookie process of a shard: the actor's shell (``actors/failover.py``) and the
+    Bookie in it."""
 
     pid: str
-    bookie: Bookie
+    shell: object
+
+    @property
+    def bookie(self) -> Bookie:
+        return self.shell.bookie
+
+
+@dataclass
+class SimActor:
+    """One named Bookie actor, as Ray keeps it: its process now (``None`` while it is down;
+    ``restarting``: Ray restarts it, and holds the calls to it meanwhile), opened again in
+    place by :meth:`World.start_shard`; ``owner``: the process that made it (a driver), whose
+    death ends it for good (Ray's ownership, for an actor not detached)."""
+
+    id: str
+    name: str
+    key: str  # its shard's prefix
+    restarting: bool = False
+    inc: Incarnation | None = None
+    owner: str | None = None
+    ended: bool = False
+    pending: Incarnation | None = None  # its first process, made, not yet opened
 
 
 class World:
@@ -70,13 +107,19 @@ class World:
         self.shard_count = shards or 1
         self.url = f"memory://sim-{seed}"
         self.shard_map: ShardMap | None = None
-        #: Each shard's running Bookie, by prefix (``""``: a plain store), as Ray finds
-        #: named actors: a prefix names one shard for good, whatever its index.
-        self.live: dict[str, Incarnation | None] = {}
-        self.busy: set[str] = set()  # shards a client is closing, restarting or splitting
+        #: Ray's named actors (a shard's Bookie, under its shard's name or one a move gave
+        #: it), and what its key-value store maps a shard's name to (see
+        #: ``client/actor_names.py``).
+        self.actors: dict[str, SimActor] = {}
+        self.pointers: dict[str, str] = {}
+        self.kv: dict[bytes, bytes] = {}  # the rest of Ray's key-value store
+        self.processes: dict[str, tuple[SimActor, bool]] = {}  # pid: (actor, a restart?)
+        self.shells = restartable(Bookie, SimActorContext(self))
+        self.busy: set[str] = set()  # shards a client is closing, restarting or reshaping
         self.in_flight: dict[str, set[asyncio.Future]] = {}
         self._numbers = itertools.count()
         self.trace: list[str] = []
+        self.runtime = SimRuntime(self)
         self._patches = contextlib.ExitStack()
 
     # -- time and processes --
@@ -97,24 +140,66 @@ class World:
         pid = self.pid(role)
         return pid, run_in(pid, coro)
 
-    def kill(self, pid: str, error: type[StoreClosedError] = StoreClosedError) -> None:
-        """``kill -9`` of process ``pid``: none of its steps runs again, and the calls in
-        flight to it fail with ``error`` (``StoreUnavailableError`` for an actor that Ray
-        restarts, as the client sees it then)."""
+    def kill(self, pid: str, restarts: bool = False) -> None:
+        """``kill -9`` of process ``pid``: none of its steps runs again. The calls in flight
+        to it fail (``StoreUnavailableError`` if Ray restarts its actor, ``restarts``: the
+        client sees it so; else ``StoreClosedError``), and the calls sent to its actor until
+        :meth:`failover` restarts it are held. The actors it made end with it."""
         self.note(f"kill {pid}")
-        self._end(pid, error)
-        for key, inc in self.live.items():
-            if inc is not None and inc.pid == pid:
-                self.live[key] = None
+        self._end(pid, StoreUnavailableError if restarts else StoreClosedError)
+        for actor in list(self.actors.values()):
+            if actor.inc is not None and actor.inc.pid == pid:
+                actor.inc, actor.restarting = None, restarts
+            if actor.owner == pid:
+                self.end_actor(actor)
+
+    def partition(self, pid: str, lasts_s: float) -> None:
+        """Process ``pid`` is cut off from its callers, as by a partition of its node: the
+        calls in flight to it fail as unavailable and its actor restarts (Ray gave its node
+        up), but the process runs on for ``lasts_s`` virtual seconds (its calls in flight and
+        its background work go on, against the object store) before it is killed."""
+        self.note(f"partition {pid}")
+        for future in self.in_flight.pop(pid, set()):
+            if not future.done():
+                future.set_exception(StoreUnavailableError(f"the process {pid} is cut off"))
+        for actor in self.actors.values():
+            if actor.inc is not None and actor.inc.pid == pid:
+                actor.inc, actor.restarting = None, True
+        self.loop.call_later(lasts_s, lambda: self.kill(pid))
+
+    def new_actor(self, name: str, key: str, owner: str | None = None) -> SimActor:
+        return SimActor(f"{name}@{next(self._numbers)}", name, key, owner=owner)
+
+    def end_actor(self, actor: SimActor) -> None:
+        """Ray's end of an actor (``ray.kill``, or its owner's death): its process ends, and
+        its name is free."""
+        for inc in (actor.inc, actor.pending):
+            if inc is not None:
+                self._end(inc.pid, StoreClosedError)
+        actor.inc, actor.ended, actor.restarting = None, True, False
+        if self.actors.get(actor.name) is actor:
+            del self.actors[actor.name]
 
     # -- the store --
 
     def key(self, shard: int) -> str:
-        """Shard ``shard``'s key in :attr:`live`: its prefix in the current layout."""
+        """Shard ``shard``'s prefix in the current layout (``""``: a plain store's)."""
         return self.shard_map.prefixes[shard] if self.sharded else ""
 
+    def actor_at(self, key: str) -> SimActor | None:
+        """The actor that handles find by the name of the shard at prefix ``key``."""
+        name = self._name_of(key)
+        return self.actors.get(self.pointers.get(name, name))
+
+    def running_at(self, key: str) -> Incarnation | None:
+        """The process that serves the shard at prefix ``key``: not one whose Bookie was
+        closed (by a split or move whose driver died before it ended the actor)."""
+        actor = self.actor_at(key)
+        inc = None if actor is None else actor.inc
+        return None if inc is None or inc.bookie.closing else inc
+
     def running(self, shard: int) -> Incarnation | None:
-        return self.live.get(self.key(shard))
+        return self.running_at(self.key(shard))
 
     def shard_url(self, shard: int) -> str:
         return self.shard_map.shard_url(self.url, shard) if self.sharded else self.url
@@ -125,115 +210,155 @@ class World:
     def _name_of(self, key: str) -> str:
         return shard_name(NAME, key) if self.sharded else NAME
 
+    def key_of(self, url: str) -> str:
+        """The prefix of the shard at ``url``."""
+        return url[len(self.url) + 1:] if self.sharded else ""
+
     async def create(self) -> None:
         if self.sharded:
             self.shard_map = await create_shard_map(
                 ObjectStore.from_url(self.url, self.options), ShardMap.new(self.shard_count))
         for shard in range(self.shard_count):
-            await self.start_shard(shard)
+            await self.start_shard(self.key(shard))
 
-    async def start_shard(self, shard: int, lost_epoch: int | None = None) -> None:
-        """Open shard ``shard`` in a new Bookie process (fencing any earlier one); with
-        ``lost_epoch``, as Ray's restart of a Bookie that held that epoch (failover: it
-        claims the store only if no one opened it since)."""
-        await self._start(self.key(shard), self._made(shard), lost_epoch)
+    def index(self, key: str) -> int:
+        """The shard at prefix ``key`` now (a split shifts the numbers of those after it)."""
+        return self.shard_map.prefixes.index(key) if self.sharded else 0
 
-    def _made(self, shard: int) -> Incarnation:
-        """A new Bookie process for shard ``shard``, its store not yet opened (its
-        constructor reads and writes nothing)."""
-        label = self.shard_map.labels[shard] if self.sharded else None
-        return Incarnation(self.pid(f"shard{shard}"), Bookie(
-            self.shard_url(shard), self.options, self.name(shard), local=True,
-            clock=self.clock, shard=(NAME, label) if self.sharded else None))
+    async def start_shard(self, key: str) -> None:
+        """Open the shard at prefix ``key`` in a new Bookie process of its actor (fencing any
+        earlier one), which handles reach as before: its user's open. A shard whose actor
+        ended gets a new one, under its shard's name, as an open makes it."""
+        actor = self.actor_at(key)
+        if actor is None:
+            self.pointers.pop(self._name_of(key), None)
+            actor = self.actors[self._name_of(key)] = self.new_actor(self._name_of(key), key)
+        for _ in range(600):  # a closing Bookie finishes its close first (its process runs)
+            if actor.inc is None or not actor.inc.bookie.closing or actor.inc.bookie.closed:
+                break
+            await asyncio.sleep(0.1)
+        made = await self._shard_process(actor)
+        self.note(f"start {made.pid}")
+        await run_in(made.pid, made.shell.start())
+        if actor.inc is not None:  # a closed Bookie's process: its actor restarts
+            self._end(actor.inc.pid, StoreClosedError)
+        actor.inc, actor.restarting = made, False
 
-    async def _start(self, key: str, made: Incarnation, lost_epoch: int | None = None) -> None:
-        """Open the shard at ``key`` (its prefix) in ``made``."""
-        made.bookie.lost_epoch = lost_epoch
-        self.note(f"start {made.pid}" if lost_epoch is None
-                  else f"restart {made.pid} after {lost_epoch}")
-        await run_in(made.pid, made.bookie.start())
-        self.live[key] = made
+    async def failover(self, key: str) -> bool:
+        """Ray's restart of the killed actor of the shard at ``key``: a new process, whose shell
+        (``actors/failover.py``) reopens the store by itself, claiming it with the epoch it
+        held; the calls held meanwhile go on. Whether it reclaimed the store (``False``: it
+        stood down, fenced by a newer writer, and answers every call so)."""
+        actor = self.actor_at(key)
+        await self._restart(actor)
+        for _ in range(600):
+            try:
+                await SimHandle(self, actor).stats.remote()
+                return True
+            except FencedError:
+                return False
+            except StoreClosedError:  # reopening still, or its process died and restarts
+                await asyncio.sleep(0.5)
+        return False
+
+    async def _restart(self, actor: SimActor) -> None:
+        made = await self._shard_process(actor, restarted=True)
+        self.note(f"restart {made.pid}")
+        actor.inc, actor.restarting = made, False
+
+    async def open_elsewhere(self, key: str) -> None:
+        """Another writer opens the shard at ``key`` and closes it (a user's open of the
+        store, not under its name, while its actor was down): its writer epoch moves on."""
+        made = await self._shard_process(self.new_actor("elsewhere", key))
+        self.note(f"open elsewhere {made.pid}")
+        try:
+            await run_in(made.pid, made.shell.start())
+            await run_in(made.pid, made.shell.close())
+        finally:
+            self._end(made.pid, StoreClosedError)
+
+    async def _shard_process(self, actor: SimActor, restarted: bool = False) -> Incarnation:
+        """A new process of ``actor``, its shard's Bookie (see :meth:`made`)."""
+        shard = self.index(actor.key)
+        return await self.made(actor, self.shard_url(shard), self.options, None, self.clock,
+                               (NAME, self.shard_map.labels[shard]) if self.sharded else None,
+                               restarted)
+
+    async def made(self, actor: SimActor, url: str, options: Options, head_only: str | None,
+                   clock, shard: tuple[str, str] | None, restarted: bool = False
+                   ) -> Incarnation:
+        """A new process of ``actor``, its shell made there (``restarted``: as Ray restarts
+        an actor, which then reopens its store by itself; else its store not yet opened)."""
+        pid = self.pid(f"shard-{actor.key}")
+        self.processes[pid] = (actor, restarted)
+
+        async def construct():
+            return self.shells(url, options, actor.name, local=True, head_only=head_only,
+                               clock=clock, shard=shard)
+        return Incarnation(pid, await run_in(pid, construct()))
 
     def client(self, shard: int) -> Store:
-        return self._client(self.key(shard), self.shard_url(shard))
+        return self._client(self.actor_at(self.key(shard)), self.shard_url(shard))
 
-    def _client(self, key: str, url: str) -> Store:
-        return Store(SimHandle(self, key), self.options, url, self._name_of(key),
-                     {"head_only": None}, self.clock)
+    def _client(self, actor: SimActor | None, url: str, options: Options | None = None,
+                clock=None) -> Store:
+        return Store(SimHandle(self, actor), options or self.options, url,
+                     None if actor is None else actor.name, {"head_only": None},
+                     clock or self.clock)
 
     def store(self) -> ShardedStore | Store:
         """A client's handle on the store, with the layout as it is now."""
         if not self.sharded:
             return self.client(0)
         return ShardedStore([self.client(s) for s in range(self.shard_count)], self.shard_map,
-                            self.url, NAME, self.options, self.clock)
+                            self.url, NAME, self.options, self.clock, runtime=self.runtime)
 
-    async def close_shard(self, shard: int) -> None:
-        """A clean close of shard ``shard``'s Bookie; its process ends with it."""
-        key = self.key(shard)
-        inc = self.live[key]
+    async def close_shard(self, key: str) -> None:
+        """A clean close of the Bookie of the shard at ``key``; its process ends with it (its
+        actor is opened again in place by the next :meth:`start_shard`)."""
+        actor = self.actor_at(key)
+        inc, actor.inc = actor.inc, None  # new calls find it gone, as after a close
         self.note(f"close {inc.pid}")
-        self.live[key] = None  # new calls find it gone, as after a close
-        await run_in(inc.pid, inc.bookie.close())
+        await run_in(inc.pid, inc.shell.close())
         self._end(inc.pid, StoreClosedError)  # its loops are stopped; nothing of it runs on
 
-    async def split(self, shard: int, kill_after_s: float | None) -> str:
-        """Split shard ``shard`` as a running store's handle does (``cluster/reshape.py``):
-        close its Bookie, run the split (``cluster/split.py``) in a process of its own, killed
-        after ``kill_after_s`` virtual seconds if given, then start the children if the split
-        retired the shard, or the shard again if not (and the children if that open finds the
-        shard retired: the split's commit landed late). Returns how it ended."""
-        await self.close_shard(shard)
-        pid = self.pid("splitter")
-        self.note(f"split shard {shard} in {pid}")
-        task = run_in(pid, split_shard(self.url, shard, self.options))
+    async def reshape(self, kind: str, key: str, kill_after_s: float | None) -> str:
+        """Split (``kind="split"``) or move the shard at prefix ``key`` through a running
+        store's handle (``cluster/reshape.py``), driven by a process of its own, killed after
+        ``kill_after_s`` virtual seconds if given (the Bookies it made end with it); then
+        read the layout the store has. Returns how it ended; its shards that run nowhere are
+        left for the caller to open, as its user would."""
+        handle = self.store()
+        shard = handle.shard_map.prefixes.index(key)
+        driver = self.pid(f"{kind}ter")
+        self.note(f"{kind} shard {shard} in {driver}")
+        task = run_in(driver, handle.split_shard_async(shard) if kind == "split" else
+                      handle.move_shard_async(shard, self.rng.choice(NODES)))
         if kill_after_s is not None:
-            self.loop.call_later(kill_after_s, lambda: task.done() or self.kill(pid))
-        while not task.done() and pid not in self.loop.dead:
+            self.loop.call_later(kill_after_s, lambda: task.done() or self.kill(driver))
+        while not task.done() and driver not in self.loop.dead:
             await asyncio.sleep(0.05)
-        outcome = ("killed" if not task.done() else "failed" if task.cancelled()
-                   or task.exception() is not None else "done")
+        if not task.done():
+            outcome = "killed"
+        elif task.cancelled() or task.exception() is not None:
+            if not isinstance(task.exception(), LeveledError):
+                raise task.exception()  # the caller's check sees it: an untyped error
+            outcome = "failed"
+        else:
+            outcome = "done"
+        self.note(f"{kind} of shard {shard} {outcome}")
         root = ObjectStore.from_url(self.url, self.options)
-        found = await find_shard_map(root, self.options)
-        if found.count == self.shard_map.count:  # not split, it seems
-            try:
-                await self.start_shard(shard)
-                return f"{outcome}, not split"
-            except WrongShardError:  # the split's commit, in flight, landed after that read
-                found = await find_shard_map(root, self.options)
-                outcome += " late"
+        for _ in range(100):  # the layout's read fails as the object store does
+            with contextlib.suppress(LeveledError):
+                found = await settle_splits(root, self.shard_map, self.options)
+                break
+            await asyncio.sleep(1.0)
+        split = key not in found.prefixes
         self.shard_map, self.shard_count = found, found.count
-        for child in (shard, shard + 1):
-            await self.start_shard(child)
-        return f"{outcome}, split"
-
-    async def move(self, shard: int, kill_after_s: float | None) -> str:
-        """Move shard ``shard`` as a running store's handle does (``cluster/reshape.py``): a
-        new Bookie process made first, then the shard's closed and the new one opened, all
-        driven by a mover's process; killed after ``kill_after_s`` virtual seconds if given,
-        and the new Bookie with it (the driver owns it). The old Bookie's close goes on in
-        its own process, which nothing ends then (as a detached store's Bookie). Returns how
-        it ended: ``"done"``, or, when not, whether the shard was left ``"closed"`` (its user
-        opens it again)."""
-        # By its prefix: a split of another shard meanwhile shifts the shards' numbers.
-        key, made, mover = self.key(shard), self._made(shard), self.pid("mover")
-        self.note(f"move shard {shard} to {made.pid} in {mover}")
-
-        async def move() -> None:
-            await self.close_shard(shard)
-            await self._start(key, made)
-
-        task = run_in(mover, move())
-        if kill_after_s is not None:
-            self.loop.call_later(kill_after_s, lambda: task.done() or self.kill(mover))
-        while not task.done() and mover not in self.loop.dead:
-            await asyncio.sleep(0.05)
-        if task.done() and not task.cancelled() and task.exception() is None:
-            return "done"
-        if made.pid not in self.loop.dead:
-            self.kill(made.pid)  # Ray ends the actors of a driver that died, or stops them
-        outcome = "killed" if mover in self.loop.dead else "failed"
-        return f"{outcome}, {'closed' if self.live.get(key) is None else 'not moved'}"
+        if kind == "split":
+            return f"{outcome}, {'split' if split else 'not split'}"
+        return outcome if outcome == "done" else (
+            f"{outcome}, {'not moved' if self.running_at(key) else 'closed'}")
 
     def _end(self, pid: str, error: type[StoreClosedError]) -> None:
         """Process ``pid`` ends: none of its steps runs again, and the calls still in flight
@@ -246,7 +371,7 @@ class World:
     async def close_all(self) -> None:
         for shard in range(self.shard_count):
             if self.running(shard) is not None:
-                await self.close_shard(shard)
+                await self.close_shard(self.key(shard))
 
     # -- running --
 
@@ -276,7 +401,6 @@ class World:
         # thread of its own: here, in a task of the caller's process (no thread may race
         # the simulation).
         self._patches.enter_context(_patched(txn, "_RECORD_DELETES", _RecordDeletes()))
-        self._patches.enter_context(_patched(redirect, "running_bookies", self._bookies))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -284,6 +408,8 @@ class World:
         # here, while the loop is open: a coroutine collected later would run its cleanup
         # against a closed loop.
         asyncio.events._set_running_loop(self.loop)
+        hook = sys.unraisablehook
+        sys.unraisablehook = _quiet_cleanups(hook)
         for task in asyncio.all_tasks(self.loop):
             with contextlib.suppress(BaseException):
                 task.get_coro().close()
@@ -298,6 +424,7 @@ class World:
             # that never ran: expected, as for any process killed.
             warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
             gc.collect()  # the run's garbage, while its finalizers can still do no harm
+        sys.unraisablehook = hook
         gc.unfreeze()
         gc.enable()
 
@@ -307,49 +434,43 @@ class World:
 
     async def _running_store(self, store_name: str, ray_address=None):
         """:func:`leveled_ray.bulk.write.connect_running`, as named actors are found here."""
-        for key in self.live:
-            if self._name_of(key) == store_name:
-                url = f"{self.url}/{key}" if self.sharded else self.url
-                return self._client(key, url)
-        raise InvalidArgumentError(f"no running store named {store_name!r}")
-
-    async def _bookies(self, name: str, shard_map: ShardMap, current: Layout) -> Layout | None:
-        """:func:`leveled_ray.cluster.redirect.running_bookies`, as named actors are found
-        here: a handle reaches a prefix's Bookie whichever process runs it."""
-        if any(self.live.get(prefix) is None for prefix in shard_map.prefixes):
-            return None
-        if shard_map.same_layout(current.shard_map):
-            return None  # the same handles: each reaches its prefix's Bookie already
-        return Layout(tuple(self._client(p, shard_map.shard_url(self.url, s))
-                            for s, p in enumerate(shard_map.prefixes)), shard_map)
+        actor = self.actors.get(self.pointers.get(store_name, store_name))
+        if actor is None:
+            raise InvalidArgumentError(f"no running store named {store_name!r}")
+        url = f"{self.url}/{actor.key}" if self.sharded else self.url
+        return self._client(actor, url)
 
 
 class SimHandle:
-    """A handle on the Bookie of the shard at ``key``, whichever process runs it now."""
+    """A handle on one Bookie actor (``None``: one that is gone), whichever process runs it
+    now."""
 
-    def __init__(self, world: World, key: str):
-        self._world, self._shard = world, key
+    def __init__(self, world: World, actor: SimActor | None):
+        self._world, self._actor = world, actor
 
     def __getattr__(self, name: str):
-        return _SimMethod(self._world, self._shard, name)
+        return _SimMethod(self._world, self._actor, name)
 
 
 class _SimMethod:
-    def __init__(self, world: World, shard: str, name: str):
-        self.world, self.shard, self.name = world, shard, name
+    def __init__(self, world: World, actor: SimActor | None, name: str):
+        self.world, self.actor, self.name = world, actor, name
 
     def remote(self, *args, **kwargs) -> asyncio.Future:
         world = self.world
         future = asyncio.get_running_loop().create_future()
-        inc = world.live.get(self.shard)
+        inc = None if self.actor is None else self.actor.inc
+        if inc is None and self.actor is not None and self.actor.restarting:
+            return asyncio.ensure_future(self._held(args, kwargs))
         if inc is None:
-            future.set_exception(StoreClosedError(f"shard {self.shard}'s Bookie is gone"))
+            future.set_exception(StoreClosedError(f"the Bookie {self.actor and self.actor.name} "
+                                                  "is gone"))
             return future
         args, kwargs = _copy((args, kwargs))
         world.in_flight.setdefault(inc.pid, set()).add(future)
 
         async def run():
-            result = getattr(inc.bookie, self.name)(*args, **kwargs)
+            result = getattr(inc.shell, self.name)(*args, **kwargs)
             if asyncio.iscoroutine(result):
                 result = await result
             return result
@@ -370,6 +491,147 @@ class _SimMethod:
 
         run_in(inc.pid, run()).add_done_callback(answered)
         return future
+
+    async def _held(self, args, kwargs):
+        """A call to an actor that Ray restarts: sent once it runs again."""
+        while self.actor.inc is None and self.actor.restarting:
+            await asyncio.sleep(0.05)
+        return await self.remote(*args, **kwargs)
+
+
+class SimActorContext:
+    """:class:`leveled_ray.actors.failover.RayActor` in the world: what a Bookie's shell
+    knows of its actor (by the process it runs in), the world's key-value store, and its
+    own end (``die``: Ray restarts it)."""
+
+    def __init__(self, world: World):
+        self.world = world
+
+    def begin(self) -> None:
+        pass  # no process of its own to keep pandas out of
+
+    def actor_id(self) -> str:
+        return self.world.processes[PROCESS.get()][0].id
+
+    def restarted(self) -> bool:
+        return self.world.processes[PROCESS.get()][1]
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.world.kv.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.world.kv[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.world.kv.pop(key, None)
+
+    def die(self) -> None:
+        world, pid = self.world, PROCESS.get()
+        actor = world.processes[pid][0]
+        world.kill(pid, restarts=True)
+        world.loop.call_later(1.0, lambda: actor.ended or actor.inc is not None
+                              or actor.key not in world.shard_map.prefixes
+                              or run_in(None, world._restart(actor)))
+
+
+#: The nodes a move picks from (where a Bookie runs is not simulated: a move restarts it).
+NODES = ("node-a", "node-b")
+
+
+class SimRuntime:
+    """:class:`leveled_ray.cluster.runtime.Runtime` in the world: Bookies are started in
+    processes of its own, named as Ray names actors; placement groups are tokens."""
+
+    def __init__(self, world: World):
+        self.world = world
+
+    async def create_bookies(self, specs, options: Options, *, detached: bool,
+                             head_only: str | None, clock) -> list[SimActor]:
+        world, made = self.world, []
+        for spec in specs:
+            if spec.name in world.actors:
+                self.stop_bookies(made)
+                raise ValueError(f"the actor name {spec.name!r} is already taken")  # as Ray
+            actor = world.new_actor(spec.name, world.key_of(spec.url),
+                                    owner=None if detached else PROCESS.get())
+            actor.pending = await world.made(actor, spec.url, options, head_only, clock,
+                                             spec.shard)
+            world.actors[spec.name] = actor
+            world.note(f"create {actor.pending.pid} as {spec.name}")
+            made.append(actor)
+        return made
+
+    async def ready(self, actors: list[SimActor]) -> None:
+        await asyncio.sleep(0)
+
+    async def open_bookies(self, actors: list[SimActor], specs, options: Options,
+                           clock) -> list[Store]:
+        try:
+            infos = await asyncio.gather(*(run_in(a.pending.pid, a.pending.shell.start())
+                                           for a in actors))
+        except BaseException:
+            self.stop_bookies(actors)
+            raise
+        for actor in actors:
+            actor.inc = actor.pending
+        return [Store(SimHandle(self.world, actor), options, spec.url, spec.name, info, clock)
+                for actor, spec, info in zip(actors, specs, infos)]
+
+    def stop_bookies(self, actors: list[SimActor]) -> None:
+        for actor in actors:
+            self.world.end_actor(actor)
+
+    async def close_bookie(self, store: Store) -> None:
+        """A close call, then the actor's end (as :meth:`Store.close` ends it)."""
+        actor = store._actor._actor
+        with contextlib.suppress(StoreClosedError):  # gone already: closed
+            await store._actor.close.remote()
+        if actor is not None:
+            self.world.end_actor(actor)
+
+    def resolve(self, name: str) -> str:
+        return self.world.pointers.get(name, name)
+
+    def point(self, name: str, actor_name: str) -> None:
+        if actor_name == name:
+            self.world.pointers.pop(name, None)
+        else:
+            self.world.pointers[name] = actor_name
+
+    def forget(self, name: str) -> None:
+        self.point(name, name)
+
+    async def running_bookies(self, name: str, shard_map: ShardMap,
+                              current: Layout) -> Layout | None:
+        world = self.world
+        mine = dict(zip(current.shard_map.prefixes, current.stores))
+        stores = []
+        for s, prefix in enumerate(shard_map.prefixes):
+            actor = world.actor_at(prefix)
+            if actor is None or actor.inc is None:
+                return None  # not running (yet): nothing to send the call to
+            known = mine.get(prefix)
+            stores.append(known if known is not None and known._actor._actor is actor
+                          else world._client(actor, shard_map.shard_url(world.url, s)))
+        if shard_map.same_layout(current.shard_map) and all(
+                a is b for a, b in zip(stores, current.stores)):
+            return None
+        return Layout(tuple(stores), shard_map)
+
+    async def on_node(self, node_id, name, detached):
+        return name
+
+    def bundle(self, group, index: int):
+        return None
+
+    def remove(self, group) -> None:
+        pass
+
+    def named(self, name):
+        return None
+
+    def alive_nodes(self) -> list[str]:
+        return list(NODES)
 
 
 class _RecordDeletes:
@@ -396,6 +658,16 @@ def _copy(value):
     except Exception as exc:
         raise UnpicklableError(f"{type(value).__name__} cannot be sent between processes: "
                                f"{exc}") from exc
+
+
+def _quiet_cleanups(hook):
+    """``hook``, but silent about a coroutine whose cleanup awaits when it is closed at the
+    run's end (a killed process's, stopped inside ``async with``): nothing of it runs."""
+    def quiet(unraisable) -> None:
+        if not (isinstance(unraisable.exc_value, RuntimeError)
+                and "ignored GeneratorExit" in str(unraisable.exc_value)):
+            hook(unraisable)
+    return quiet
 
 
 @contextlib.contextmanager

@@ -2,17 +2,27 @@
 to the shard pause and go on, every handle follows the new layout (copies made before it
 included, see leveled_ray.cluster.redirect), and every read agrees with a model."""
 
+import concurrent.futures
 import pickle
 import random
 import threading
 import time
+import uuid
 
+import pyarrow as pa
 import pytest
 from support.model import check_model, write_rounds
+from support.s3 import QUICK_FAILURES, S3_BUCKET, s3_options
 from support.stores import SMALL
 
 import leveled_ray as lr
+from leveled_ray.bulk import sharded as bulk
+from leveled_ray.clock import ManualClock
 from leveled_ray.cluster import placement
+from leveled_ray.cluster.redirect import CHANGE_WAIT_S, RESHAPING, followed
+from leveled_ray.cluster.txn import COMMITTED
+from leveled_ray.files.store import ObjectStore
+from leveled_ray.testing.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.ray
 
@@ -226,5 +236,136 @@ def test_history_leases_pass_to_both_children_of_a_split(ray_cluster, tmp_path):
         assert leases["held"] == {"0.0": 3, "0.1": 3}
         assert set(leases["consumer"]) == {"0.0", "0.1"}
         feed.close()
+    finally:
+        store.close()
+
+
+def test_a_split_that_fails_before_its_commit_point_reopens_the_shard_where_it_ran(
+        ray_cluster, moto_endpoint):
+    """Every write of the first child's manifest answers 503 (moto's S3 behind the fault
+    proxy): the split fails at its children, before its commit point. The shard is opened
+    again on its node, the error raised, and the store holds all it held and takes writes."""
+    url = f"s3://{S3_BUCKET}/split-fails-{uuid.uuid4().hex[:10]}"
+    with FaultProxy(moto_endpoint) as proxy:
+        options = s3_options(proxy.endpoint, **SMALL, **QUICK_FAILURES)
+        store = lr.open(url, options, shards=2, name="reshape-fails")
+        try:
+            model: dict = {}
+            write_rounds(store, model, 3, random.Random(8))
+            nodes = nodes_of(store)
+            proxy.fail_paths("PUT", "/shard-000.0-e", 10**6)
+            with pytest.raises(lr.ObjectStoreError, match="503"):
+                store.split_shard(0)
+            proxy.clear_paths()
+            assert store.shard_map.labels == ("0", "1") and nodes_of(store) == nodes
+            check_model(store, model)
+            write_rounds(store, model, 2, random.Random(9))
+            check_model(store, model)
+        finally:
+            store.close()
+        with lr.reader(url, options=options) as at_rest:  # the old layout, whole
+            assert at_rest.shard_map.labels == ("0", "1")
+            check_model(at_rest, model)
+
+
+def test_a_copy_waits_for_a_new_layout_while_the_shards_mark_is_recent_and_not_after_two_minutes(
+        ray_cluster, tmp_path):
+    """A copy's call meets a closed shard. Marked (``reshaping/<prefix>``) less than two
+    minutes ago by the store's clock, the call waits for the new layout and follows it; marked
+    longer ago (its splitter died), it fails at once with the closed shard's error. Whole-store
+    calls through an idle copy of the old layout fail too; ``lr.connect`` has the new one."""
+    clock = ManualClock()
+    url = f"file://{tmp_path}/db"
+    store = lr.open(url, OPTIONS, shards=2, name="reshape-mark", clock=clock)
+    reopened = None
+    try:
+        model: dict = {}
+        write_rounds(store, model, 2, random.Random(10))
+        key = next(k for k in sorted(model) if store.shard_of("b", k) == 0)
+        copy, idle = (pickle.loads(pickle.dumps(store)) for _ in range(2))
+        root, mark = ObjectStore.from_url(url), RESHAPING + store.shard_map.prefixes[0]
+        root.put(mark, repr(clock()).encode())
+        clock.advance(CHANGE_WAIT_S + 1)  # the splitter that marked it died two minutes ago
+        store.shard(0).close()
+        with pytest.raises(lr.StoreClosedError):
+            in_thread(copy.get, "b", key).result(timeout=30)  # not CHANGE_WAIT_S
+        root.put(mark, repr(clock()).encode())  # a splitter at work now
+        waiting = in_thread(copy.get, "b", key)
+        store.close()
+        lr.admin(url, OPTIONS).split_shard(0)  # the new layout: the shard's children
+        reopened = lr.open(url, OPTIONS, name="reshape-mark", clock=clock)
+        assert waiting.result(timeout=60) == model[key]
+        assert copy.shards == 3 and copy.shard_map.labels == reopened.shard_map.labels
+        root.delete(mark)
+        with pytest.raises(lr.StoreClosedError):
+            idle.stats()
+        assert lr.connect("reshape-mark").shards == 3
+        check_model(copy, model)
+    finally:
+        store.close()
+        if reopened is not None:
+            reopened.close()
+
+
+def in_thread(call, *args) -> concurrent.futures.Future:
+    """``call(*args)`` in a daemon thread of its own (one that hangs does not hold the
+    session's exit); its outcome."""
+    done: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run():
+        try:
+            done.set_result(call(*args))
+        except BaseException as exc:  # noqa: BLE001 - the caller's to see
+            done.set_exception(exc)
+    threading.Thread(target=run, daemon=True).start()
+    return done
+
+
+def test_a_copy_of_a_store_without_a_name_gets_the_error_after_a_split(ray_cluster, tmp_path):
+    """Bookies are found by name: only the handle that split an unnamed store follows it."""
+    store = lr.open(f"file://{tmp_path}/db", OPTIONS, shards=2)
+    try:
+        model: dict = {}
+        write_rounds(store, model, 2, random.Random(11))
+        key = next(k for k in sorted(model) if store.shard_of("b", k) == 0)
+        copy = pickle.loads(pickle.dumps(store))
+        store.split_shard(0)
+        with pytest.raises(lr.StoreClosedError):
+            copy.get("b", key)
+        assert copy.shards == 2
+        check_model(store, model)
+    finally:
+        store.close()
+
+
+def test_only_a_call_that_changed_nothing_is_sent_again_on_a_new_layout():
+    """What a stale handle sends again: a call refused by a closed Bookie or by a shard that
+    does not own the key; never one whose outcome is unknown, nor one a committed cross-shard
+    batch made."""
+    assert followed(lr.StoreClosedError("closed")) and followed(lr.WrongShardError("moved"))
+    assert not followed(lr.StoreUnavailableError("lost during the call"))
+    committed = lr.StoreClosedError("closed before it applied its part")
+    setattr(committed, COMMITTED, True)
+    assert not followed(committed)
+
+
+def test_a_bulk_write_through_the_stores_name_finds_a_moved_bookie(ray_cluster, tmp_path):
+    """A moved shard's Bookie runs under a name of its own: a bulk write that begins and
+    commits through the store's name finds it through the shard's."""
+    url = f"file://{tmp_path}/db"
+    store = lr.open(url, OPTIONS, shards=2, name="reshape-bulk")
+    try:
+        nodes = nodes_of(store)
+        store.move_shard(1, next(n for n in placement.alive_nodes() if n != nodes[1]))
+        assert "~" in store.stats()["shards"][1]["name"]
+        keys = [f"k{i:04d}" for i in range(200)]
+        rows = pa.record_batch({"bucket": ["bulk"] * len(keys), "key": keys,
+                                "value": [k.encode() for k in keys]})
+        plan = bulk.begin_write(url, OPTIONS, store_name="reshape-bulk")
+        assert bulk.commit(plan, [bulk.write_partition(plan, 0, [rows])]) == len(keys)
+        assert {store.shard_of("bulk", k) for k in keys} == {0, 1}
+        assert store.get_many([("bulk", k) for k in keys]) == [k.encode() for k in keys]
+        store.put("bulk", keys[0], b"after")  # the moved Bookie takes writes after it
+        assert store.get("bulk", keys[0]) == b"after"
     finally:
         store.close()

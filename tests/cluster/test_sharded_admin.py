@@ -1,10 +1,14 @@
 """A sharded store without Ray: readers at its checkpoints, admin checkpoints while no shard is
 written, backup and restore, GC and destroy; on file:// and on moto's S3."""
 
+import uuid
+
 import pytest
+from support.s3 import QUICK_FAILURES, S3_BUCKET, s3_options
 
 import leveled_ray as lr
 from leveled_ray.files.store import ObjectStore
+from leveled_ray.testing.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.ray
 
@@ -129,6 +133,78 @@ def test_a_clone_of_a_sharded_store_is_sharded_and_starts_at_one_cut(ray_cluster
     lr.open(f"file://{tmp_path}/plain").close()
     with pytest.raises(lr.InvalidArgumentError, match="plain store"):
         lr.clone(parent_url, f"file://{tmp_path}/plain", checkpoint.id)
+
+
+@pytest.mark.s3
+def test_a_half_made_sharded_clone_is_never_opened_and_a_retry_finishes_it(ray_cluster,
+                                                                          moto_endpoint):
+    """``lr.clone`` fails half-way: every write of its second shard's manifest answers 503
+    (moto's S3 behind the fault proxy), after the first shard was made and before the shard
+    map. Opening the clone's URL, sharded or plain, is refused and creates nothing; a retried
+    ``lr.clone`` finishes it, whole."""
+    direct = s3_options(moto_endpoint)
+    root = f"s3://{S3_BUCKET}/half-clone-{uuid.uuid4().hex[:10]}"
+    parent_url, url = f"{root}/parent", f"{root}/clone"
+    with lr.open(parent_url, direct, shards=2) as parent:
+        parent.put_many([lr.Put(b, k, b"v1") for b, k in KEYS])
+    with FaultProxy(moto_endpoint) as proxy:
+        proxy.fail_paths("PUT", "/clone/shard-001/", 10**6)
+        with pytest.raises(lr.ObjectStoreError, match="503"):
+            lr.clone(parent_url, url, options=s3_options(proxy.endpoint, **QUICK_FAILURES),
+                     parent_options=direct)
+    made = ObjectStore.from_url(url, direct)
+    assert made.list("shard-000/manifest/") and not made.list("shards/")  # half made
+    for shards in (2, None):
+        refused_to_open(url, direct, shards)
+        assert not made.list("shards/") and not made.list("manifest/")  # nothing created
+    clone = lr.clone(parent_url, url, options=direct)
+    try:
+        assert clone.shards == 2 and clone.get_many(KEYS) == [b"v1"] * len(KEYS)
+    finally:
+        clone.close()
+
+
+def test_a_first_backup_interrupted_before_its_record_is_never_opened(ray_cluster,
+                                                                       moto_endpoint):
+    """A running store's first backup fails at its commit point: every write of its record
+    answers 503 (moto's S3 behind the fault proxy), after both shards' files were copied.
+    Opening the target, sharded or plain, is refused and creates nothing; the next backup
+    finishes it, and opening it then restores the store."""
+    direct = s3_options(moto_endpoint)
+    target = f"s3://{S3_BUCKET}/half-backup-{uuid.uuid4().hex[:10]}"
+    with lr.open(f"s3://{S3_BUCKET}/source-{uuid.uuid4().hex[:10]}", direct,
+                 shards=2) as store:
+        store.put_many([lr.Put(b, k, b"v1") for b, k in KEYS])
+        with FaultProxy(moto_endpoint) as proxy:
+            proxy.fail_paths("PUT", "/backups/", 10**6)
+            with pytest.raises(lr.ObjectStoreError, match="503"):
+                store.backup(target, target_options=s3_options(proxy.endpoint,
+                                                               **QUICK_FAILURES),
+                             progress=False)
+        made = ObjectStore.from_url(target, direct)
+        assert made.list("shard-000/") and not made.list("shards/")  # half made
+        for shards in (2, None):
+            refused_to_open(target, direct, shards)
+            assert not made.list("shards/") and not made.list("manifest/")  # nothing created
+        store.backup(target, target_options=direct, progress=False)
+    with lr.open(target, direct) as restored:
+        assert restored.shards == 2 and restored.get_many(KEYS) == [b"v1"] * len(KEYS)
+    assert not made.list("unfinished/")
+
+
+def refused_to_open(url: str, options: lr.Options, shards: int | None) -> None:
+    """``lr.open(url)`` raises a typed error; if it opens a store instead, the test fails,
+    saying what it opened."""
+    try:
+        store = lr.open(url, options, shards=shards)
+    except lr.LeveledError:
+        return
+    try:
+        held = sum(v is not None for v in store.get_many(KEYS))
+    finally:
+        store.close()
+    pytest.fail(f"lr.open(shards={shards}) opened the half-made store as a "
+                f"{type(store).__name__} holding {held} of the {len(KEYS)} keys")
 
 
 def test_an_interrupted_sharded_backup_never_mixes_two_cuts(ray_cluster, tmp_path):

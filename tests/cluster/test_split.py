@@ -14,6 +14,7 @@ from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.cluster.split import STEPS, split_shard
+from leveled_ray.codec.keys import object_key
 from leveled_ray.codec.owned import SETTING as OWNS
 from leveled_ray.codec.owned import Owns
 from leveled_ray.files.clerk import ClerkHost
@@ -156,6 +157,40 @@ def test_a_split_stopped_after_any_step_leaves_one_layout(two_shards, tmp_path, 
         # Only the pins of the children it published hold the retired shard's files.
         pins = {c.name for c in latest_manifest(f"{url}/shard-001").checkpoints}
         assert pins == {f"clone:{url}/{p}" for p in split.prefixes[1:]}
+
+
+def test_a_split_child_neither_reads_nor_compares_its_siblings_keys(two_shards, tmp_path):
+    """The children share the shard's files: each refuses a read of the other's keys
+    (``WrongShardError``, as it refuses a write), and a compare of one leaves the other's
+    keys out (its tree and the keys of its dirty segments), at rest and running."""
+    template, model = two_shards
+    shutil.copytree(template, tmp_path / "db")
+    shutil.copytree(template, tmp_path / "before")  # the store as it was before the split
+    url = f"file://{tmp_path}/db"
+    split = lr.admin(url, OPTIONS).split_shard(0)
+    children = [f"{url}/{p}" for p in split.prefixes[:2]]
+    own = [sorted(k for k in model if split.shard_of(object_key("b", k)) == c) for c in (0, 1)]
+    assert own[0] and own[1]
+    # Each child holds its own keys only: compared with each other, no key is in both.
+    expected = sorted([(k, "missing_in_b") for k in own[0]] + [(k, "missing_in_a") for k in own[1]])
+    assert differences(lr.compare(*children, options=OPTIONS)) == expected
+    assert lr.compare(url, f"file://{tmp_path}/before", options=OPTIONS).equal
+    with lr.open(url, OPTIONS) as store:
+        child, sibling = store.shard(0), store.shard(1)
+        for read in (lambda k: child.get("b", k), lambda k: child.head("b", k),
+                     lambda k: child.get_many([("b", own[0][0]), ("b", k)]),
+                     lambda k: child.head_many([("b", k)])):
+            with pytest.raises(lr.WrongShardError):
+                read(own[1][0])
+        with pytest.raises(lr.WrongShardError):
+            sibling.get("b", own[0][0])
+        assert child.get("b", own[0][0]) == model[own[0][0]]
+        assert store.get("b", own[1][0]) == model[own[1][0]]  # through the shard map
+        assert differences(lr.compare(child, sibling)) == expected
+
+
+def differences(comparison) -> list[tuple[str, str]]:
+    return sorted((d.key, d.kind) for d in comparison.differences)
 
 
 def test_a_shard_whose_bookie_died_splits_and_each_child_replays_its_own_keys(ray_cluster,

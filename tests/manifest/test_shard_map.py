@@ -14,8 +14,10 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import (
     ShardMap,
     create_shard_map,
+    mark_unfinished,
     read_shard_map,
     shard_map_name,
+    unmark_unfinished,
 )
 
 
@@ -86,6 +88,22 @@ def test_shards_on_a_plain_store_is_refused(tmp_path):
     with pytest.raises(lr.InvalidArgumentError, match="plain store"):
         _layout(store, 2)
     assert store.list("shards/") == []
+
+
+def test_a_root_marked_unfinished_is_refused_until_its_shard_map_is_written(tmp_path):
+    """A sharded clone or backup that died before its shard map (written last) left shards
+    and its mark: an open, sharded or plain, refuses the root and creates nothing there."""
+    url = f"file://{tmp_path}/db"
+    bulk_write.begin(f"{url}/shard-000")  # one shard's first manifest
+    store = ObjectStore.from_url(url)
+    asyncio.run(mark_unfinished(store, "clone"))
+    for shards in (None, 2):
+        with pytest.raises(lr.InvalidArgumentError, match="holds shards but no shard map"):
+            _layout(store, shards)
+    assert store.list("shards/") == store.list("manifest/") == []
+    made = asyncio.run(create_shard_map(store, ShardMap.new(2)))  # the maker's last step
+    asyncio.run(unmark_unfinished(store, "clone"))
+    assert _layout(store) == made and store.list("unfinished/") == []
 
 
 def test_a_split_halves_one_shards_run_and_names_its_children():

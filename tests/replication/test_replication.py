@@ -7,12 +7,17 @@ import os
 import random
 import signal
 import threading
+import uuid
 
 import pytest
+from support.s3 import QUICK_FAILURES, S3_BUCKET, s3_options
+from support.stores import SMALL
 from support.waits import wait_until
 
 import leveled_ray as lr
-from leveled_ray.replication.rules import BUCKET
+from leveled_ray.clock import ManualClock
+from leveled_ray.replication.rules import BUCKET, MARK
+from leveled_ray.testing.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.ray
 
@@ -147,3 +152,114 @@ def test_bad_replication_input_is_refused_before_anything_starts(ray_cluster, tm
         finally:
             rep.close()
         assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.s3
+def test_a_replica_resumes_after_its_target_or_its_source_fails_and_reports_its_lag(
+        ray_cluster, moto_endpoint, tmp_path):
+    """The target (moto's S3 behind the fault proxy) refuses every connection for a while,
+    under writes: the replicator counts the errors, then resumes from the position the target
+    holds. Then the source's Bookie is killed, and Ray restarts it: the replicator goes on.
+    No change is applied twice or skipped. While it is behind, ``lag_s`` is the delay of its
+    last batch; once it has caught up, 0."""
+    source = lr.open(f"file://{tmp_path}/src")
+    target_url = f"s3://{S3_BUCKET}/replica-{uuid.uuid4().hex[:10]}"
+    stop = threading.Event()
+
+    def write():
+        n = 0
+        while not stop.is_set() and n < 3000:
+            source.put("b", f"k{n % 150:03d}", b"%d" % n)
+            n += 1
+
+    writer = threading.Thread(target=write)
+    try:
+        with FaultProxy(moto_endpoint) as proxy:
+            rep = lr.replicate(source, target_url, name="unreachable", full_sync_s=0,
+                               target_options=s3_options(proxy.endpoint, **QUICK_FAILURES))
+            writer.start()
+            try:
+                wait_until(lambda: 0 < rep.stats()["lag_s"] < 60)  # behind the writes
+                proxy.refuse()
+                wait_until(lambda: rep.stats()["errors"] >= 2, timeout=60)
+                assert "ObjectStoreError" in rep.stats()["last_error"]
+                proxy.heal()
+                applied = rep.stats()["applied"]
+                wait_until(lambda: rep.stats()["applied"] > applied)  # resumed, under writes
+            finally:
+                stop.set()
+                writer.join()
+            running = source.stats()
+            os.kill(running["process"]["pid"], signal.SIGKILL)  # Ray restarts it
+            assert source.get("b", "k000") is not None  # sent again until it is back
+            assert source.stats()["epoch"] == running["epoch"] + 1  # it failed over
+            applied = rep.stats()["applied"]
+            source.put_many([lr.Put("b", f"k{i:03d}", b"after") for i in range(150)])
+            wait_until(lambda: rep.stats()["applied"] >= applied + 150, timeout=60)
+            wait_until(lambda: caught_up(rep, source), timeout=60)
+            wait_until(lambda: rep.stats()["lag_s"] == 0 and rep.stats()["lag_changes"] == 0)
+            rep.close()
+        with lr.reader(target_url, options=s3_options(moto_endpoint)) as target:
+            assert feed(target) == feed(source)  # nothing applied twice, nothing skipped
+    finally:
+        stop.set()
+        source.close()
+
+
+#: Journal compaction on demand only, willing to rewrite any run that drops something.
+COMPACTING = lr.Options(ledger=SMALL["ledger"],
+                        journal=dict(compaction_interval_s=0, singlefile_compactionpercentage=95.0,
+                                     maxrunlength_compactionpercentage=99.0))
+
+
+def test_a_replicator_whose_history_was_compacted_away_reports_it_and_stays_there(ray_cluster,
+                                                                                  tmp_path):
+    """A replicator down for longer than its lease (600 s by the source's clock) finds the
+    changes after its position compacted away: ``last_error`` says
+    ``HistoryUnavailableError``, and it does not go on by itself."""
+    clock = ManualClock()
+    source = lr.open(f"file://{tmp_path}/src", COMPACTING, clock=clock)
+    target_url = f"file://{tmp_path}/dst"
+    try:
+        def rounds(first: int) -> None:
+            for r in range(first, first + 3):
+                source.put_many([lr.Put("b", f"k{i}", b"r%d" % r) for i in range(30)])
+
+        rounds(0)
+        rep = lr.replicate(source, target_url, name="behind", full_sync_s=0)
+        wait_until(lambda: caught_up(rep, source))
+        position = rep.stats()["position"]
+        rep.close()
+        rounds(3)
+        clock.advance(601)  # its lease, renewed no more, has expired
+        assert source.compact_journal(wait=True)["history_sqn"] > position
+        rep = lr.replicate(source, target_url, name="behind", full_sync_s=0)
+        try:
+            wait_until(lambda: rep.stats()["errors"] >= 2)  # tried, and tried again
+            stats = rep.stats()
+            assert stats["last_error"].startswith("HistoryUnavailableError")
+            assert stats["position"] == position and stats["applied"] == 0
+        finally:
+            rep.close()
+    finally:
+        source.close()
+
+
+def test_a_full_sync_runs_every_full_sync_s_unasked(ray_cluster, tmp_path):
+    """With ``full_sync_s > 0`` a full sync runs by itself, and repairs: an object the
+    replicator wrote that its source no longer holds is deleted."""
+    source = lr.open(f"file://{tmp_path}/src")
+    target_url = f"file://{tmp_path}/dst"
+    try:
+        source.put_many([lr.Put("b", f"k{i}", b"v") for i in range(20)])
+        with lr.open(target_url) as target:  # as if the stream had missed its delete
+            target.put("b", "gone", b"old", metadata={MARK: source.url})
+        rep = lr.replicate(source, target_url, name="periodic", full_sync_s=0.5)
+        try:
+            wait_until(lambda: rep.stats()["full_syncs"] >= 2)
+            assert rep.stats()["repaired"] >= 1
+        finally:
+            rep.close()
+        assert lr.compare(source, target_url).equal
+    finally:
+        source.close()

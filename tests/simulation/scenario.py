@@ -18,14 +18,15 @@ The clients, each a process of its own:
 * **chaos**: kills a shard's Bookie (then restarts it) or a writer's driver, at any step;
 * a **closer**: closes a shard's Bookie cleanly at any step (a merge may be in flight), then
   opens it again;
-* a **splitter**: splits a shard as a running store's handle does (close, split, start the
-  children), its process killed at a random moment in some runs; clients that hold the old
-  layout follow the new one (``cluster/redirect.py``), and consumers resume their positions
-  in the children;
-* a **mover**: moves a shard as a running store's handle does (a new Bookie made, the
-  shard's closed, the new one opened), its process killed at a random moment in some runs
-  (a shard left closed is opened again).
+* a **splitter**: splits a shard through a running store's handle, by the product's own code
+  (``cluster/reshape.py``, its Bookies made by the world: ``World.runtime``), its
+  process killed at a random moment in some runs (the Bookies it made end with it); clients
+  that hold the old layout follow the new one (``cluster/redirect.py``), and consumers resume
+  their positions in the children;
+* a **mover**: moves a shard likewise (a new Bookie made, the shard's closed, the new one
+  opened), its process killed at a random moment in some runs.
 
+After a split or move, every shard that runs nowhere is opened again, as its user would.
 Then the faults stop, every shard is opened again, undecided parts time out, and the final
 state, views of the store as it was at past times, the change feed, the manifests, a reopen
 and the consumer are checked.
@@ -50,10 +51,7 @@ from leveled_ray.bulk import sharded as bulk
 from leveled_ray.cluster.admin import ShardedAdmin
 from leveled_ray.codec import object_key
 from leveled_ray.errors import (
-    FencedError,
     LeveledError,
-    StoreClosedError,
-    StoreUnavailableError,
 )
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.store import ManifestStore
@@ -176,11 +174,9 @@ class Run:
         chaos = world.spawn("chaos", self.chaos())[1]
         closer = [world.spawn("closer", self.closer())[1]] if config.closes else []
         if config.splits:
-            closer.append(world.spawn("splitter", self.reshaper("splits", config.splits,
-                                                                world.split))[1])
+            closer.append(world.spawn("splitter", self.reshaper("split", config.splits))[1])
         if config.moves:
-            closer.append(world.spawn("mover", self.reshaper("moves", config.moves,
-                                                             world.move))[1])
+            closer.append(world.spawn("mover", self.reshaper("move", config.moves))[1])
         while any(not task.done() and pid not in world.loop.dead
                   for pid, task in self.drivers):
             await asyncio.sleep(1.0)
@@ -331,16 +327,19 @@ class Run:
                 key = self.pick()
                 if key is None:
                     continue
-                inc = world.live[key]
+                inc = world.running_at(key)
                 world.busy.add(key)
                 try:
-                    world.kill(inc.pid, StoreUnavailableError if self.config.failover
-                               else StoreClosedError)
+                    if self.config.failover and self.rng.random() < 0.3:
+                        world.partition(inc.pid, self.rng.random() * 10.0)  # a zombie
+                        self.model.checks["partitions"] += 1
+                    else:
+                        world.kill(inc.pid, restarts=self.config.failover)
                     await self.pause(3.0)
                     if self.config.failover:
-                        await self.failover(self.index(key), inc.bookie.epoch)
+                        await self.failover(key)
                     else:
-                        await self.restart(self.index(key))
+                        await self.restart(key)
                 finally:
                     world.busy.discard(key)
             else:
@@ -358,23 +357,23 @@ class Run:
             if key is not None:  # close within the merge's time (some 15 ms; a close, 7)
                 await self.pause(0.01)
             key = key or self.pick()
-            if key is None or key in world.busy or world.live.get(key) is None:
+            if key is None or key in world.busy or world.running_at(key) is None:
                 continue
-            inc = world.live[key]
+            inc = world.running_at(key)
             world.busy.add(key)
             try:
-                await world.close_shard(self.index(key))
+                await world.close_shard(key)
                 self.model.checks["merges refused at close"] += inc.bookie.counters[
                     "merges_refused"]
-                await self.restart(self.index(key))
+                await self.restart(key)
             finally:
                 world.busy.discard(key)
 
-    async def reshaper(self, kind: str, count: int, change) -> None:
-        """``count`` changes of a shard, each made by ``change(shard, kill_after_s)`` as a
-        running store's handle makes it (:meth:`World.split`, :meth:`World.move`) and counted
-        as ``kind``; in some, the process making it is killed at a random moment, and a shard
-        it left closed is opened again, as its user would."""
+    async def reshaper(self, kind: str, count: int) -> None:
+        """``count`` splits or moves (``kind``) of a shard, each made through a running
+        store's handle by the product's own code (:meth:`World.reshape`) and counted as
+        ``kind``; in some, the process making it is killed at a random moment, and the shard
+        (or its children) left running nowhere is opened again, as its user would."""
         world = self.world
         for _ in range(count):
             await self.pause(8.0)
@@ -384,68 +383,81 @@ class Run:
             world.busy.add(key)
             try:
                 kill_after = self.rng.expovariate(4.0) if self.rng.random() < 0.5 else None
-                outcome = await change(self.index(key), kill_after)
-                self.model.checks[f"{kind} {outcome}"] += 1
-                if outcome.endswith("closed"):
-                    await self.restart(self.index(key))
+                outcome = await world.reshape(kind, key, kill_after)
+                self.model.checks[f"{kind}s {outcome}"] += 1
+                self.check_reshaped(key, outcome)
+                for other in [p for p in world.shard_map.prefixes  # the shard, or its children
+                              if (p + ".").startswith(key + ".")]:
+                    if world.running_at(other) is None:
+                        await self.restart(other)
             finally:
                 world.busy.discard(key)
+
+    def check_reshaped(self, key: str, outcome: str) -> None:
+        """A split or move that returned or raised (its driver alive) leaves its shards
+        running: the children of a split that committed, the shard itself otherwise (a split
+        that failed before its commit point opens it again)."""
+        world = self.world
+        if outcome.startswith("killed"):
+            return
+        running = [p for p in world.shard_map.prefixes if (p + ".").startswith(key + ".")
+                   and world.running_at(p) is not None]
+        if not running or len(running) != (2 if outcome.endswith(", split") else 1):
+            self.model.violated("a split or move that ends leaves its shards running",
+                                f"{outcome} of {key}: running {running}")
 
     def pick(self) -> str | None:
         """A shard (its prefix) that runs and that no other client is changing, or ``None``
         (drawn among all shards: a busy or stopped one is skipped)."""
         world = self.world
         key = world.key(self.rng.randrange(world.shard_count))
-        return None if key in world.busy or world.live.get(key) is None else key
+        return None if key in world.busy or world.running_at(key) is None else key
 
     async def merging(self, most_s: float) -> str | None:
         """A shard that :meth:`pick` could give, whose Penciller has a merge in flight, if
         one comes up within ``most_s``: a close then races the merge's commit."""
         world = self.world
         for _ in range(int(most_s / 0.002)):
-            for key, inc in world.live.items():
+            for key in world.shard_map.prefixes if world.sharded else [""]:
+                inc = world.running_at(key)
                 if (inc is not None and key not in world.busy and inc.bookie.penciller is not None
                         and getattr(inc.bookie.penciller.merging, "sources", ())):
                     return key
             await asyncio.sleep(0.002)
         return None
 
-    def index(self, key: str) -> int:
-        return self.world.shard_map.prefixes.index(key) if self.world.sharded else 0
-
-    async def failover(self, shard: int, lost_epoch: int) -> None:
-        """Ray restarts the killed Bookie, which reclaims the shard (actors/failover.py);
-        sometimes a user's open gets there first, and then the restarted one must stand down
-        (fenced) and leave the newer writer alone. A claim of unknown outcome also makes it
-        stand down: the user's reopen then follows."""
+    async def failover(self, key: str) -> None:
+        """Ray restarts the killed Bookie, whose shell reclaims the shard by itself
+        (``actors/failover.py``); sometimes a user's open gets there first, and then the
+        restarted one must stand down (fenced) and leave the newer writer alone. A claim of
+        unknown outcome also makes it stand down. A shard whose Bookie stood down is opened
+        again by its user."""
         if self.rng.random() < 0.25:
-            await self.restart(shard)
-            if await self.restart(shard, lost_epoch):
+            for _ in range(100):
+                with contextlib.suppress(LeveledError):
+                    await self.world.open_elsewhere(key)
+                    break
+                await asyncio.sleep(1.0)
+            if await self.world.failover(key):
                 self.model.violated("a restarted writer never fences a newer one",
-                                    f"shard {shard} was reclaimed from epoch {lost_epoch}")
+                                    f"{key} was reclaimed after another open")
             else:
                 self.model.checks["restarts stood down"] += 1
-            return
-        if await self.restart(shard, lost_epoch):
+        elif await self.world.failover(key):
             self.model.checks["failovers"] += 1
-        else:
-            await self.restart(shard)
+            return
+        await self.restart(key)
 
-    async def restart(self, shard: int, lost_epoch: int | None = None) -> bool:
-        """Open the shard again (a reopen, or with ``lost_epoch`` Ray's restart of the
-        actor), retrying while the object store fails the open; ``False`` if the restarted
-        actor stood down, fenced."""
+    async def restart(self, key: str) -> bool:
+        """Open the shard again, as its user does, retrying while the object store fails the
+        open."""
         for _ in range(100):
             try:
-                await self.world.start_shard(shard, lost_epoch)
+                await self.world.start_shard(key)
                 return True
-            except FencedError:
-                if lost_epoch is not None:
-                    return False
-                await asyncio.sleep(1.0)
             except LeveledError:
                 await asyncio.sleep(1.0)
-        self.model.violated("a shard reopens", f"shard {shard} failed 100 opens")
+        self.model.violated("a shard reopens", f"{key} failed 100 opens")
         return False
 
     # -- the end --
@@ -456,7 +468,7 @@ class Run:
         world.objects.fault_rate = 0.0
         for shard in range(world.shard_count):
             if world.running(shard) is None:
-                await self.restart(shard)
+                await self.restart(world.key(shard))
         await asyncio.sleep(3 * OPTIONS.txn_timeout_s)
         for _ in range(120):
             if not self.parts_left():
@@ -483,7 +495,7 @@ class Run:
         await self.check_manifests()
         await world.close_all()
         for shard in range(world.shard_count):
-            await self.restart(shard)
+            await self.restart(world.key(shard))
         again = await self.read_all("after a reopen")
         if again != final:
             model.violated("a reopen reads what was there", "values differ after a reopen")
