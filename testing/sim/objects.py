@@ -62,6 +62,9 @@ class SimObjects:
         delay = self.rng.random() * LATENCY_S + (self.rng.random() * LATE_S
                                                   if fault == "late" else 0.0)
         landed = run_in("network", self._deliver(apply, fault, delay))
+        # Its caller may have stopped waiting (a timeout): the store's answer is then heard
+        # by no one, as on a network, and is not an error of the run's.
+        landed.add_done_callback(lambda task: task.cancelled() or task.exception())
         result = await asyncio.shield(landed)
         if fault == "lost":
             raise TimeoutError("simulated fault: the answer was lost (the request landed)")

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import gc
 import itertools
+import logging
 import pickle
 import random
 import sys
@@ -119,6 +120,10 @@ class World:
         self.in_flight: dict[str, set[asyncio.Future]] = {}
         self._numbers = itertools.count()
         self.trace: list[str] = []
+        #: Errors of a live process that no caller saw: an exception a task never handed to
+        #: anyone (the loop's handler), or one a background loop logged. Only leveled-ray's
+        #: typed errors are expected there (see :meth:`untyped_errors`).
+        self.unseen: list[BaseException] = []
         self.runtime = SimRuntime(self)
         self._patches = contextlib.ExitStack()
 
@@ -390,7 +395,11 @@ class World:
         gc.disable()
         gc.freeze()
         asyncio.set_event_loop(self.loop)
-        self.loop.set_exception_handler(lambda loop, context: None)  # dead tasks' leftovers
+        self.loop.set_exception_handler(self._unhandled)
+        logger = logging.getLogger("leveled_ray")
+        seen = _Logged(self)
+        logger.addHandler(seen)
+        self._patches.callback(logger.removeHandler, seen)
         self._patches.enter_context(deterministic(self.loop, self.seed))
         objects = self.objects
         self._patches.enter_context(_patched(ObjectStore, "_make_backend",
@@ -427,6 +436,19 @@ class World:
         sys.unraisablehook = hook
         gc.unfreeze()
         gc.enable()
+
+    def _unhandled(self, loop, context: dict) -> None:
+        """The loop's exception handler: an error no one retrieved, kept unless its process
+        is dead (a killed process's leftovers)."""
+        exc, task = context.get("exception"), context.get("task") or context.get("future")
+        process = getattr(task, "_context", None)
+        if exc is not None and (process is None or process.get(PROCESS) not in self.loop.dead):
+            self.unseen.append(exc)
+
+    def untyped_errors(self) -> list[str]:
+        """The errors of :attr:`unseen` that are not leveled-ray's typed ones."""
+        return [f"{type(e).__name__}: {e}" for e in self.unseen
+                if not isinstance(e, LeveledError | asyncio.CancelledError)]
 
     def run(self, coro, limit_s: float):
         """Run ``coro`` on the world's loop for at most ``limit_s`` virtual seconds."""
@@ -658,6 +680,23 @@ def _copy(value):
     except Exception as exc:
         raise UnpicklableError(f"{type(value).__name__} cannot be sent between processes: "
                                f"{exc}") from exc
+
+
+class _Logged(logging.Handler):
+    """Keeps the exceptions of each warning or error the package logs from a live process
+    (a background task's failure is logged with its exception as an argument)."""
+
+    def __init__(self, world: World):
+        super().__init__(logging.WARNING)
+        self.world = world
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if PROCESS.get() in self.world.loop.dead:
+            return
+        args = record.args if isinstance(record.args, tuple) else ()
+        found = [a for a in (*args, record.exc_info and record.exc_info[1])
+                 if isinstance(a, BaseException)]
+        self.world.unseen.extend(found)
 
 
 def _quiet_cleanups(hook):

@@ -215,6 +215,20 @@ MUTANTS = [
            "            if self._stood_down is not None:\n                raise",
            "            if False:\n                raise",
            (FAILOVER,)),
+    # -- an error no caller sees (the "no call raises an untyped error" invariant) --
+    Mutant("a background journal compaction fails untyped", "actors/inker.py",
+           "        result = CompactionResult([])\n        while True:",
+           "        result = CompactionResult([])\n        None.compact  # AttributeError\n"
+           "        while True:"),
+    # -- backups (cluster/backup.py, admin/backup.py) --
+    Mutant("a first backup leaves its target unmarked", "cluster/backup.py",
+           '        await mark_unfinished(root, "backup")',
+           "        pass",
+           ("tests/cluster/test_sharded_admin.py",)),
+    Mutant("a split child's backup copies its sibling's keys", "admin/backup.py",
+           "    kept = [astuple(r) for r in records if owns.owns(r.lkey)]",
+           "    kept = [astuple(r) for r in records]",
+           ("tests/cluster/test_sharded_admin.py", "tests/admin/test_backup.py")),
     # -- fencing and failover (manifest/transitions.py) --
     Mutant("fencing is off", "manifest/transitions.py",
            "    if manifest.writer_epoch != epoch:\n        raise FencedError(",

@@ -49,14 +49,17 @@ from leveled_ray.admin.compare import FoldedSide
 from leveled_ray.admin.handle import Admin
 from leveled_ray.bulk import sharded as bulk
 from leveled_ray.cluster.admin import ShardedAdmin
+from leveled_ray.cluster.backup import find_shard_map
+from leveled_ray.cluster.reader import open_reader
 from leveled_ray.codec import object_key
 from leveled_ray.errors import (
     LeveledError,
 )
 from leveled_ray.files.store import ObjectStore
+from leveled_ray.manifest.shard_map import unfinished
 from leveled_ray.manifest.store import ManifestStore
 from leveled_ray.manifest.txn_records import txn_of_part
-from leveled_ray.testing.sim.loop import EPOCH
+from leveled_ray.testing.sim.loop import EPOCH, PROCESS
 from leveled_ray.testing.sim.world import NAME, World
 
 #: Virtual seconds a run may take before it counts as hung.
@@ -83,6 +86,8 @@ class Config:
     failover: bool = False
     splits: int = 0
     moves: int = 0
+    #: Hot backups of a sharded store, each to a target of its own; its driver may be killed.
+    backups: int = 0
 
 
 def config_of(seed: int) -> Config:
@@ -96,7 +101,18 @@ def config_of(seed: int) -> Config:
     # Drawn last, each after the one before: the rest of a seed's run is as it was.
     config.splits = rng.choice([0, 1, 2]) if config.sharded else 0
     config.moves = rng.choice([0, 1, 2]) if config.sharded else 0
+    config.backups = rng.choice([0, 1, 2]) if config.sharded else 0
     return config
+
+
+@dataclass
+class Backup:
+    """One backup the run began: its target, when it was sent, and how it ended."""
+
+    url: str
+    sent_at: float
+    acked_at: float | None = None
+    error: str = ""
 
 
 @dataclass
@@ -144,6 +160,7 @@ class Run:
         self.rng = world.rng
         self.drivers: list[tuple[str, asyncio.Task]] = []  # writers: chaos may kill them
         self.consumed: list = []
+        self.backups: list[Backup] = []
         self.position = 0
         self.writing_done = False
 
@@ -167,6 +184,8 @@ class Run:
             self.drivers.append(world.spawn(f"bulk{i}", self.bulk_writer(i)))
         for i in range(config.stream_writers):
             self.drivers.append(world.spawn(f"stream{i}", self.stream_writer(i)))
+        for i in range(config.backups):  # a driver: chaos may kill it
+            self.drivers.append(world.spawn(f"backup{i}", self.backer(i)))
         others = [world.spawn("reader", self.reader())[1],
                   world.spawn("cutter", self.cutter())[1],
                   world.spawn("consumer", self.consumer())[1],
@@ -185,15 +204,20 @@ class Run:
         self.check_tasks([chaos, *closer, *others, *(task for _, task in self.drivers)])
         await self.heal()
         await self.check_final()
+        for error in world.untyped_errors():
+            self.model.violated("no call raises an untyped error", f"unseen: {error}")
 
     def check_tasks(self, tasks) -> None:
         """Every client task that ended raised nothing but leveled-ray's typed errors (a task
-        of a killed process never ends: it is not looked at)."""
+        of a killed process never ends: it is not looked at). (Every error of a live process
+        that no caller saw, a background loop's or a task's never retrieved, is checked at the
+        run's end: :meth:`World.untyped_errors`.)"""
         for task in tasks:
             exc = task.exception() if task.done() and not task.cancelled() else None
             if exc is not None and not isinstance(exc, LeveledError):
                 self.model.violated("no call raises an untyped error",
                                     f"{type(exc).__name__}: {exc}")
+
 
     # -- writers --
 
@@ -226,6 +250,22 @@ class Run:
                     with contextlib.suppress(LeveledError):
                         await bulk.abort_async(plan, messages)
             await self.pause(1.0)
+
+    async def backer(self, i: int) -> None:
+        """A hot backup of the running store to a target of its own, at a random moment (see
+        :meth:`check_backups`)."""
+        await self.pause(10.0)
+        backup = Backup(f"{self.world.url}-backup{i}", self.now())
+        self.backups.append(backup)
+        if self.rng.random() < 0.5:  # its driver killed at a random moment, as a reshape's
+            pid, world = PROCESS.get(), self.world
+            world.loop.call_later(self.rng.expovariate(10.0),
+                                  lambda: backup.acked_at or backup.error or world.kill(pid))
+        try:
+            await self.store.backup_async(backup.url, progress=False)
+            backup.acked_at = self.now()
+        except LeveledError as exc:
+            backup.error = f"{type(exc).__name__}: {exc}"[:200]
 
     async def stream_writer(self, i: int) -> None:
         for batch in range(self.config.ops):
@@ -493,6 +533,7 @@ class Run:
         await self.check_past_views()
         await self.check_feed()
         await self.check_manifests()
+        await self.check_backups()
         await world.close_all()
         for shard in range(world.shard_count):
             await self.restart(world.key(shard))
@@ -564,6 +605,39 @@ class Run:
                 model.violated("a listener resumes exactly",
                                f"shard {shard}: consumed {got[:20]}..., the feed has "
                                f"{want[:20]}...")
+
+    async def check_backups(self) -> None:
+        """Each backup's target, opened as a restore opens it: a cut of the store (each op
+        whole or not at all, every op acknowledged before the backup began, a later one only
+        with every earlier one), each key once (a split shard's children copied their own
+        keys only). A backup that ended before its commit point (failed, or its driver
+        killed) leaves a target that no open takes for a store."""
+        model = self.model
+        for backup in self.backups:
+            root = ObjectStore.from_url(backup.url, OPTIONS)
+            found = await find_shard_map(root, OPTIONS)  # finishes one past its commit point
+            if found is None:
+                if await root.list_async("shard-") and not await unfinished(root):
+                    model.violated("a half-made backup is never opened",
+                                   f"{backup.url} holds shards, unmarked")
+                if backup.acked_at is not None:
+                    model.violated("an acknowledged backup restores",
+                                   f"{backup.url}: no shard map")
+                model.checks["backups half made"] += 1
+                continue
+            admin = ShardedAdmin(backup.url, found, OPTIONS, self.world.clock)
+            reader = await open_reader(admin, None, 600.0)
+            try:
+                keys = [k for op in model.unique() for k in op.keys]
+                values = dict(zip(keys, await reader.get_many_async(keys)))
+                folded = [k async for k in reader.fold_keys_async()]
+            finally:
+                await reader.close_async()
+            model.check_cut(model.unique(), values, f"backup {backup.url}", backup.sent_at)
+            if len(folded) != len(set(folded)):
+                model.violated("a restored backup holds each key once",
+                               f"{backup.url}: {len(folded) - len(set(folded))} keys twice")
+            model.checks["backups restored"] += 1
 
     def shard_of(self, bucket, key) -> int:
         world = self.world
