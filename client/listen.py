@@ -158,8 +158,11 @@ class Listener(Polling):
                 if rows is not None:
                     return rows
                 # Read to the snapshot's SQN, though the last changes up to it may not be
-                # this shard's (a split child's inherited files hold its sibling's too).
+                # this shard's (a split child's inherited files hold its sibling's too). Every
+                # change before it was handed out, so the position moves there too: resuming
+                # from it skips nothing, and its lag is measured from there.
                 self._read = max(self._read, self._caught_up_to)
+                self.sqn = max(self.sqn, self._read)
                 await self._end_catchup()
             wait = POLL_S if deadline is None else max(0.0, min(POLL_S,
                                                                 deadline - time.monotonic()))

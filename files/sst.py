@@ -149,7 +149,11 @@ def sort_and_dedupe(table: pa.Table | pa.RecordBatch) -> pa.Table:
         table = pa.Table.from_batches([table])
     if table.num_rows == 0:
         return table
-    table = table.sort_by([("key", "ascending"), ("sqn", "descending")])
+    return first_of_each_key(table.sort_by([("key", "ascending"), ("sqn", "descending")]))
+
+
+def first_of_each_key(table: pa.Table) -> pa.Table:
+    """The first row of each key of ``table``, sorted by key (the one its sort put first)."""
     keys = table.column("key").combine_chunks()
     if len(keys) > 1:
         changed = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from ..clock import Clock, system_clock
@@ -23,7 +24,7 @@ from ..errors import CorruptObjectError, LeveledError
 from ..files.clerk import ClerkHost
 from ..files.journal import JournalInfo
 from ..files.routed import store_for
-from ..files.sst import sort_and_dedupe
+from ..files.sst import first_of_each_key, sort_and_dedupe
 from ..files.store import ObjectStore
 from ..options import Options
 from .scan import scan
@@ -75,7 +76,7 @@ class PointInTime:
         """The overlay sorted by key, as ``(keys, table)`` (built once, for range scans)."""
         if self._sorted_overlay is None:
             if self._overlay is None:
-                table = sort_and_dedupe(pa.Table.from_batches(self._batches, LEDGER_SCHEMA))
+                table = _later_batches_win(self._batches)
             else:
                 table = sort_and_dedupe(
                     LedgerRows.from_entries(self._overlay.items()).to_batch())
@@ -200,3 +201,17 @@ class KeyReads:
         """Heads of many ``(bucket, key)`` pairs at this point in time, ``None`` where absent.
         Cost: the lookups of ``get_many_async``, without the values."""
         return await self._read(False, lambda v: v.head_many(checked_keys(pairs, v.options)))
+
+
+def _later_batches_win(batches: list[pa.RecordBatch]) -> pa.Table:
+    """The overlay's rows sorted by key, one per key: the later batch's, as
+    :attr:`PointInTime.overlay` takes them (within a batch, the highest SQN's). A view of a
+    past SQN (:func:`~leveled_ray.read.history_view.view_at`) ends with a batch of older
+    entries than the ones before it, which must win all the same."""
+    table = pa.Table.from_batches(batches, LEDGER_SCHEMA)
+    if table.num_rows == 0 or len(batches) == 1:
+        return sort_and_dedupe(table)
+    order = np.repeat(np.arange(len(batches), dtype=np.int32), [b.num_rows for b in batches])
+    table = table.append_column("batch", pa.array(order)).sort_by(
+        [("key", "ascending"), ("batch", "descending"), ("sqn", "descending")])
+    return first_of_each_key(table).drop_columns(["batch"])

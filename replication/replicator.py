@@ -7,9 +7,10 @@ the target as one atomic ``put_many`` together with the position after it
 target and resumes there: no change is applied twice, none is skipped, and each key's
 changes land in their order.
 
-**Full sync.** Every ``full_sync_s`` seconds (and on :meth:`Replication.full_sync`), a tictac
-compare (:func:`~leveled_ray.admin.compare.compare_views`) of the source and the target
-finds what the stream missed, and repairs it: the source's object is copied, or the target's
+**Full sync.** Every ``full_sync_s`` seconds (and on :meth:`Replication.full_sync`), a
+tictac compare (:func:`~leveled_ray.admin.compare.compare_views`) of the source as of the
+position (a snapshot at that SQN, which the listener's lease keeps) and the target finds
+what the stream missed, and repairs it: the source's object is copied, or the target's
 deleted. An object on the target that the replicator did not write (it lacks the
 :data:`~.rules.MARK` in its metadata) is never overwritten: the full sync reports it in
 ``stats()["foreign"]``.
@@ -47,6 +48,7 @@ class Replication:
         self.source, self.target, self.name = source, target, name
         self.full_sync_s, self.lifetime, self.clock = full_sync_s, lifetime, clock
         self.position = None
+        self.record_sqn: int | None = None  # the SQN of the position's record, as last seen
         self.listener = None
         self.counters = {"applied": 0, "batches": 0, "full_syncs": 0, "repaired": 0,
                          "foreign": [], "errors": 0, "lag_changes": 0, "lag_s": 0.0,
@@ -60,7 +62,11 @@ class Replication:
         """Read the position the target holds, and listen to the source after it."""
         labels = self._labels()
         start = 0 if labels is None else dict.fromkeys(labels, 0)
+        # The record's SQN first: if another replicator's batch lands between the two reads,
+        # this one's next batch is refused (its condition names the older record).
+        head = await self.target.head_async(BUCKET, self.name)
         record = await self.target.get_async(BUCKET, self.name)
+        self.record_sqn = None if head is None else head.sqn
         self.position = position_of(record, start)
         self.listener = self.source.listen(self.position, name=f"replicate.{self.name}",
                                            lifetime=self.lifetime)
@@ -83,10 +89,10 @@ class Replication:
         for change in changes:
             position = advance(position, change, labels)
         writes = [write_of(c, self.source_name, now) for c in changes]
-        await self.target.put_many_async(
+        sqns = await self.target.put_many_async(
             writes + [position_write(self.name, position, self.source_name,
-                                     changes[-1].last_modified)])
-        self.position = position
+                                     changes[-1].last_modified, self.record_sqn)])
+        self.position, self.record_sqn = position, sqns[-1]
         self.counters["applied"] += len(changes)
         self.counters["batches"] += 1
         self.delays.append(max(0.0, self.clock() - oldest))
@@ -94,11 +100,17 @@ class Replication:
 
     async def _measure_lag(self) -> None:
         durable = await self._source_sqns()
+        # From where the listener has read to: past the position when the last SQNs up to
+        # the source's durable one hold no change of its (a split child's first SQN follows
+        # its parent's last, which its sibling may hold).
+        read = self.position if self.listener is None else self.listener.sqn
         if isinstance(self.position, dict):  # a position from before a split reads on too
-            at = shard_positions(self.position, self._labels())
+            labels = self._labels()
+            at = [max(a, b) for a, b in zip(shard_positions(self.position, labels),
+                                            shard_positions(read, labels))]
             behind = sum(max(0, d - a) for d, a in zip(durable, at))
         else:
-            behind = max(0, durable - self.position)
+            behind = max(0, durable - max(self.position, read))
         self.counters["lag_changes"] = behind
         if not behind:
             self.counters["lag_s"] = 0.0
@@ -119,33 +131,43 @@ class Replication:
         return self.source.name or self.source.url
 
     async def full_sync(self) -> dict:
-        """Compare the source and the target, and repair what differs (see the module
-        docstring); returns what it found and did."""
-        found = await compare_views(self.source, self.target)
-        pairs = [(d.bucket, d.key) for d in found.differences if d.bucket != BUCKET]
-        heads = dict(zip(pairs, await self.target.head_many_async(pairs))) if pairs else {}
-        marked = {k: h is not None and (h.metadata or {}).get(MARK) == self.source_name
-                  for k, h in heads.items()}
-        done = {"copy": 0, "delete": 0, "foreign": 0}
-        for repair in repairs(found.differences, marked):
-            d = repair.difference
-            if repair.action == "foreign":
-                self.counters["foreign"].append((d.bucket, d.key))
-            else:
-                await self._repair(d.bucket, d.key, repair.action, heads.get((d.bucket, d.key)))
-            done[repair.action] += 1
+        """Compare the source, as of the position, and the target, and repair what differs
+        (see the module docstring); returns what it found and did."""
+        if self.position is None:
+            await self.resume()
+        # The source as the stream has applied it: a change past the position is the
+        # stream's to write, in its order (repaired early, it would be written twice, and a
+        # key could go back to an older value before the stream reached the newer one).
+        view = await self.source.snapshot_async(at_sqn=self.position)
+        try:
+            found = await compare_views(view, self.target)
+            pairs = [(d.bucket, d.key) for d in found.differences if d.bucket != BUCKET]
+            heads = dict(zip(pairs, await self.target.head_many_async(pairs))) if pairs else {}
+            marked = {k: h is not None and (h.metadata or {}).get(MARK) == self.source_name
+                      for k, h in heads.items()}
+            done = {"copy": 0, "delete": 0, "foreign": 0}
+            for repair in repairs(found.differences, marked):
+                d = repair.difference
+                if repair.action == "foreign":
+                    self.counters["foreign"].append((d.bucket, d.key))
+                else:
+                    await self._repair(view, d.bucket, d.key, repair.action,
+                                       heads.get((d.bucket, d.key)))
+                done[repair.action] += 1
+        finally:
+            await view.release_async()
         self.counters["full_syncs"] += 1
         self.counters["repaired"] += done["copy"] + done["delete"]
         self._last_sync = time.monotonic()
         return {**done, "differences": len(found), "bytes_exchanged": found.bytes_exchanged}
 
-    async def _repair(self, bucket, key, action: str, target_head) -> None:
+    async def _repair(self, view, bucket, key, action: str, target_head) -> None:
         removes = [("remove", f, t) for f, t in (target_head.indexes if target_head else ())]
-        head = await self.source.head_async(bucket, key) if action == "copy" else None
-        if head is None:  # deleted on the source meanwhile: delete it here too
+        head = await view.head_async(bucket, key) if action == "copy" else None
+        if head is None:
             await self.target.put_many_async([Delete(bucket, key, indexes=removes)])
             return
-        value = await self.source.get_async(bucket, key)
+        value = await view.get_async(bucket, key)
         await self.target.put_many_async([Put(
             bucket, key, value, metadata={**(head.metadata or {}), MARK: self.source_name},
             indexes=removes + [("add", f, t) for f, t in head.indexes],

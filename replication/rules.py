@@ -46,10 +46,15 @@ def advance(position, change: Change, labels=None):
     return change.sqn
 
 
-def position_write(name: str, position, source: str, last_modified: float) -> Put:
-    """The object that records the position, written with the batch it follows."""
+def position_write(name: str, position, source: str, last_modified: float,
+                   replaces: int | None) -> Put:
+    """The object that records the position, written with the batch it follows, on the
+    condition that it replaces the record at SQN ``replaces`` (``None``: that there is none):
+    a batch of a replicator that another has taken over from (a dead one's, still in flight)
+    is refused whole, so no batch is applied twice."""
     return Put(BUCKET, name, json.dumps({"position": position, "source": source,
-                                         "last_modified": last_modified}).encode())
+                                         "last_modified": last_modified}).encode(),
+               if_sqn=replaces, if_absent=replaces is None)
 
 
 def position_of(record: bytes | None, start):

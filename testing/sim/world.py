@@ -249,6 +249,16 @@ class World:
             self._end(actor.inc.pid, StoreClosedError)
         actor.inc, actor.restarting = made, False
 
+    async def open_other(self, url: str, name: str) -> Store:
+        """Open a plain store of its own at ``url`` (a replica's target, say), its Bookie in a
+        process of its own named ``name``; a handle on it."""
+        actor = self.actors[name] = self.new_actor(name, name)
+        made = await self.made(actor, url, self.options, None, self.clock, None)
+        self.note(f"start {made.pid} at {url}")
+        await run_in(made.pid, made.shell.start())
+        actor.inc = made
+        return self._client(actor, url)
+
     async def failover(self, key: str) -> bool:
         """Ray's restart of the killed actor of the shard at ``key``: a new process, whose shell
         (``actors/failover.py``) reopens the store by itself, claiming it with the epoch it

@@ -138,6 +138,33 @@ def test_a_lease_holds_compaction_and_an_expired_one_does_not(ray_cluster, tmp_p
         store.close()
 
 
+def test_a_view_of_an_earlier_sqn_folds_as_the_store_was_while_later_changes_are_in_memory(
+        ray_cluster, tmp_path):
+    """The changes after a past view's SQN are still in the Bookie's memory (not in a Ledger
+    file): its folds, index queries and compare show the store as it was then, as its point
+    reads do: a key put later is absent, a key changed later has its older value and
+    terms."""
+    store = lr.open(f"file://{tmp_path}/db")
+    try:
+        then = store.put_many([lr.Put("b", "k", b"v1", indexes=[("add", "t_bin", "old")])])[-1]
+        store.put("b", "k", b"v2", indexes=[("remove", "t_bin", "old"), ("add", "t_bin", "new")])
+        store.put("b", "later", b"x")
+        # Each on a view of its own, before any point read (which reads the overlay apart).
+        with store.snapshot(at_sqn=then) as past:
+            assert list(past.fold_keys("b")) == [("b", "k")]
+        with store.snapshot(at_sqn=then) as past:
+            assert list(past.index_query("b", "t_bin", "a", "z", return_terms=True)) == [
+                ("old", "k")]
+        with store.snapshot(at_sqn=then) as past, store.snapshot() as now:
+            found = lr.compare(past, now)
+            assert {(d.key, d.kind) for d in found.differences} == {
+                ("k", "different"), ("later", "missing_in_a")}
+            assert [h.hash for _, _, h in past.fold_heads("b")] == [past.head("b", "k").hash]
+            assert past.get("b", "later") is None
+    finally:
+        store.close()
+
+
 def test_point_in_time_views_inside_the_history_window(ray_cluster, tmp_path):
     """With history_s, compaction keeps every change of the window: a snapshot, a reader
     and a sharded reader see the store as it was at an SQN or a time in it; a store without

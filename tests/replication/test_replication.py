@@ -9,6 +9,7 @@ import signal
 import threading
 import uuid
 
+import pyarrow as pa
 import pytest
 from support.s3 import QUICK_FAILURES, S3_BUCKET, s3_options
 from support.stores import SMALL
@@ -204,6 +205,100 @@ def test_a_replica_resumes_after_its_target_or_its_source_fails_and_reports_its_
     finally:
         stop.set()
         source.close()
+
+
+def test_a_replica_caught_up_after_a_bulk_write_and_a_split_reports_no_lag(ray_cluster,
+                                                                          tmp_path):
+    """A bulk write takes its changes' SQNs from a window it reserves, far past the shard's
+    other SQNs; a split's children start after the parent's last SQN, so the child without
+    the write's key has a durable SQN at the window and no change up to it. A replica that
+    has applied every change is caught up all the same, and says so (``lag_changes`` and
+    ``lag_s`` 0)."""
+    from leveled_ray.bulk import sharded as bulk
+
+    name = f"bulk-src-{uuid.uuid4().hex[:8]}"
+    url = f"file://{tmp_path}/src"
+    source = lr.open(url, name=name, shards=2)
+    try:
+        plan = bulk.begin_write(url, store_name=name)
+        one = pa.record_batch({"bucket": ["b"], "key": ["k1"], "value": [b"1"]})
+        bulk.commit(plan, [bulk.write_partition(plan, 0, [one])])
+        source.split_shard(source.shard_of("b", "k1"))  # before the replica read the write
+        rep = lr.replicate(source, f"file://{tmp_path}/dst", name="bulk", full_sync_s=0)
+        wait_until(lambda: rep.stats()["applied"] == 1)
+        wait_until(lambda: rep.stats()["lag_changes"] == 0 and rep.stats()["lag_s"] == 0,
+                   timeout=20)
+        rep.close()
+    finally:
+        source.close()
+
+
+def test_a_batch_of_a_replicator_that_another_took_over_from_is_refused(ray_cluster,
+                                                                       tmp_path):
+    """Two replication loops under one name, as a replicator whose process died (its last
+    batch still in flight to the target) and the one Ray restarted, which read the position
+    before that batch landed: whichever batch lands second is refused whole
+    (``ConditionFailedError``), so no change is applied twice."""
+    import asyncio
+
+    from leveled_ray.replication.replicator import Replication
+
+    source = lr.open(f"file://{tmp_path}/src")
+    target = lr.open(f"file://{tmp_path}/dst")
+    try:
+        source.put_many([lr.Put("b", f"k{i}", b"v") for i in range(5)])
+
+        async def race() -> None:
+            dead, restarted = (Replication(source, target, "r", full_sync_s=0)
+                               for _ in range(2))
+            await dead.resume()
+            await restarted.resume()  # reads the position before the dead one's batch lands
+            try:
+                assert await dead.step() == 5
+                with pytest.raises(lr.ConditionFailedError):
+                    await restarted.step()
+            finally:
+                await dead.close()
+                await restarted.close()
+        asyncio.run(race())
+        applied = [c for c in target.changes(0) if c.bucket != BUCKET]
+        assert sorted(c.key for c in applied) == [f"k{i}" for i in range(5)]  # once each
+    finally:
+        source.close()
+        target.close()
+
+
+def test_a_full_sync_leaves_the_changes_past_the_position_to_the_stream(ray_cluster,
+                                                                       tmp_path):
+    """A full sync compares the source as of the replicator's position: a change the stream
+    has not reached yet is not a difference (copied early, it would be applied twice, and a
+    key could go back to an older value before the stream reached the newer one)."""
+    import asyncio
+
+    from leveled_ray.replication.replicator import Replication
+
+    source = lr.open(f"file://{tmp_path}/src")
+    target = lr.open(f"file://{tmp_path}/dst")
+    try:
+        source.put("b", "k", b"v1")
+
+        async def run() -> dict:
+            loop = Replication(source, target, "r", full_sync_s=0)
+            await loop.resume()
+            try:
+                assert await loop.step() == 1
+                source.put("b", "k", b"v2")  # past the position
+                found = await loop.full_sync()
+                assert await loop.step() == 1
+                return found
+            finally:
+                await loop.close()
+        found = asyncio.run(run())
+        assert found["differences"] == 0, found
+        assert [c.value for c in target.changes(0) if c.bucket != BUCKET] == [b"v1", b"v2"]
+    finally:
+        source.close()
+        target.close()
 
 
 #: Journal compaction on demand only, willing to rewrite any run that drops something.

@@ -32,8 +32,11 @@ def test_a_change_becomes_the_same_write_marked_with_its_source():
 def test_the_position_moves_with_each_change_and_is_read_back():
     assert advance(3, change(sqn=7)) == 7
     assert advance({"0": 4, "1": 2}, change(sqn=9, shard=1)) == {"0": 4, "1": 9}
-    record = position_write("r", {"0": 4}, "src", 100.0)
+    record = position_write("r", {"0": 4}, "src", 100.0, None)
     assert record.bucket == BUCKET and position_of(record.value, 0) == {"0": 4}
+    assert record.if_absent and record.if_sqn is None  # the first record
+    after = position_write("r", {"0": 9}, "src", 101.0, 17)  # replaces the one at SQN 17 only
+    assert after.if_sqn == 17 and not after.if_absent
     assert position_of(None, {"0": 0}) == {"0": 0}
 
 

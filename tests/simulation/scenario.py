@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import json
 import random
+import threading
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -59,6 +60,8 @@ from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import unfinished
 from leveled_ray.manifest.store import ManifestStore
 from leveled_ray.manifest.txn_records import txn_of_part
+from leveled_ray.replication.replicator import Replication
+from leveled_ray.replication.rules import BUCKET
 from leveled_ray.testing.sim.loop import EPOCH, PROCESS
 from leveled_ray.testing.sim.world import NAME, World
 
@@ -88,6 +91,9 @@ class Config:
     moves: int = 0
     #: Hot backups of a sharded store, each to a target of its own; its driver may be killed.
     backups: int = 0
+    #: A replicator into a plain store of its own (``lr.replicate``'s loop), killed and
+    #: started again at random moments, as Ray restarts it.
+    replica: bool = False
 
 
 def config_of(seed: int) -> Config:
@@ -102,6 +108,7 @@ def config_of(seed: int) -> Config:
     config.splits = rng.choice([0, 1, 2]) if config.sharded else 0
     config.moves = rng.choice([0, 1, 2]) if config.sharded else 0
     config.backups = rng.choice([0, 1, 2]) if config.sharded else 0
+    config.replica = rng.random() < 0.5
     return config
 
 
@@ -190,6 +197,10 @@ class Run:
                   world.spawn("cutter", self.cutter())[1],
                   world.spawn("consumer", self.consumer())[1],
                   world.spawn("gc", self.gc())[1]]
+        if config.replica:
+            self.replica = await world.open_other(f"{world.url}-replica", "replica")
+            await self.replica.set_history_lease_async("check", 0, LIMIT_S)
+            others.append(world.spawn("replicas", self.replicas())[1])
         chaos = world.spawn("chaos", self.chaos())[1]
         closer = [world.spawn("closer", self.closer())[1]] if config.closes else []
         if config.splits:
@@ -266,6 +277,23 @@ class Run:
             backup.acked_at = self.now()
         except LeveledError as exc:
             backup.error = f"{type(exc).__name__}: {exc}"[:200]
+
+    async def replicas(self) -> None:
+        """The replicator's loop (``replication/replicator.py``) in a process of its own,
+        killed at random moments and started again, as Ray restarts it: it resumes from the
+        position the target holds. Half of them run a full sync every few seconds."""
+        world = self.world
+        while not self.writing_done:
+            loop = self.replication()
+            pid, task = world.spawn("replicator", loop.run(threading.Event()))
+            await asyncio.sleep(self.rng.expovariate(0.2))
+            world.kill(pid)
+            self.model.checks["replicators killed"] += 1
+
+    def replication(self) -> Replication:
+        full_sync_s = self.rng.choice([0.0, 5.0])
+        return Replication(self.world.store(), self.replica, "sim", full_sync_s=full_sync_s,
+                           lifetime=LIMIT_S, clock=self.world.clock)
 
     async def stream_writer(self, i: int) -> None:
         for batch in range(self.config.ops):
@@ -534,6 +562,7 @@ class Run:
         await self.check_feed()
         await self.check_manifests()
         await self.check_backups()
+        await self.check_replica()
         await world.close_all()
         for shard in range(world.shard_count):
             await self.restart(world.key(shard))
@@ -638,6 +667,30 @@ class Run:
                 model.violated("a restored backup holds each key once",
                                f"{backup.url}: {len(folded) - len(set(folded))} keys twice")
             model.checks["backups restored"] += 1
+
+    async def check_replica(self) -> None:
+        """A replicator started last catches up with the source; then a full sync finds
+        nothing the stream missed, and the target's feed holds no change twice."""
+        if not self.config.replica:
+            return
+        model, loop = self.model, self.replication()
+        await loop.resume()
+        for _ in range(120):
+            await loop.step()
+            if loop.counters["lag_changes"] == 0:
+                break
+        else:
+            model.violated("a replica catches up", f"{loop.counters['lag_changes']} behind")
+        try:
+            found = await loop.full_sync()
+        finally:
+            await loop.close()
+        if found["differences"]:
+            model.violated("a caught-up replica equals its source",
+                           f"a full sync found {found}")
+        changes = [c async for c in self.replica.changes_async(0) if c.bucket != BUCKET]
+        model.check_feed(changes, "the replica's changes(0)")
+        model.checks["replica"] += 1
 
     def shard_of(self, bucket, key) -> int:
         world = self.world
