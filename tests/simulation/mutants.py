@@ -220,6 +220,11 @@ MUTANTS = [
            "        result = CompactionResult([])\n        while True:",
            "        result = CompactionResult([])\n        None.compact  # AttributeError\n"
            "        while True:"),
+    # -- one identity per name (codec/keys.py) --
+    Mutant("a bytes name is stored as its text", "codec/keys.py",
+           '        return b"\\x01" + part.replace(b"\\x00", b"\\x00\\xff") + b"\\x00"',
+           '        return b"\\x02" + part.replace(b"\\x00", b"\\x00\\xff") + b"\\x00"',
+           ("tests/client/test_name_identity.py",)),
     # -- backups (cluster/backup.py, admin/backup.py) --
     Mutant("a first backup leaves its target unmarked", "cluster/backup.py",
            '        await mark_unfinished(root, "backup")',

@@ -229,12 +229,14 @@ class Run:
                 self.model.violated("no call raises an untyped error",
                                     f"{type(exc).__name__}: {exc}")
 
-
     # -- writers --
 
     async def txn_writer(self, i: int) -> None:
+        """Cross-shard ``put_many`` batches. Writer 1 names its keys with the same text as
+        writer 0, as ``bytes``: ``"0.1"`` and ``b"0.1"`` are two keys on every path (reads,
+        folds, the feed, trees, backups, the replica)."""
         for k in range(self.config.ops):
-            keys = [("t", f"{i}.{k}.{j}") for j in range(3)]
+            keys = [("t", f"{k}.{j}".encode() if i % 2 else f"{k}.{j}") for j in range(3)]
             op = self.model.new("put_many", keys, f"t{i}.{k}", self.now())
             try:
                 await self.store.put_many_async([lr.Put(b, key, op.value) for b, key in keys])
