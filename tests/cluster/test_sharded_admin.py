@@ -152,11 +152,7 @@ def test_a_half_made_sharded_clone_is_never_opened_and_a_retry_finishes_it(ray_c
         with pytest.raises(lr.ObjectStoreError, match="503"):
             lr.clone(parent_url, url, options=s3_options(proxy.endpoint, **QUICK_FAILURES),
                      parent_options=direct)
-    made = ObjectStore.from_url(url, direct)
-    assert made.list("shard-000/manifest/") and not made.list("shards/")  # half made
-    for shards in (2, None):
-        refused_to_open(url, direct, shards)
-        assert not made.list("shards/") and not made.list("manifest/")  # nothing created
+    never_opened(url, direct, "shard-000/manifest/")
     clone = lr.clone(parent_url, url, options=direct)
     try:
         assert clone.shards == 2 and clone.get_many(KEYS) == [b"v1"] * len(KEYS)
@@ -181,15 +177,21 @@ def test_a_first_backup_interrupted_before_its_record_is_never_opened(ray_cluste
                 store.backup(target, target_options=s3_options(proxy.endpoint,
                                                                **QUICK_FAILURES),
                              progress=False)
-        made = ObjectStore.from_url(target, direct)
-        assert made.list("shard-000/") and not made.list("shards/")  # half made
-        for shards in (2, None):
-            refused_to_open(target, direct, shards)
-            assert not made.list("shards/") and not made.list("manifest/")  # nothing created
+        never_opened(target, direct, "shard-000/")
         store.backup(target, target_options=direct, progress=False)
     with lr.open(target, direct) as restored:
         assert restored.shards == 2 and restored.get_many(KEYS) == [b"v1"] * len(KEYS)
-    assert not made.list("unfinished/")
+    assert not ObjectStore.from_url(target, direct).list("unfinished/")
+
+
+def never_opened(url: str, options: lr.Options, made_prefix: str) -> None:
+    """The store at ``url`` is half made (objects under ``made_prefix``, no shard map), and
+    each open of it, sharded or plain, is refused and creates nothing."""
+    made = ObjectStore.from_url(url, options)
+    assert made.list(made_prefix) and not made.list("shards/")
+    for shards in (2, None):
+        refused_to_open(url, options, shards)
+        assert not made.list("shards/") and not made.list("manifest/")
 
 
 def refused_to_open(url: str, options: lr.Options, shards: int | None) -> None:

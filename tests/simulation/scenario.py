@@ -573,6 +573,51 @@ class Run:
             model.violated("a reopen reads what was there", "values differ after a reopen")
         await self.check_tree("after a reopen")
         await world.close_all()
+        if world.sharded and self.rng.random() < 0.5:
+            await self.at_rest()
+
+    async def at_rest(self) -> None:
+        """The store closed: an offline bulk write (no running store: each shard installs it
+        when next opened) races a split at rest of the shard that holds one of its keys, each
+        in a process of its own, under the run's faults, one of them killed at a random moment
+        in half of the runs; then every shard of the layout found opens, and the write is
+        whole or absent (present, if it was acknowledged)."""
+        world, model = self.world, self.model
+        keys = [("rest", f"r{j}") for j in range(4)]
+        op = model.new("bulk", keys, "rest", self.now())
+
+        async def write() -> None:
+            plan = await bulk.begin_write_async(world.url, OPTIONS)
+            messages = [await bulk.write_partition_async(plan, 0, [rows(keys, op.value)])]
+            await self.pause(0.02)  # the commit and the split's claims close together
+            try:
+                await bulk.commit_async(plan, messages)
+                model.ack(op, self.now())
+            except LeveledError as exc:
+                model.fail(op, exc)
+
+        async def split() -> None:
+            await self.pause(0.05)
+            admin = ShardedAdmin(world.url, world.shard_map, OPTIONS, world.clock)
+            with contextlib.suppress(LeveledError):
+                await admin.split_shard_async(self.shard_of(*keys[0]))
+
+        world.objects.fault_rate = self.config.fault_rate
+        tasks = [world.spawn("rest-writer", write()), world.spawn("rest-splitter", split())]
+        if self.rng.random() < 0.5:
+            pid, task = self.rng.choice(tasks)
+            world.loop.call_later(self.rng.expovariate(5.0), lambda: task.done() or world.kill(pid))
+        while any(not task.done() and pid not in world.loop.dead for pid, task in tasks):
+            await asyncio.sleep(0.1)
+        self.check_tasks([task for _, task in tasks])
+        world.objects.fault_rate = 0.0
+        found = await find_shard_map(ObjectStore.from_url(world.url, OPTIONS), OPTIONS)
+        world.shard_map, world.shard_count = found, found.count
+        for key in found.prefixes:
+            await self.restart(key)
+        await self.read_all("after an offline bulk write and a split at rest")
+        model.checks["at rest"] += 1
+        await world.close_all()
 
     async def check_tree(self, where: str) -> None:
         """The tree the store keeps (each shard's, merged) equals the one a fold makes. A
