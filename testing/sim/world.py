@@ -355,7 +355,9 @@ class World:
             await asyncio.sleep(0.05)
         if not task.done():
             outcome = "killed"
-        elif task.cancelled() or task.exception() is not None:
+        elif task.cancelled():
+            outcome = "failed"
+        elif task.exception() is not None:
             if not isinstance(task.exception(), LeveledError):
                 raise task.exception()  # the caller's check sees it: an untyped error
             outcome = "failed"
