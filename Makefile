@@ -25,8 +25,8 @@ test: setup
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m "not example"
 
 # The guides' examples run as written, each in processes of its own that start their own
-# clusters (Ray on Spark), and the command line's verbs on moto's S3: about three minutes, so
-# not in make test; CI runs both. (The other docs' examples run in make test: tests/docs.)
+# clusters (Ray on Spark), the command line's verbs on moto's S3 and sharded, and Ray Client
+# on a head of its own: about five minutes, so not in make test; CI runs both. (The other docs' examples run in make test: tests/docs.)
 examples: setup
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m example
 

@@ -10,6 +10,7 @@ from .client.reader import Reader
 from .client.snapshot import Snapshot
 from .client.spares import keep_spare_bookies, spare_stats
 from .client.store import Store
+from .client.transaction import Transaction
 from .cluster.admin import ShardedAdmin
 from .cluster.reader import ShardedReader
 from .cluster.snapshot import ShardedSnapshot
@@ -29,6 +30,7 @@ from .errors import (
     SnapshotExpiredError,
     StoreClosedError,
     StoreUnavailableError,
+    TransactionExpiredError,
     WrongShardError,
 )
 from .manifest.model import Checkpoint
@@ -44,6 +46,7 @@ __all__ = [
     "ObjectStoreError", "Options",
     "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "StoreUnavailableError",
+    "Transaction", "TransactionExpiredError",
     "WrongShardError", "connect", "keep_spare_bookies", "open", "replicate", "spare_stats",
 ]
 

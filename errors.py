@@ -125,8 +125,15 @@ class ConditionFailedError(LeveledError):
 
 
 class ConflictError(LeveledError):
-    """A cross-shard ``put_many`` met other batches holding some of its keys until its time ran
-    out (``txn_timeout_s``), or a shard decided it aborted; nothing was written. Retry it."""
+    """Nothing was written; retry it. A transaction found a key it depends on changed since
+    its snapshot, or held by another batch; or a cross-shard ``put_many`` met other batches
+    holding some of its keys until its time ran out (``txn_timeout_s``), or a shard decided
+    it aborted."""
+
+
+class TransactionExpiredError(ConflictError):
+    """A transaction was read or committed after its lifetime (``lifetime_s``); nothing was
+    written. Run it again."""
 
 
 class CorruptObjectError(LeveledError):

@@ -380,6 +380,10 @@ class Options(_Group):
     #: (its client died between prepare and commit) is decided by the shard: aborted, unless
     #: its commit record says commit already. Its keys wait for that decision meanwhile.
     txn_timeout_s: float = 30.0
+    #: How long a transaction may run, from ``store.transaction()`` to its commit (its
+    #: snapshot's timeout): a later read or commit is refused, and a holder that died keeps
+    #: nothing past it (see :mod:`leveled_ray.client.transaction`).
+    transaction_lifetime_s: float = 60.0
     #: Journal compaction keeps every change of the last this many seconds (and what a view
     #: of any moment in them needs), so ``snapshot(at_time=...)``, ``changes()`` and clones
     #: reach back that far; 0 keeps only what history leases hold.
@@ -396,7 +400,7 @@ class Options(_Group):
     _positive_ints = ("max_value_bytes", "max_key_bytes", "max_head_only_value_bytes")
     _counts = ("cache_size",)
     _durations = ("metrics_interval_s", "history_s")
-    _positive_durations = ("txn_timeout_s",)
+    _positive_durations = ("txn_timeout_s", "transaction_lifetime_s")
     _choices = {"compression": tuple(CODECS)}
 
     def __post_init__(self) -> None:

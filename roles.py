@@ -26,19 +26,27 @@ Costs are stated per call in each handle's docstrings; "a round trip" is one Ray
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from .codec.tictac import DEFAULT_SIZE
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 
     import pyarrow as pa
 
+    from .client.transaction import Transaction
     from .codec import Delete, Head, Put
     from .manifest.model import Checkpoint
     from .manifest.shard_map import ShardMap
     from .options import Options
+
+
+T = TypeVar("T")
+
+#: Calls whose async form takes an async function (its ``fn`` answers an awaitable) where the
+#: sync form takes a plain one: their two forms differ in that argument's type alone.
+AWAITS_ITS_FUNCTION = frozenset({"run_transaction"})
 
 
 class Role(Protocol):
@@ -258,6 +266,27 @@ class PointsInTime(Role, Protocol):
     def checkpoint(self, lifetime: float | None = None, name: str | None = None,
                    source: str | None = None, *,
                    checkpoint_id: str | None = None) -> Checkpoint: ...
+
+
+class Transactions(Role, Protocol):
+    """Read-write transactions, ``snapshot`` or ``serializable`` (see
+    :mod:`leveled_ray.client.transaction`). Plain and sharded stores."""
+
+    @abc.abstractmethod
+    def transaction(self, isolation: str = "serializable", *,
+                    lifetime_s: float | None = None) -> Transaction:
+        """A new transaction (no I/O until its first read)."""
+
+    @abc.abstractmethod
+    def run_transaction(self, fn: Callable[[Transaction], T], *, retries: int = 10,
+                        isolation: str = "serializable", lifetime_s: float | None = None) -> T:
+        """``fn(t)`` in a new transaction, committed; run again on a conflict."""
+
+    @abc.abstractmethod
+    async def run_transaction_async(self, fn: Callable[[Transaction], Awaitable[T]], *,
+                                    retries: int = 10, isolation: str = "serializable",
+                                    lifetime_s: float | None = None) -> T:
+        """:meth:`run_transaction` with an async ``fn``."""
 
 
 class Checkpoints(Role, Protocol):

@@ -152,6 +152,20 @@ class LiveView:
         with self.host.reading(self.files.version):
             return [item async for batch in index_entries(view, **query) for item in batch]
 
+    async def live_range(self, lo: bytes, hi: bytes, sqn: int) -> list[tuple[bytes, int]]:
+        """The ``(key, SQN)`` of every live Ledger entry in ``[lo, hi)`` that is durable, in
+        key order: the files and the cached changes as they are at the call."""
+        view = PointInTime(self.url, self.options, self.files, [],
+                           [self.cache.cached_rows(lo, hi).to_batch()], sqn,
+                           store=self.store, host=self.host)
+        found: list[tuple[bytes, int]] = []
+        with self.host.reading(self.files.version):
+            async with contextlib.aclosing(view.scan(lo, hi)) as tables:
+                async for table in tables:
+                    found += zip(table.column("key").to_pylist(),
+                                 table.column("sqn").to_pylist())
+        return found
+
     @contextlib.contextmanager
     def pinned(self):
         """Keep every file of the current Ledger and Journal versions from deletion; yields

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from ..clock import Clock
-from ..codec import NO_CONDITION, Change
+from ..codec import NO_CONDITION, OP_RANGE, Change, keyed, written
 from ..errors import LeveledError
 from ..files.store import NotFound, ObjectStore
 from ..manifest.batch_tags import batch_tag
@@ -80,7 +80,7 @@ class Prepared:
 
     @property
     def lkeys(self) -> list[bytes]:
-        return [c.lkey for c in self.part.changes]
+        return [c.lkey for c in keyed(list(self.part.changes))]
 
 
 class Participant:
@@ -148,7 +148,8 @@ class Participant:
         self.writes.check_usable()
         if txn in self.parts:
             return self.parts[txn].number  # prepared already (a resent call)
-        if not self.writes.lock([c.lkey for c in changes], txn):
+        if not self.writes.lock([c.lkey for c in keyed(changes)], txn,
+                                [(c.lkey, c.extra) for c in changes if c.op == OP_RANGE]):
             self.counters["txn_busy"] += 1
             return BUSY
         try:
@@ -248,10 +249,11 @@ class Participant:
                 else:  # its conditions were checked under the lock
                     if part.numbers is None:  # not applied by the client: the record says
                         part.numbers = await read_numbers(self._root(part.part.root_url), txn)
-                    changes = [c._replace(condition=NO_CONDITION) for c in part.part.changes]
+                    changes = [c._replace(condition=NO_CONDITION)
+                               for c in written(part.part.changes)]  # not a txn's checks
                     part.attempted = True
                     sqns = await self.writes.put_many(
-                        changes, ValueBatch(inline=list(part.part.values)), txn,
+                        changes, ValueBatch(inline=list(part.part.values[:len(changes)])), txn,
                         batch_tag(txn, part.numbers or ()))
             except BaseException:
                 part.settled = None  # the next call (or the expiry) tries again
@@ -315,7 +317,7 @@ class Participant:
         """Remember, for :data:`NOTED_S`, that these keys were written by a batch with parts
         of these numbers in these shards."""
         now = time.monotonic()
-        for change in part.part.changes:
+        for change in written(part.part.changes):
             self.noted[change.lkey] = part.numbers
             self._noted_order.append((now, change.lkey, part.numbers))
         while self._noted_order and self._noted_order[0][0] < now - NOTED_S:

@@ -10,6 +10,7 @@ while the Ledger falls behind, and wait while an earlier write's outcome is bein
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from itertools import repeat
@@ -17,14 +18,21 @@ from itertools import repeat
 from ..codec import (
     NO_CONDITION,
     OP_PUT,
+    OP_RANGE,
     PACKED_EXTRA,
+    RANGE_OF_KEYS,
     Change,
     LedgerRows,
     holds_index_entries,
+    is_check,
+    keyed,
+    range_digest,
+    written,
 )
 from ..codec.conditions import check_parts
 from ..codec.index_terms import change_entry, resolve_all
-from ..errors import FencedError, InvalidArgumentError, StoreClosedError
+from ..codec.keys import split_object_key
+from ..errors import ConditionFailedError, FencedError, InvalidArgumentError, StoreClosedError
 from ..files.journal import JournalInfo
 from ..files.sst import SstInfo
 from ..manifest.ingest import (
@@ -95,6 +103,11 @@ class WritePath:
         #: Ledger key -> the cross-shard batch whose prepared part holds it (see
         #: :mod:`.participant`): other writes, and reads, of the key wait until it is decided.
         self.locks: dict[bytes, str] = {}
+        #: The key ranges a transaction checks, by its batch: no other write goes into one
+        #: until it is decided (a phantom would slip in after the check).
+        self.range_locks: dict[str, list[tuple[bytes, bytes]]] = {}
+        self._range_ids = itertools.count()
+        self.last_group: Group | None = None  # the newest group given SQNs
         self._unlocked = asyncio.Event()
         #: The cut that froze admissions (see leveled_ray.cluster.cut), and since when.
         self.frozen: tuple[str, float] | None = None
@@ -153,29 +166,53 @@ class WritePath:
         :mod:`~leveled_ray.manifest.batch_tags`)."""
         if not changes:
             return []
+        if txn is None and any(c.op == OP_RANGE for c in changes):
+            return await self._put_ranged(changes, values, batch)
         (first,) = await self.put_parts(changes, [len(changes)], values, txn, batch)
         if isinstance(first, Exception):
             raise first
-        return list(range(first, first + len(changes)))
+        return list(range(first, first + len(written(changes))))
+
+    async def _put_ranged(self, changes: list[Change], values: ValueBatch,
+                          batch: bytes | None) -> list[int]:
+        """A transaction that checks key ranges, on one shard: its keys and ranges are locked
+        (all at once, so no two such writes wait for each other), the ranges checked, then
+        the changes written as one group, and the locks let go."""
+        txn = f"ranges-{next(self._range_ids)}"
+        keys = [c.lkey for c in keyed(changes)]
+        ranges = [(c.lkey, c.extra) for c in changes if c.op == OP_RANGE]
+        while not self.lock(keys, txn, ranges):
+            self.check_usable()
+            await self._unlocked.wait()
+        try:
+            failure = await self.check(changes)
+            if failure is not None:
+                raise failure
+            return await self.put_many(changes, values, txn, batch)
+        finally:
+            self.unlock(txn)
 
     async def put_parts(self, changes: list[Change], counts: list[int], values: ValueBatch,
                         txn: str | None = None, batch: bytes | None = None
                         ) -> list[int | Exception]:
         """Write several callers' parts (``counts`` changes each, in order) in one step. Each
         part's conditions are checked on its own; the parts that pass are written as one
-        durable group. Returns each part's first SQN, or the error of that part alone."""
+        durable group. Returns each part's first SQN, or the error of that part alone. A
+        transaction's checks (``OP_CHECK``, with no value: they come after its writes) are
+        checked with the conditions and not written."""
         if self.head_only and any(c.op == OP_PUT and c.extra[:1] != PACKED_EXTRA
                                   for c in changes):
             raise InvalidArgumentError("this store is head_only: write to it through a "
                                        "handle that knows (lr.open(..., head_only=...))")
+        lkeys = [c.lkey for c in keyed(changes)]  # a range check's key is its range's start
         if (owns := self.view.files.owns) is not None:  # a split shard: its own keys only
-            owns.refuse_others([c.lkey for c in changes], self.view.url)
-        conditional = [c.lkey for c in changes if c.condition != NO_CONDITION]
+            owns.refuse_others(lkeys, self.view.url)
+        conditional = [c.lkey for c in keyed(changes) if c.condition != NO_CONDITION]
         await self.writer.wait_settled()
         self.check_usable()
         while True:
             await self._admission(txn)
-            await self.wait_unlocked([c.lkey for c in changes] if self.locks else (), txn,
+            await self.wait_unlocked(lkeys if self.locking else (), txn,
                                      refused=self.check_usable)
             await self._backpressure()
             stored: dict[bytes, tuple | None] = {}
@@ -183,8 +220,7 @@ class WritePath:
                 stored = await self.view.current_entries(
                     {c.lkey for c in changes} if self.indexed else set(conditional))
                 self.check_usable()
-            if self._admits(txn) and not (
-                    self.locks and self.locked([c.lkey for c in changes], txn)):
+            if self._admits(txn) and not (self.locking and self.locked(lkeys, txn)):
                 break  # else a bulk write or a cut holds writes, or a key was locked: again
         # A close that began while it waited refuses it: its writer takes no more groups.
         self.check_usable()
@@ -198,6 +234,11 @@ class WritePath:
                 return failures  # nothing to write
             if any(failures):
                 changes, values = passed(changes, counts, failures, values)
+        if is_check(changes[-1]):  # a transaction (one part): its checks held
+            changes = written(changes)
+            counts = [len(changes)]
+            if not changes:
+                return [self.next_sqn]  # it wrote nothing
         if self.indexed or any(c.indexes for c in changes):
             changes = resolve_all(changes, known, now_s)
             self.indexed = True
@@ -239,10 +280,19 @@ class WritePath:
 
     # -- locks of prepared cross-shard parts --
 
+    @property
+    def locking(self) -> bool:
+        """Whether any key or range is locked."""
+        return bool(self.locks or self.range_locks)
+
     def locked(self, lkeys, txn: str | None = None) -> bool:
-        """Whether a cross-shard batch other than ``txn`` holds any of ``lkeys``."""
+        """Whether a batch other than ``txn`` holds any of ``lkeys``, or a range one is in."""
         locks = self.locks
-        return bool(locks) and any(locks.get(k, txn) != txn for k in lkeys)
+        if locks and any(locks.get(k, txn) != txn for k in lkeys):
+            return True
+        return bool(self.range_locks) and any(
+            lo <= k < hi for t, ranges in self.range_locks.items() if t != txn
+            for lo, hi in ranges for k in lkeys)
 
     async def wait_unlocked(self, lkeys, txn: str | None = None, refused=lambda: None) -> None:
         """Wait until no batch other than ``txn`` holds any of ``lkeys``; ``refused()``
@@ -255,21 +305,28 @@ class WritePath:
         """The locked keys that fall in the key range of one of ``ssts`` (a bulk write's):
         its install waits for their batches, whose conditions were checked when they were
         prepared and must still hold when they are applied."""
-        if not self.locks:
+        if not self.locking:
             return []
         ranges = [(s.min_key, s.max_key) for s in ssts]
-        return [k for k in self.locks if any(lo <= k <= hi for lo, hi in ranges)]
+        held = [k for k in self.locks if any(lo <= k <= hi for lo, hi in ranges)]
+        return held + [lo for checked in self.range_locks.values() for lo, hi in checked
+                       if any(lo <= top and low < hi for low, top in ranges)]
 
-    def lock(self, lkeys, txn: str) -> bool:
-        """Lock ``lkeys`` for ``txn``, all or none: ``False`` if another batch holds one."""
-        if self.locked(lkeys, txn):
+    def lock(self, lkeys, txn: str, ranges=()) -> bool:
+        """Lock ``lkeys`` and key ranges ``[lo, hi)`` for ``txn``, all or none: ``False`` if
+        another batch holds one of the keys or a key in one of the ranges."""
+        if self.locked(lkeys, txn) or any(
+                lo <= k < hi for k, t in self.locks.items() if t != txn for lo, hi in ranges):
             return False
         self.locks.update((k, txn) for k in lkeys)
+        if ranges:
+            self.range_locks[txn] = list(ranges)
         return True
 
     def unlock(self, txn: str) -> None:
-        """Release ``txn``'s keys, and wake whoever waits for a key."""
+        """Release ``txn``'s keys and ranges, and wake whoever waits for a key."""
         self.locks = {k: t for k, t in self.locks.items() if t != txn}
+        self.range_locks.pop(txn, None)
         woken, self._unlocked = self._unlocked, asyncio.Event()
         woken.set()
 
@@ -282,16 +339,38 @@ class WritePath:
 
     async def check(self, changes: list[Change]) -> Exception | None:
         """The failure of ``changes``' conditions against every change before them, durable
-        or pending, or ``None``: a prepared part's check (its keys are locked already, so no
-        other write can change them until it is decided)."""
+        or pending, or ``None``: a prepared part's check (its keys and ranges are locked
+        already, so no other write can change them until it is decided)."""
         if all(c.condition == NO_CONDITION for c in changes):
             return None
         await self.writer.wait_settled()
-        conditional = {c.lkey for c in changes if c.condition != NO_CONDITION}
+        for change in changes:
+            if change.op == OP_RANGE:
+                failure = await self._check_range(change)
+                if failure is not None:
+                    return failure
+        conditional = {c.lkey for c in keyed(changes) if c.condition != NO_CONDITION}
         stored = await self.view.current_entries(conditional)
         self.check_usable()
         known = lambda k: self.cache.known_entry(k, stored)  # noqa: E731
         return check_parts(changes, [len(changes)], known, self.next_sqn, self.view.clock())[0]
+
+    async def _check_range(self, change: Change) -> ConditionFailedError | None:
+        """The failure of a transaction's range check (see
+        :func:`~leveled_ray.codec.range_check`), or ``None``."""
+        last = self.last_group  # the range is locked: the changes in it are all given SQNs
+        if last is not None and not last.future.done():
+            await asyncio.wait([last.future])  # so once these are durable, they are cached
+        found = await self.view.live_range(change.lkey, change.extra, self.durable_sqn)
+        self.check_usable()
+        if change.condition == RANGE_OF_KEYS:  # an index range: which entries, not when
+            found = [(k, 0) for k, _ in found]
+        if range_digest(found) == (change.size, change.vhash):
+            return None
+        bucket, start = split_object_key(change.lkey)
+        return ConditionFailedError(
+            f"the objects of bucket {bucket!r} from {start!r} changed since they were read",
+            ((bucket, start, change.size, len(found)),))
 
     async def _backpressure(self) -> None:
         waited_ms = await self.cache.backpressure(self.options, self.stopping)
@@ -316,6 +395,7 @@ class WritePath:
                                            batch),
                       values, rows, sum(sizes) + sum(map(len, lkeys)))
         self.writer.add(group)
+        self.last_group = group
         return group
 
     def durable(self, groups: list[Group], info: JournalInfo) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..actors.remote import ValueBatch, call, call_read, pack
-from ..codec import Change, Delete, Put, heads_of
+from ..codec import Change, Delete, Put, heads_of, written
 
 if TYPE_CHECKING:
     from .store import Store
@@ -38,7 +38,7 @@ class ShardSide:
     async def put_changes(self, changes: list[Change], values: list) -> list[int]:
         """``put_many`` of changes checked already: a sharded store checks a batch once, then
         sends each shard its part."""
-        nbytes = sum(c.size for c in changes)
+        nbytes = sum(c.size for c in written(changes))  # a range check's size is a count
         return await call(self._actor.put_many, pack(changes), ValueBatch.pack(values, nbytes))
 
     async def prepare(self, txn: str, root_url: str, changes: list[Change], values: list):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 from .. import roles
-from ..actors.remote import ValueBatch, pack
+from ..actors.remote import ValueBatch, call, pack
 from ..admin.backup import backup_version
 from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
@@ -27,6 +27,8 @@ from ..codec import (
     heads_of,
     make_change,
     put_change,
+    range_check,
+    written,
 )
 from ..codec import head_only as head_only_mode
 from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
@@ -42,6 +44,7 @@ from .calls import Answer, Call, Submitted, _await, _get, bookie_call, read_call
 from .coalesce import Part, WriteCoalescer
 from .listen import Listener
 from .snapshot import Snapshot
+from .transaction import Transactions
 
 #: Index queries with ``max_results`` up to this are answered by the Bookie in one round trip;
 #: larger or unbounded ones stream from a snapshot in the caller's process.
@@ -65,9 +68,9 @@ class _SnapshotReleaser:
 
 
 @with_sync_twins
-class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
-            roles.PointsInTime, roles.Checkpoints, roles.HistoryLeases, roles.Maintenance,
-            roles.Backups):
+class Store(Queries, Transactions, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
+            roles.PointsInTime, roles.Transactions, roles.Checkpoints, roles.HistoryLeases,
+            roles.Maintenance, roles.Backups):
     """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
 
     Example::
@@ -143,6 +146,16 @@ class Store(Queries, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
     def _put_many_ref(self, items: Iterable[Put | Delete]):
         changes, values, nbytes = self._changes(items)
         return self._actor.put_many.remote(pack(changes), ValueBatch.pack(values, nbytes))
+
+    async def _commit_changes_async(self, changes: list[Change], values: list,
+                                    ranges: list = ()) -> list[int]:
+        """A transaction's commit: its writes (conditional on their versions), its checks and
+        the key ranges it read (``(lo, hi, found, kind, owners)``, see
+        :func:`~leveled_ray.codec.range_check`), as one ``put_many``."""
+        changes = changes + [range_check(lo, hi, found, kind)
+                             for lo, hi, found, kind, _ in ranges]
+        nbytes = sum(c.size for c in written(changes))
+        return await call(self._actor.put_many, pack(changes), ValueBatch.pack(values, nbytes))
 
     def _keys(self, pairs: Iterable[Sequence], what: str) -> list[bytes]:
         head_only_mode.refuse(self.head_only, what)

@@ -22,7 +22,7 @@ import dataclasses
 
 from ..admin.backup import prune, stage_version
 from ..admin.progress import progress_of
-from ..errors import InvalidArgumentError, ObjectStoreError
+from ..errors import ConflictError, InvalidArgumentError, ObjectStoreError
 from ..files.names import MANIFEST_PREFIX
 from ..files.store import ObjectStore
 from ..files.store_config import parse_url
@@ -85,7 +85,8 @@ async def backup(store, target_url: str, target_options: Options | None, progres
     parse_url(target_url)
     options = target_options or store.options
     root = ObjectStore.from_url(target_url, options)
-    layout = dataclasses.replace(store.shard_map, version=1)
+    shard_map = store.shard_map  # the layout the checkpoint must be of
+    layout = dataclasses.replace(shard_map, version=1)
     found = await find_shard_map(root, options)
     if found is not None and not found.same_layout(layout):
         raise InvalidArgumentError(f"{target_url} holds a sharded store of another layout")
@@ -98,9 +99,12 @@ async def backup(store, target_url: str, target_options: Options | None, progres
     pin, parts = await checkpoints.create(store, store.options.gc.long_snapshot_timeout_s,
                                           "backup", None)
     try:
+        if store.shard_map != shard_map:  # its handle followed a split or move meanwhile
+            raise ConflictError("not backed up: a split or move changed the store's layout "
+                                "while the backup began; run it again")
         staged = []
         for shard, part in enumerate(parts):  # 2.
-            source = ObjectStore.from_url(store.shard_map.shard_url(store.url, shard),
+            source = ObjectStore.from_url(shard_map.shard_url(store.url, shard),
                                           store.options)
             staged.append(await stage_version(source, store.options, part.manifest_id,
                                               targets[shard],

@@ -18,9 +18,11 @@ from typing import NamedTuple
 from .. import roles
 from ..client.shard_side import ShardSide
 from ..client.store import Store
+from ..client.transaction import Transactions
 from ..clock import Clock
-from ..codec import Delete, Head, Put, checked_key
+from ..codec import Delete, Head, Put, checked_key, range_check
 from ..codec import head_only as head_only_mode
+from ..codec.routing import shards_of
 from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
 from ..errors import (
     ConflictError,
@@ -80,8 +82,9 @@ class KeyCall(NamedTuple):
 
 
 @with_sync_twins
-class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, roles.Queries,
-                   roles.History, roles.Writes, roles.PointsInTime, roles.Checkpoints,
+class ShardedStore(checkpoints.CheckpointsOfShards, Queries, Transactions, roles.KeyReads,
+                   roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
+                   roles.Transactions, roles.Checkpoints,
                    roles.HistoryLeases, roles.Maintenance, roles.Backups, roles.Splits,
                    roles.Moves):
     """A handle on an open sharded store. Picklable: pass it to Ray tasks.
@@ -256,13 +259,38 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, roles.KeyReads, rol
         changes, values = ShardSide(self._stores[0]).checked_changes(items)  # all check alike
         if not changes:
             return []
+        return await self._write_changes(changes, values)
 
+    async def _commit_changes_async(self, changes: list, values: list,
+                                    ranges: list = ()) -> list[int]:
+        """A transaction's commit: its writes (conditional on their versions), then its
+        checks, which have no values; each key range it read (``(lo, hi, found, kind,
+        owners)``: ``owners`` the object keys that route each found key, see
+        :func:`~leveled_ray.codec.range_check`) is checked by every shard, for its own keys.
+        A key another batch holds is a conflict at once: that batch is about to change it."""
+        values = values + [None] * (len(changes) - len(values))
+        return await self._write_changes(changes, values, ranges, busy_is_conflict=True)
+
+    async def _write_changes(self, changes: list, values: list, ranges: list = (),
+                             busy_is_conflict: bool = False) -> list[int]:
         async def put(layout: Layout) -> list[int]:
-            groups = shard_groups([c.lkey for c in changes], layout.shard_map)
+            groups: dict = shard_groups([c.lkey for c in changes], layout.shard_map)
+            every, every_values = changes, values
+            if ranges:  # every shard checks its own keys of each range, after its changes
+                groups = {s: list(groups.get(s, ())) for s in range(len(layout.stores))}
+                every, every_values = list(changes), list(values)
+                for lo, hi, found, kind, owners in ranges:
+                    shards = shards_of(owners, layout.shard_map.runs, layout.shard_map.route_by)
+                    for s in groups:
+                        groups[s].append(len(every))
+                        every.append(range_check(
+                            lo, hi, [p for p, at in zip(found, shards) if at == s], kind))
+                        every_values.append(None)
             if len(groups) == 1:
                 (shard,) = groups
-                return await ShardSide(layout.stores[shard]).put_changes(changes, values)
-            return await put_across(self, layout, changes, values, groups)
+                return await ShardSide(layout.stores[shard]).put_changes(every, every_values)
+            return await put_across(self, layout, every, every_values, groups,
+                                    busy_is_conflict)
         return await self._routed(put)
 
     # -- points in time --

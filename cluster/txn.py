@@ -24,6 +24,7 @@ import random
 import time
 
 from ..client.shard_side import ShardSide
+from ..codec import written
 from ..errors import ConflictError, ObjectStoreError, StoreClosedError
 from ..files.names import ulid
 from ..files.store import ObjectStore
@@ -39,10 +40,13 @@ MAX_BACKOFF_S = 0.2
 COMMITTED = "batch_committed"
 
 
-async def put_across(store, layout, changes: list, values: list, groups: dict) -> list[int]:
+async def put_across(store, layout, changes: list, values: list, groups: dict,
+                     busy_is_conflict: bool = False) -> list[int]:
     """Write checked ``changes`` and their ``values`` (``groups``: each shard's positions in
     ``layout``, see :class:`~.redirect.Layout`) atomically across the shards of ``store``;
-    returns each change's SQN (its shard's), in input order."""
+    returns each written change's SQN (its shard's), in input order: a transaction's checks
+    come last and have none. ``busy_is_conflict``: a key held by another batch raises
+    ``ConflictError`` at once, rather than after retries."""
     shards = {shard: layout.stores[shard] for shard in groups}
     parts = {shard: ([changes[i] for i in where], [values[i] for i in where])
              for shard, where in groups.items()}
@@ -59,6 +63,8 @@ async def put_across(store, layout, changes: list, values: list, groups: dict) -
         for answer in answers:
             if not _prepared(answer) and answer != BUSY:
                 raise answer
+        if busy_is_conflict:
+            raise ConflictError("not written: another cross-shard batch holds some of its keys")
         if time.monotonic() + backoff > deadline:
             raise ConflictError(f"not written: other cross-shard batches held its keys for "
                                 f"{store.options.txn_timeout_s:g}s")
@@ -87,9 +93,9 @@ async def put_across(store, layout, changes: list, values: list, groups: dict) -
     _RECORD_DELETES.submit(_delete_quietly, root, record_name(txn))
     out = [0] * len(changes)
     for where, sqns in zip(groups.values(), applied):
-        for i, sqn in zip(where, sqns):
+        for i, sqn in zip(where, sqns):  # a shard's writes come before its checks
             out[i] = sqn
-    return out
+    return out[:len(written(changes))]
 
 
 _RECORD_DELETES = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lr-txn-records")

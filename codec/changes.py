@@ -4,7 +4,7 @@ that travels from the client to the Bookie.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import xxhash
@@ -29,6 +29,15 @@ OP_DELETE = 1
 
 
 OP_KEY_DELTA = 2
+
+
+#: A transaction's check of a key it read and does not write: its condition is checked with
+#: the writes', and nothing is written for it (see :mod:`leveled_ray.client.transaction`).
+OP_CHECK = 3
+
+
+#: A transaction's check of a key range it read (see :func:`range_check`): written nowhere.
+OP_RANGE = 4
 
 
 #: Condition codes carried with a change.
@@ -143,6 +152,52 @@ def delete_change(bucket, key, limits, *, indexes=(), if_sqn=None) -> tuple[Chan
     key = check_name(key, "key", limits.max_key_bytes)
     return Change(OP_DELETE, object_key(bucket, key), 0, 0, check_indexes(indexes), 0, b"",
                   _condition(if_sqn, False)), None
+
+
+def check_change(lkey: bytes, sqn: int | None) -> Change:
+    """A check that key ``lkey`` is still as a transaction read it: at SQN ``sqn``, or absent
+    (``None``)."""
+    return Change(OP_CHECK, lkey, 0, 0, (), 0, b"", IF_ABSENT if sqn is None else sqn)
+
+
+#: A range check's condition: the live objects in it, with their SQNs (a fold); or only which
+#: keys are there (an index query's range of index entries: their SQNs are not the objects').
+RANGE_OF_OBJECTS, RANGE_OF_KEYS = 0, 1
+
+
+def range_check(lo: bytes, hi: bytes, found: Iterable[tuple[bytes, int]],
+                kind: int = RANGE_OF_OBJECTS) -> Change:
+    """A check that the live Ledger entries with keys in ``[lo, hi)`` are still ``found``, as
+    ``(key, SQN)`` pairs in key order (SQNs 0 for ``RANGE_OF_KEYS``): none added, removed or
+    written since. It carries ``lo`` as its key, ``hi`` as its extra, ``kind`` as its
+    condition, and the pairs' count and digest (:func:`range_digest`) as its size and hash."""
+    count, digest = range_digest(found)
+    return Change(OP_RANGE, lo, count, digest, (), 0, hi, kind)
+
+
+def range_digest(found: Iterable[tuple[bytes, int]]) -> tuple[int, int]:
+    """How many ``(key, SQN)`` pairs there are, and a hash of them in order."""
+    h = xxhash.xxh3_64()
+    count = 0
+    for lkey, sqn in found:
+        h.update(len(lkey).to_bytes(4, "big") + lkey + int(sqn).to_bytes(8, "big"))
+        count += 1
+    return count, h.intdigest()
+
+
+def is_check(change: Change) -> bool:
+    """Whether a change is a transaction's check of a key or a range: it writes nothing."""
+    return change.op >= OP_CHECK
+
+
+def written(changes: list[Change]) -> list[Change]:
+    """The changes that write, without a transaction's checks."""
+    return [c for c in changes if c.op < OP_CHECK]
+
+
+def keyed(changes: list[Change]) -> list[Change]:
+    """The changes of one key each: without a transaction's range checks."""
+    return [c for c in changes if c.op != OP_RANGE]
 
 
 def value_hash(value: bytes) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..errors import ConditionFailedError
-from .changes import IF_ABSENT, NO_CONDITION, Change
+from .changes import IF_ABSENT, NO_CONDITION, OP_CHECK, OP_RANGE, Change
 from .entries import LedgerEntry, is_live
 from .index_terms import change_entry
 from .keys import split_object_key
@@ -16,10 +16,14 @@ def check_conditions(changes: Sequence[Change], known: Callable[[bytes], LedgerE
                      first_sqn: int, now_s: float) -> None:
     """Raise :class:`ConditionFailedError` (listing every failure) unless every condition of
     ``changes``, to be written from SQN ``first_sqn``, holds. ``known(key)`` gives a key's
-    newest entry before these changes; a change sees the earlier changes of the same call."""
+    newest entry before these changes; a change sees the earlier changes of the same call. A
+    transaction's checks (``OP_CHECK``) are checked alike, and write nothing."""
     shadow: dict[bytes, LedgerEntry] = {}
     failures = []
-    for sqn, change in enumerate(changes, first_sqn):
+    sqn = first_sqn
+    for change in changes:
+        if change.op == OP_RANGE:
+            continue  # checked by the shard on its own (see WritePath.check)
         if change.condition != NO_CONDITION:
             entry = shadow.get(change.lkey) or known(change.lkey)
             current = entry.sqn if is_live(entry, now_s) else None
@@ -29,7 +33,9 @@ def check_conditions(changes: Sequence[Change], known: Callable[[bytes], LedgerE
                 bucket, key = split_object_key(change.lkey)
                 expected = None if change.condition == IF_ABSENT else change.condition
                 failures.append((bucket, key, expected, current))
-        shadow[change.lkey] = change_entry(change, sqn, 0)
+        if change.op != OP_CHECK:
+            shadow[change.lkey] = change_entry(change, sqn, 0)
+            sqn += 1
     if failures:
         raise ConditionFailedError(f"{len(failures)} condition(s) failed: {failures[:5]}",
                                    tuple(failures))
@@ -55,6 +61,7 @@ def check_parts(changes: Sequence[Change], counts: Sequence[int],
             failures.append(exc)
             continue
         failures.append(None)
-        shadow.update((c.lkey, change_entry(c, s, 0)) for s, c in enumerate(part, sqn))
-        sqn += count
+        writes = [c for c in part if c.op < OP_CHECK]
+        shadow.update((c.lkey, change_entry(c, s, 0)) for s, c in enumerate(writes, sqn))
+        sqn += len(writes)
     return failures

@@ -50,7 +50,9 @@ def backend(request, ray_cluster, tmp_path):
             [w for o in options for w in ("--option", o)], env)
 
 
-@pytest.mark.parametrize("shards", [None, 2], ids=["plain", "sharded"])
+# Sharded, the verbs run in make examples too: each verb is a process of its own (20 s a layout).
+@pytest.mark.parametrize("shards", [None, pytest.param(2, marks=pytest.mark.example)],
+                         ids=["plain", "sharded"])
 def test_every_verb_as_a_process(backend, shards, tmp_path):
     url, options, env = backend
     op = Operator(url, options, env)

@@ -163,11 +163,12 @@ def test_a_synchronous_call_inside_a_running_loop_answers(store):
 def test_every_operation_has_a_sync_and_an_async_form():
     """Each comes from one definition (``*_async`` or a Bookie call); a form never drifts
     away by being missing. (``actors()`` and a reader's ``stats()`` do no I/O; ``listen()``
-    returns a listener that is both an iterator and an async iterator.)"""
+    returns a listener that is both an iterator and an async iterator; ``transaction()``
+    makes one, whose calls have both forms.)"""
     from leveled_ray.admin.handle import Admin
     from leveled_ray.client.reader import Reader
 
-    local = ("actors", "stats", "shard", "shard_of", "listen")  # no I/O
+    local = ("actors", "stats", "shard", "shard_of", "listen", "transaction")  # no I/O
     for cls in (lr.Store, Admin, Reader, lr.Snapshot, lr.ShardedStore, lr.ShardedSnapshot,
                 lr.ShardedReader, lr.ShardedAdmin):
         for name in dir(cls):

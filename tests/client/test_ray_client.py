@@ -80,6 +80,8 @@ def _stop(head: subprocess.Popen, temp: str) -> None:
             continue
 
 
+# A head of its own and two Ray Client drivers take about a minute: it runs in make examples.
+@pytest.mark.example
 def test_apps_open_and_connect_through_ray_client(client_head, tmp_path):
     url = f"file://{tmp_path}/db"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}

@@ -33,6 +33,7 @@ FAILOVER = "tests/cluster/test_failover.py"
 GC = "tests/admin/test_gc.py"
 CHANGES = "tests/client/test_changes_ray.py"
 TRANSITIONS = "tests/manifest"
+TRANSACTIONS = "tests/client/test_transactions.py"
 
 MUTANTS = [
     # -- participant decisions (actors/participant.py) --
@@ -41,8 +42,10 @@ MUTANTS = [
            "        if False:\n            return self.parts[txn].number  # prepared",
            (HELD, TXN_CRASH)),
     Mutant("a busy key is not refused", "actors/participant.py",
-           "        if not self.writes.lock([c.lkey for c in changes], txn):",
-           "        if not self.writes.lock([c.lkey for c in changes], txn) and False:",
+           "                                [(c.lkey, c.extra) for c in changes if c.op == "
+           "OP_RANGE]):",
+           "                                [(c.lkey, c.extra) for c in changes if c.op == "
+           "OP_RANGE]) and False:",
            (HELD, CROSS)),
     Mutant("a failed condition still prepares", "actors/participant.py",
            "            if failure is not None:\n                self.writes.unlock(txn)",
@@ -225,6 +228,30 @@ MUTANTS = [
            '        return b"\\x01" + part.replace(b"\\x00", b"\\x00\\xff") + b"\\x00"',
            '        return b"\\x02" + part.replace(b"\\x00", b"\\x00\\xff") + b"\\x00"',
            ("tests/client/test_name_identity.py",)),
+    # -- transactions (client/transaction.py, actors/write_path.py) --
+    Mutant("a transaction's write does not carry its version", "client/transaction.py",
+           "            changes.append(change._replace(condition=IF_ABSENT if head is None "
+           "else head.sqn))",
+           "            changes.append(change)",
+           (TRANSACTIONS,)),
+    Mutant("a serializable transaction's reads are not checked", "client/transaction.py",
+           "        if self.isolation == SERIALIZABLE:\n            changes += [check_change(",
+           "        if False:\n            changes += [check_change(",
+           (TRANSACTIONS,)),
+    Mutant("a transaction's check is written as a change", "codec/changes.py",
+           "    return [c for c in changes if c.op < OP_CHECK]",
+           "    return [c for c in changes if c.op != OP_RANGE]",
+           (TRANSACTIONS,)),
+    Mutant("a range check always holds", "actors/write_path.py",
+           "        if range_digest(found) == (change.size, change.vhash):",
+           "        if True:",
+           (TRANSACTIONS,)),
+    Mutant("a range check misses what is not yet durable", "actors/write_path.py",
+           "            await asyncio.wait([last.future])  # so once these are durable",
+           "            pass  # so once these are durable",
+           (TRANSACTIONS,),
+           unreached="a write into the range still pending when a range check runs: no "
+           "test or scenario times one yet"),
     # -- backups (cluster/backup.py, admin/backup.py) --
     Mutant("a first backup leaves its target unmarked", "cluster/backup.py",
            '        await mark_unfinished(root, "backup")',

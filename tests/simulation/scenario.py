@@ -4,6 +4,8 @@ the invariants (:mod:`model`).
 The clients, each a process of its own:
 
 * **txn writers**: cross-shard ``put_many`` (prepare, commit record, apply);
+* **transfer clients**: transactions that move amounts between accounts, and audits that read
+  them all (:mod:`transfers`), their history checked for the isolation's anomalies;
 * **bulk writers**: bulk writes through the running store (the Spark writer's path), some of
   unique keys and some contending for :data:`~model.SHARED_KEYS`, waiting a random while
   between writing and committing (so commits come out of begin order), calling ``abort``
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 from model import SHARED_KEYS, Model, definite
+from transfers import Transfers
 
 import leveled_ray as lr
 from leveled_ray.admin.compare import FoldedSide
@@ -94,6 +97,10 @@ class Config:
     #: A replicator into a plain store of its own (``lr.replicate``'s loop), killed and
     #: started again at random moments, as Ray restarts it.
     replica: bool = False
+    #: Clients of transactions (transfers between accounts and audits: :mod:`transfers`),
+    #: at this isolation.
+    transfers: int = 0
+    isolation: str = "serializable"
 
 
 def config_of(seed: int) -> Config:
@@ -109,6 +116,8 @@ def config_of(seed: int) -> Config:
     config.moves = rng.choice([0, 1, 2]) if config.sharded else 0
     config.backups = rng.choice([0, 1, 2]) if config.sharded else 0
     config.replica = rng.random() < 0.5
+    config.transfers = rng.choice([0, 1, 2])
+    config.isolation = rng.choice(["serializable", "snapshot"])
     return config
 
 
@@ -170,6 +179,7 @@ class Run:
         self.backups: list[Backup] = []
         self.position = 0
         self.writing_done = False
+        self.transfers = Transfers(model, self.rng, config.isolation)
 
     def now(self) -> float:
         return self.world.loop.now
@@ -191,6 +201,9 @@ class Run:
             self.drivers.append(world.spawn(f"bulk{i}", self.bulk_writer(i)))
         for i in range(config.stream_writers):
             self.drivers.append(world.spawn(f"stream{i}", self.stream_writer(i)))
+        for i in range(config.transfers):
+            self.drivers.append(world.spawn(f"transfers{i}", self.transfers.client(
+                self.store, i, 2 * config.ops, self.pause)))
         for i in range(config.backups):  # a driver: chaos may kill it
             self.drivers.append(world.spawn(f"backup{i}", self.backer(i)))
         others = [world.spawn("reader", self.reader())[1],
@@ -279,6 +292,7 @@ class Run:
             backup.acked_at = self.now()
         except LeveledError as exc:
             backup.error = f"{type(exc).__name__}: {exc}"[:200]
+            self.model.checks[f"backups refused: {type(exc).__name__}"] += 1
 
     async def replicas(self) -> None:
         """The replicator's loop (``replication/replicator.py``) in a process of its own,
@@ -670,6 +684,7 @@ class Run:
         model = self.model
         changes = [c async for c in self.world.store().changes_async(0)]
         model.check_feed(changes, "changes(0)")
+        await self.transfers.check(self.world.store(), changes)
         model.checks["listener"] += 1
         shard_of = self.shard_of
         feed = [(c.shard or 0, c.sqn) for c in changes]

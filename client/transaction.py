@@ -1,0 +1,492 @@
+"""Read-write transactions: ``snapshot`` and ``serializable`` isolation, on a plain store or
+across the shards of a sharded one.
+
+A :class:`Transaction` reads from one snapshot of the store (a consistent cut on a sharded
+store), taken at its first read, and keeps its writes in the client until it commits. Each
+key it reads has a *version* in that snapshot: its SQN, or absent. At commit every write
+carries its key's version as a condition, and under ``serializable`` every key read and not
+written is sent as a check (``OP_CHECK``: checked with the writes' conditions, written to no
+file). The store applies the writes only if every key still has its version, all in one
+step:
+
+* on one shard, that is one ``put_many`` (one round trip, one journal write);
+* across shards, the cross-shard protocol (:mod:`leveled_ray.cluster.txn`): each shard locks
+  the keys and checks them when it prepares its part, so none can change before the commit
+  record decides.
+
+Either way the commit is the moment the transaction takes effect: under ``serializable`` its
+reads are still current then and its writes go in at once, so the committed transactions
+are equivalent to running one at a time in commit order. Under ``snapshot`` only the written
+keys are checked: the first committer of a key wins, and write skew is allowed. A key that was
+absent at the snapshot and is absent again at commit (written and deleted meanwhile) counts as
+unchanged. A transaction that only read commits without a call: its snapshot was consistent.
+
+A conflict raises :class:`~leveled_ray.errors.ConflictError` with nothing written;
+:func:`run_transaction` runs a function again on a new transaction until it commits. A commit
+whose answer was lost (:class:`~leveled_ray.errors.StoreUnavailableError`) may or may not have
+taken effect: it is not run again.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import random
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from ..codec import (
+    IF_ABSENT,
+    RANGE_OF_KEYS,
+    RANGE_OF_OBJECTS,
+    Delete,
+    Head,
+    Put,
+    check_change,
+    check_put_size,
+    checked_key,
+    make_change,
+    written,
+)
+from ..codec.entries import live_entries
+from ..codec.index_terms import change_entry
+from ..codec.keys import index_key, object_key, split_object_key
+from ..errors import (
+    ConditionFailedError,
+    ConflictError,
+    InvalidArgumentError,
+    TransactionExpiredError,
+)
+from ..files.sync import with_sync_twins
+from ..options import check_number
+from ..read.key_ranges import index_range, object_range
+from ..read.queries import check_index_query
+
+SNAPSHOT, SERIALIZABLE = "snapshot", "serializable"
+ISOLATIONS = (SNAPSHOT, SERIALIZABLE)
+#: The first and the longest pause between two tries of :func:`run_transaction`.
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.002, 0.2
+T = TypeVar("T")
+#: A bucket or a key, as it was written.
+Name = str | bytes
+
+
+@with_sync_twins
+class Transaction:
+    """One transaction on ``store`` (see the module's docstring). Made by
+    ``store.transaction()``; a context manager (sync and async) that commits on leaving the
+    block and rolls back on an exception. Used by one thread (or task) at a time.
+
+    Example::
+
+        with store.transaction() as t:
+            a = int(t.get("acct", "alice"))
+            b = int(t.get("acct", "bob"))
+            t.put("acct", "alice", b"%d" % (a - 10))
+            t.put("acct", "bob", b"%d" % (b + 10))
+    """
+
+    def __init__(self, store, isolation: str = SERIALIZABLE, lifetime_s: float | None = None):
+        if isolation not in ISOLATIONS:
+            raise InvalidArgumentError(f"isolation must be one of {ISOLATIONS}, "
+                                       f"not {isolation!r}")
+        if store.head_only:
+            raise InvalidArgumentError("a head_only store has no transactions")
+        self.store = store
+        self.isolation = isolation
+        self.lifetime_s = float(check_number(
+            "lifetime_s", store.options.transaction_lifetime_s if lifetime_s is None
+            else lifetime_s, minimum=0, inclusive=False))
+        self.deadline = time.monotonic() + self.lifetime_s
+        self.state = "open"  # then "committed" or "rolled back"
+        self._snapshot: Any = None
+        self._reads: dict[bytes, Head | None] = {}  # key -> its head in the snapshot
+        self._writes: dict[bytes, tuple] = {}  # key -> (change, value), the last one
+        #: Key ranges read (serializable): (lo, hi, [(key, SQN)], kind, each key's object)
+        self._ranges: list[tuple] = []
+        self._user = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"Transaction({self.isolation}, {self.state}, reads={len(self._reads)}, "
+                f"writes={len(self._writes)})")
+
+    # -- one user at a time, within its lifetime --
+
+    def _enter(self) -> None:
+        if not self._user.acquire(blocking=False):
+            raise InvalidArgumentError("a transaction is used by one thread or task at a time")
+        if self.state != "open":
+            self._user.release()
+            raise InvalidArgumentError(f"the transaction is {self.state}")
+
+    async def _expired(self) -> None:
+        if time.monotonic() > self.deadline:
+            await self._end("rolled back")
+            raise TransactionExpiredError(
+                f"the transaction outlived its lifetime ({self.lifetime_s:g}s); nothing "
+                "was written")
+
+    async def _view(self):
+        if self._snapshot is None:
+            self._snapshot = await self.store.snapshot_async(
+                values=True, timeout_s=self.lifetime_s)
+        return self._snapshot
+
+    # -- reads: the snapshot, with the transaction's own writes over it --
+
+    async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
+        """The heads of many ``(bucket, key)`` pairs as the transaction sees them. A key it
+        wrote has SQN 0 until it commits. Cost: a read of the snapshot (no round trip to a
+        Bookie) for the keys it did not write."""
+        self._enter()
+        try:
+            return await self._heads(self._lkeys(pairs))
+        finally:
+            self._user.release()
+
+    async def head_async(self, bucket, key) -> Head | None:
+        """The head of ``(bucket, key)``, as :meth:`head_many_async`."""
+        return (await self.head_many_async([(bucket, key)]))[0]
+
+    async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
+        """The values of many ``(bucket, key)`` pairs as the transaction sees them (its own
+        writes included), ``None`` where absent. Cost: a read of the snapshot."""
+        self._enter()
+        try:
+            lkeys = self._lkeys(pairs)
+            heads = await self._heads(lkeys)
+            wanted = [k for k, h in zip(lkeys, heads) if h is not None and k not in self._writes]
+            view = await self._view()
+            fetched = dict(zip(wanted, await view.get_many_async(
+                [split_object_key(k) for k in wanted]))) if wanted else {}
+            return [self._writes[k][1] if k in self._writes else fetched.get(k)
+                    for k in lkeys]
+        finally:
+            self._user.release()
+
+    async def get_async(self, bucket, key) -> bytes | None:
+        """The value of ``(bucket, key)``, as :meth:`get_many_async`."""
+        return (await self.get_many_async([(bucket, key)]))[0]
+
+    def _lkeys(self, pairs: Iterable[Sequence]) -> list[bytes]:
+        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+            raise InvalidArgumentError("expected a list of (bucket, key) pairs")
+        return [checked_key(*self._pair(p), self.store.options) for p in pairs]
+
+    @staticmethod
+    def _pair(pair) -> tuple:
+        if not isinstance(pair, Sequence) or isinstance(pair, (str, bytes)) or len(pair) != 2:
+            raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
+        return tuple(pair)
+
+    async def _heads(self, lkeys: list[bytes]) -> list[Head | None]:
+        await self._expired()
+        unread = list(dict.fromkeys(k for k in lkeys
+                                    if k not in self._writes and k not in self._reads))
+        if unread:
+            view = await self._view()
+            self._reads.update(zip(unread, await view.head_many_async(
+                [split_object_key(k) for k in unread])))
+        return [self._own_head(self._writes[k][0]) if k in self._writes else self._reads[k]
+                for k in lkeys]
+
+    # -- reads of key ranges: under serializable, each joins the read set whole --
+
+    async def fold_heads_async(self, bucket, start=None, end=None) -> list[tuple[Name, Name, Head]]:
+        """``(bucket, key, Head)`` of every live object of ``bucket`` from ``start`` to
+        ``end`` (both included, either open) as the transaction sees it, in key order. Under
+        ``serializable`` the range is checked at commit: an object added to it, removed or
+        written since the snapshot is a conflict. Cost: the snapshot's fold; the range is
+        held in memory whole."""
+        self._enter()
+        try:
+            return list((await self._range(bucket, start, end)).values())
+        finally:
+            self._user.release()
+
+    async def fold_keys_async(self, bucket, start=None, end=None) -> list[tuple[Name, Name]]:
+        """``(bucket, key)`` of every live object in the range, as :meth:`fold_heads_async`."""
+        return [(b, k) for b, k, _ in await self.fold_heads_async(bucket, start, end)]
+
+    async def fold_objects_async(self, bucket, start=None,
+                                 end=None) -> list[tuple[Name, Name, bytes]]:
+        """``(bucket, key, value)`` of every live object in the range, as
+        :meth:`fold_heads_async`. Cost: that, and a read of the values."""
+        self._enter()
+        try:
+            rows = await self._range(bucket, start, end)
+            theirs = [k for k in rows if k not in self._writes]
+            view = await self._view()
+            values = dict(zip(theirs, await view.get_many_async(
+                [split_object_key(k) for k in theirs]))) if theirs else {}
+            return [(b, k, self._writes[lk][1] if lk in self._writes else values[lk])
+                    for lk, (b, k, _) in rows.items()]
+        finally:
+            self._user.release()
+
+    async def _range(self, bucket, start, end) -> dict[bytes, tuple]:
+        await self._expired()
+        if bucket is None:
+            raise InvalidArgumentError("a transaction folds over one bucket at a time")
+        lo, hi = object_range(bucket, start, end, max_key_bytes=self.store.options.max_key_bytes)
+        view = await self._view()
+        rows = {checked_key(b, k, self.store.options): (b, k, h)
+                async for b, k, h in view.fold_heads_async(bucket, start, end)}
+        if self.isolation == SERIALIZABLE:
+            found = [(lk, row[2].sqn) for lk, row in rows.items()]
+            self._ranges.append((lo, hi, found, RANGE_OF_OBJECTS, [k for k, _ in found]))
+        for lkey, (change, _) in self._writes.items():
+            if lo <= lkey < hi:
+                head = self._own_head(change)
+                if head is None:
+                    rows.pop(lkey, None)
+                else:
+                    rows[lkey] = (*split_object_key(lkey), head)
+        return {k: rows[k] for k in sorted(rows)}
+
+    async def index_query_async(self, bucket, field: str, start, end, *,
+                                return_terms: bool = False, term_regex=None, start_key=None,
+                                max_results: int | None = None) -> list:
+        """The keys (or ``(term, key)`` pairs) of ``bucket`` whose ``field`` holds a term from
+        ``start`` to ``end``, in (term, key) order, as the snapshot holds them (see
+        ``Store.index_query``). Under ``serializable`` the whole term range is checked at
+        commit (``term_regex`` and ``max_results`` notwithstanding): an entry added to it or
+        removed since is a conflict. A transaction that wrote to ``bucket`` cannot query its
+        indexes (``InvalidArgumentError``): its own index changes are not in the answer."""
+        self._enter()
+        try:
+            await self._expired()
+            check_index_query(field, start, end, term_regex, max_results)
+            lo, hi = object_range(bucket, max_key_bytes=self.store.options.max_key_bytes)
+            if any(lo <= k < hi for k in self._writes):
+                raise InvalidArgumentError(
+                    "a transaction cannot query the indexes of a bucket it wrote to")
+            view = await self._view()
+            pairs = [pair async for batch in _batches(view.index_query_async(
+                bucket, field, start, end, return_terms=True, start_key=start_key))
+                for pair in batch]
+            if self.isolation == SERIALIZABLE:
+                ilo, ihi = index_range(bucket, field, start, end, start_key,
+                                       max_key_bytes=self.store.options.max_key_bytes)
+                found = [(index_key(bucket, field, t, k), 0) for t, k in pairs]
+                self._ranges.append((ilo, ihi, found, RANGE_OF_KEYS,
+                                     [object_key(bucket, k) for _, k in pairs]))
+            if term_regex is not None:
+                pattern = re.compile(term_regex) if isinstance(term_regex, str) else term_regex
+                pairs = [(t, k) for t, k in pairs if pattern.search(t)]
+            pairs = pairs if max_results is None else pairs[:max_results]
+            return pairs if return_terms else [k for _, k in pairs]
+        finally:
+            self._user.release()
+
+    def _own_head(self, change) -> Head | None:
+        entry = change_entry(change, 0, int(self.store.clock() * 1000))
+        (live,) = live_entries([entry], self.store.clock())
+        return None if live is None else Head(sqn=0, size=change.size,
+                                              last_modified=entry[5] / 1000.0, hash=change.vhash,
+                                              expires_at=float(change.expiry) or None)
+
+    # -- writes: kept here until the commit --
+
+    def put(self, bucket, key, value: bytes, *, indexes=(), ttl: float | None = None,
+            metadata: dict | None = None) -> None:
+        """Write ``value`` at commit (no I/O now); the transaction reads it back meanwhile."""
+        self.put_many([Put(bucket, key, value, indexes, ttl, metadata)])
+
+    def delete(self, bucket, key, *, indexes=()) -> None:
+        """Delete the object at commit (no I/O now)."""
+        self.put_many([Delete(bucket, key, indexes)])
+
+    def put_many(self, items: Iterable[Put | Delete]) -> None:
+        """Write many changes at commit (no I/O now). Their own ``if_sqn`` and ``if_absent``
+        are refused: every key the transaction writes is checked already."""
+        self._enter()
+        try:
+            if isinstance(items, (Put, Delete)) or not isinstance(items, Iterable):
+                raise InvalidArgumentError("put_many takes a list of lr.Put / lr.Delete")
+            items = list(items)
+            if any(getattr(i, "if_sqn", None) is not None or getattr(i, "if_absent", False)
+                   for i in items):
+                raise InvalidArgumentError("a transaction checks every key it writes: give "
+                                           "no if_sqn or if_absent")
+            now_s = self.store.clock()
+            pairs = [make_change(item, self.store.options, now_s) for item in items]
+            for change, value in pairs:
+                self._writes.pop(change.lkey, None)  # the last write of a key goes last
+                self._writes[change.lkey] = (change, value)
+        finally:
+            self._user.release()
+
+    # -- the end --
+
+    async def commit_async(self) -> None:
+        """Write every change at once if no key the transaction depends on changed since its
+        snapshot; else raise :class:`~leveled_ray.errors.ConflictError`, with nothing
+        written. Cost: none for a transaction that only read; one round trip (a ``put_many``)
+        when its keys are on one shard; across shards, the cross-shard ``put_many``'s
+        (a prepare on each, a commit record, an apply on each)."""
+        self._enter()
+        try:
+            await self._expired()
+            if self._writes:
+                await self._write()
+            await self._end("committed")
+        finally:
+            self._user.release()
+
+    async def rollback_async(self) -> None:
+        """End the transaction with nothing written (a rolled-back or committed one: no-op)."""
+        if self.state == "open":
+            await self._end("rolled back")
+
+    async def _write(self) -> None:
+        blind = [k for k in self._writes if k not in self._reads]
+        if blind:  # the versions of keys written unread, in the snapshot
+            view = await self._view()
+            self._reads.update(zip(blind, await view.head_many_async(
+                [split_object_key(k) for k in blind])))
+        changes, values = [], []
+        for lkey, (change, value) in self._writes.items():
+            head = self._reads[lkey]
+            changes.append(change._replace(condition=IF_ABSENT if head is None else head.sqn))
+            values.append(value)
+        if self.isolation == SERIALIZABLE:
+            changes += [check_change(k, None if h is None else h.sqn)
+                        for k, h in self._reads.items() if k not in self._writes]
+        check_put_size(written(changes), self.store.options)
+        try:
+            await self.store._commit_changes_async(changes, values, self._ranges)
+        except ConditionFailedError as exc:
+            await self._end("rolled back")
+            raise ConflictError(f"not committed: {len(exc.failures)} key(s) changed since the "
+                                f"transaction's snapshot: {list(exc.failures)[:5]}") from None
+        except ConflictError:
+            await self._end("rolled back")
+            raise
+
+    async def _end(self, state: str) -> None:
+        self.state = state
+        snapshot, self._snapshot = self._snapshot, None
+        if snapshot is not None:
+            await snapshot.release_async()
+
+    async def __aenter__(self) -> Transaction:
+        return self
+
+    async def __aexit__(self, kind, exc, tb) -> None:
+        if kind is None and self.state == "open":
+            await self.commit_async()
+        else:
+            await self.rollback_async()
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is None and self.state == "open":
+            self.commit()
+        else:
+            self.rollback()
+
+    # For type checkers: with_sync_twins makes each from its *_async form.
+    @abc.abstractmethod
+    def get(self, bucket, key) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def get_many(self, pairs: Iterable[Sequence]) -> list[bytes | None]: ...
+
+    @abc.abstractmethod
+    def head(self, bucket, key) -> Head | None: ...
+
+    @abc.abstractmethod
+    def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]: ...
+
+    @abc.abstractmethod
+    def fold_heads(self, bucket, start=None, end=None) -> list[tuple[Name, Name, Head]]: ...
+
+    @abc.abstractmethod
+    def fold_keys(self, bucket, start=None, end=None) -> list[tuple[Name, Name]]: ...
+
+    @abc.abstractmethod
+    def fold_objects(self, bucket, start=None, end=None) -> list[tuple[Name, Name, bytes]]: ...
+
+    @abc.abstractmethod
+    def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
+                    term_regex=None, start_key=None, max_results: int | None = None) -> list: ...
+
+    @abc.abstractmethod
+    def commit(self) -> None: ...
+
+    @abc.abstractmethod
+    def rollback(self) -> None: ...
+
+
+async def _batches(found):
+    """The batches of an index query: a snapshot answers an async iterator of lists, a
+    sharded snapshot of items (see :meth:`Queries.index_query_async`)."""
+    async for item in found:
+        yield item if isinstance(item, list) else [item]
+
+
+def _backoff(tries: int) -> float:
+    return random.uniform(0, min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** tries))
+
+
+def _check_retries(retries) -> int:
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 1:
+        raise InvalidArgumentError(f"retries must be an int >= 1, not {retries!r}")
+    return retries
+
+
+class Transactions:
+    """The :class:`~leveled_ray.roles.Transactions` role, for plain and sharded stores alike:
+    the store supplies ``_commit_changes_async(changes, values)``."""
+
+    def transaction(self, isolation: str = SERIALIZABLE, *,
+                    lifetime_s: float | None = None) -> Transaction:
+        """A new :class:`Transaction`. ``isolation``: ``"serializable"`` (the default) or
+        ``"snapshot"``; ``lifetime_s``: how long it may run, from now
+        (``Options.transaction_lifetime_s`` by default). Cost: none until its first read
+        (see :class:`Transaction` for each call's)."""
+        return Transaction(self, isolation, lifetime_s)
+
+    def run_transaction(self, fn: Callable[[Transaction], T], *, retries: int = 10,
+                        isolation: str = SERIALIZABLE, lifetime_s: float | None = None) -> T:
+        """Run ``fn(t)`` in a new transaction and commit it; returns what ``fn`` returned. On
+        :class:`~leveled_ray.errors.ConflictError` run it again on a new transaction after a
+        random pause (2 ms, doubling up to 0.2 s), up to ``retries`` tries in all, then raise
+        the last conflict. Any other error rolls back and is raised at once. Cost: each
+        try's transaction's (see :class:`Transaction`)."""
+        _check_retries(retries)
+        for tries in range(retries):
+            t = self.transaction(isolation, lifetime_s=lifetime_s)
+            try:
+                with t:
+                    result = fn(t)
+                return result
+            except ConflictError:
+                if tries == retries - 1:
+                    raise
+            time.sleep(_backoff(tries))
+        raise AssertionError("unreachable")
+
+    async def run_transaction_async(self, fn: Callable[[Transaction], Awaitable[T]], *,
+                                    retries: int = 10, isolation: str = SERIALIZABLE,
+                                    lifetime_s: float | None = None) -> T:
+        """:meth:`run_transaction` with an async ``fn`` (it awaits the transaction's
+        ``*_async`` calls). Cost: :meth:`run_transaction`'s."""
+        _check_retries(retries)
+        for tries in range(retries):
+            t = self.transaction(isolation, lifetime_s=lifetime_s)
+            try:
+                async with t:
+                    result = await fn(t)
+                return result
+            except ConflictError:
+                if tries == retries - 1:
+                    raise
+            await asyncio.sleep(_backoff(tries))
+        raise AssertionError("unreachable")

@@ -1,0 +1,165 @@
+"""The simulation's transactions: transfers between accounts, audits that read them all, and
+shift changes of two doctors on call (write skew's textbook case).
+
+Each transfer is a transaction of the product (``store.transaction``) that reads two accounts
+and writes both, moving an amount from one to the other; its values name it (``b"<id>:<balance>"``),
+so every read names the transaction whose version it saw. An audit reads every account in one
+transaction. Every transaction goes into a history (what it read, what it wrote, how it
+ended as its client saw it) that :func:`~leveled_ray.testing.sim.serializable.anomalies`
+checks at the end, with the total of the balances, and the change feed: a committed transfer
+is in it once and whole, a refused one never.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from model import Model, definite
+
+from leveled_ray.errors import ConflictError, LeveledError
+from leveled_ray.testing.sim.serializable import (
+    ABORTED,
+    COMMITTED,
+    INITIAL,
+    UNKNOWN,
+    Txn,
+    anomalies,
+)
+
+ACCOUNTS = [("acct", f"a{j}") for j in range(5)]
+#: An account no transfer wrote yet holds this much (it is absent from the store).
+OPENING = 100
+#: Two doctors on call (1) or not (0): a shift change reads both and writes one, so two at
+#: once skew their writes unless the isolation is serializable.
+DOCTORS = [("oncall", "d0"), ("oncall", "d1")]
+
+
+def parse(value: bytes | None, on_call: int = OPENING) -> tuple[str, int]:
+    """The transaction that wrote a value, and the number it holds (``on_call`` if none
+    wrote it yet)."""
+    if value is None:
+        return INITIAL, on_call
+    writer, balance = value.decode().rsplit(":", 1)
+    return writer, int(balance)
+
+
+class Transfers:
+    """The transfers and audits of one run, and their checks."""
+
+    def __init__(self, model: Model, rng, isolation: str):
+        self.model, self.rng, self.isolation = model, rng, isolation
+        self.history: list[Txn] = []
+
+    async def client(self, store, i: int, count: int, pause) -> None:
+        """``count`` transactions of client ``i``: mostly transfers, some audits."""
+        for k in range(count):
+            kind = self.rng.random()
+            if kind < 0.25:
+                await self.audit(store, f"audit{i}.{k}")
+            elif kind < 0.5:
+                await self.shift(store, f"shift{i}.{k}", pause)
+            else:
+                await self.transfer(store, f"x{i}.{k}", pause)
+            await pause(0.5)
+
+    async def shift(self, store, tid: str, think) -> None:
+        """Read both doctors; if both are on call one goes off, else the one off comes on."""
+        record = Txn(tid)
+        self.history.append(record)
+        t = store.transaction(self.isolation)
+        try:
+            seen = [parse(v, on_call=1) for v in await t.get_many_async(DOCTORS)]
+            record.reads = {d: writer for d, (writer, _) in zip(DOCTORS, seen)}
+            if all(on for _, on in seen):
+                changed = self.rng.choice(DOCTORS)
+                t.put(*changed, f"{tid}:0".encode())
+            else:
+                changed = DOCTORS[[on for _, on in seen].index(0)]
+                t.put(*changed, f"{tid}:1".encode())
+        except LeveledError:
+            record.outcome = ABORTED
+            await t.rollback_async()
+            return
+        record.writes = (changed,)
+        await think(0.5)  # the app's own work: others commit meanwhile
+        await self._commit(t, record)
+
+    async def transfer(self, store, tid: str, think) -> None:
+        record = Txn(tid)
+        self.history.append(record)
+        (a, b), amount = self.rng.sample(ACCOUNTS, 2), self.rng.randint(1, 20)
+        t = store.transaction(self.isolation)
+        try:
+            seen = [parse(v) for v in await t.get_many_async([a, b])]
+            record.reads = {a: seen[0][0], b: seen[1][0]}
+            t.put(*a, f"{tid}:{seen[0][1] - amount}".encode())
+            t.put(*b, f"{tid}:{seen[1][1] + amount}".encode())
+        except LeveledError:
+            record.outcome = ABORTED  # nothing was sent to be written
+            await t.rollback_async()
+            return
+        record.writes = (a, b)
+        await think(0.5)
+        await self._commit(t, record)
+
+    async def _commit(self, t, record: Txn) -> None:
+        try:
+            await t.commit_async()
+            record.outcome = COMMITTED
+            self.model.checks["transactions committed"] += 1
+        except ConflictError:
+            record.outcome = ABORTED
+            self.model.checks["transactions refused"] += 1
+        except LeveledError as exc:
+            record.outcome = ABORTED if definite(exc) else UNKNOWN
+
+    async def audit(self, store, tid: str) -> None:
+        """Every account in one read-only transaction: the balances add up."""
+        record = Txn(tid)
+        t = store.transaction(self.isolation)
+        try:
+            seen = [parse(v) for v in await t.get_many_async(ACCOUNTS)]
+            await t.commit_async()
+        except LeveledError:
+            await t.rollback_async()
+            return
+        record.reads = {key: writer for key, (writer, _) in zip(ACCOUNTS, seen)}
+        record.outcome = COMMITTED
+        self.history.append(record)
+        self.check_total([balance for _, balance in seen], tid)
+
+    def check_total(self, balances: list[int], where: str) -> None:
+        self.model.checks["audits"] += 1
+        if sum(balances) != OPENING * len(ACCOUNTS):
+            self.model.violated("transfers keep the total",
+                                f"{where}: {balances} add up to {sum(balances)}")
+
+    async def check(self, store, changes: list) -> None:
+        """At the end: a last audit, the history, and the feed (``changes(0)``)."""
+        if not self.history:
+            return
+        await self.audit(store, "final")
+        if self.history[-1].id != "final":
+            self.model.violated("transfers keep the total", "the final audit failed")
+        for found in anomalies(self.history, self.isolation):
+            self.model.violated(f"transactions are {self.isolation}", found)
+        self.model.checks["histories"] += 1
+        in_feed = Counter((c.bucket, c.key, c.value) for c in changes)
+        seen = {w for t in self.history for w in t.reads.values()}
+        for t in self.history:
+            if not t.writes:
+                continue
+            count = sum(in_feed[(b, k, _value_of(changes, t.id, (b, k)))] for b, k in t.writes)
+            committed = t.outcome == COMMITTED or (t.outcome == UNKNOWN and t.id in seen)
+            if committed and count != len(t.writes) or t.outcome == ABORTED and count:
+                self.model.violated("a transaction is in the feed once and whole if committed",
+                                    f"{t.id} ({t.outcome}): {count} of {len(t.writes)} "
+                                    "changes in the feed")
+
+
+def _value_of(changes: list, tid: str, key: tuple) -> bytes | None:
+    prefix = f"{tid}:".encode()
+    for c in changes:
+        if (c.bucket, c.key) == key and c.value is not None and c.value.startswith(prefix):
+            return c.value
+    return None
