@@ -56,6 +56,9 @@ from .write_path import WritePath
 
 #: How long ``compact_journal(wait=True)`` waits for reads to see the compaction.
 WAIT_ADOPTED_S = 30.0
+#: How long a clean close waits for the parts it settled to be deleted from the store.
+SETTLE_AT_CLOSE_S = 5.0
+
 
 class Bookie(ShardCalls, PointsInTime, Clerks):
     """Plain-object logic of the Bookie; :func:`make_actor` gives its Ray actor. Its
@@ -308,6 +311,16 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
             await self.writes.wait_unlocked(lkeys)
         return await self.view.head_many(lkeys)
 
+    async def read_versions(self, lkeys: list[bytes], values: bool = True
+                            ) -> tuple[list[tuple | None], pa.Array | None]:
+        """A transaction's read: the keys' live entries as of one moment (their SQNs are
+        their versions), and with ``values`` each version's value, as one Arrow array."""
+        self._check_readable(lkeys)
+        if self.writes.locks:
+            await self.writes.wait_unlocked(lkeys)
+        entries, found = await self.view.read_versions(lkeys, values)
+        return entries, None if found is None else pa.array(found, pa.binary())
+
     async def get_many_checked(self, lkeys: list[bytes]) -> tuple[pa.Array, int, dict]:
         """:meth:`get_values`, with what a sharded store's batched read needs to return whole
         cross-shard batches: how many parts this shard had prepared when the read began, and
@@ -373,6 +386,8 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         """Finish queued writes, persist L0 memory and the journal catalog, stop the actors."""
         if self.closed:
             return
+        if self.participant is not None and self.broken is None:
+            await self.participant.settle_all(SETTLE_AT_CLOSE_S)
         self.writes.begin_close()  # writers held by a cut, a bulk install or a lock give up
         self.cache.persisted.set()  # and so do those held by backpressure
         await self.writes.writer.idle.wait()

@@ -134,6 +134,21 @@ class LiveView:
         self.counters["get_bytes"] += sum(map(len, filter(None, found)))
         return found
 
+    async def read_versions(self, lkeys: list[bytes], values: bool
+                            ) -> tuple[list[tuple | None], list[bytes | None] | None]:
+        """The keys' live entries (as :meth:`head_many` gives them), all as of one moment,
+        and with ``values`` the value each names (by SQN, so of that very version): what a
+        transaction reads."""
+        self.counters["gets" if values else "heads"] += len(lkeys)
+        with self.host.reading(self.journal_version):
+            entries = live_entries(await self.entries(lkeys), self.clock())
+            if not values:
+                return entries, None
+            found, fetched = await values_by_sqn(
+                self.host, self.journal, [e[0] for e in entries if e is not None], self.values)
+        self.counters["journal_reads"] += fetched
+        return entries, [None if e is None else found[e[0]] for e in entries]
+
     async def head_many(self, lkeys: list[bytes]) -> list[tuple | None]:
         """The entries of the keys' current objects, as plain tuples (``None`` for the rest):
         the client makes them :class:`Head` objects (:func:`~leveled_ray.codec.heads_of`)."""

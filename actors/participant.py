@@ -14,6 +14,14 @@ A bulk write across shards (the Spark writer, :mod:`leveled_ray.bulk.sharded`) p
 too: each names the files it wrote to the shard's store, and its commit installs them
 (:meth:`Participant.prepare_ingest`). It locks no key.
 
+A transaction's part may hold checks too (``OP_CHECK``, ``OP_RANGE``: see
+:mod:`leveled_ray.client.transaction`): they are locked and checked with the rest, and
+written nowhere; a range is locked whole, so no write goes into it until the part is decided.
+
+A clean close decides and settles every part held first (:meth:`Participant.settle_all`: an
+undecided batch is aborted), so a shard closed cleanly holds none, and a split, which needs a
+shard without parts, follows a close at once.
+
 A part no one decides within ``txn_timeout_s`` (its client died) is decided here: ``abort``
 unless the record says ``commit`` already. A shard that restarts finds its parts in its store
 and settles each from the record the same way (:meth:`Participant.recover`), before it takes any
@@ -35,7 +43,7 @@ from collections.abc import Awaitable, Callable
 
 from ..clock import Clock
 from ..codec import NO_CONDITION, OP_RANGE, Change, keyed, written
-from ..errors import LeveledError
+from ..errors import LeveledError, StoreClosedError
 from ..files.store import NotFound, ObjectStore
 from ..manifest.batch_tags import batch_tag
 from ..manifest.ingest import check_install_order
@@ -107,6 +115,8 @@ class Participant:
         self._preparing = 0  # prepares under way
         self._no_prepares = asyncio.Event()
         self._no_prepares.set()
+        self.closing = False  # settling before a close: no part is prepared any more
+        self._releases: set[asyncio.Task] = set()
 
     def _root(self, url: str) -> ObjectStore:
         if url not in self._roots:
@@ -143,9 +153,14 @@ class Participant:
         async with self._preparing_part():
             return await self._prepare(txn, root_url, changes, values)
 
+    def _check_open(self) -> None:
+        self.writes.check_usable()
+        if self.closing:
+            raise StoreClosedError("the store is closing: it prepares no more batches")
+
     async def _prepare(self, txn: str, root_url: str, changes: list[Change],
                        values: list) -> Exception | str | tuple[int, int]:
-        self.writes.check_usable()
+        self._check_open()
         if txn in self.parts:
             return self.parts[txn].number  # prepared already (a resent call)
         if not self.writes.lock([c.lkey for c in keyed(changes)], txn,
@@ -171,7 +186,7 @@ class Participant:
         (``IngestConflictError``, nothing held) once the store gave out an SQN above the
         write's window: a later bulk write was installed first, so this one never can be."""
         async with self._preparing_part():
-            self.writes.check_usable()
+            self._check_open()
             if txn in self.parts:
                 return self.parts[txn].number
             check_install_order(journal, self.writes.next_sqn, self.installing)
@@ -265,7 +280,9 @@ class Participant:
             while self._applied_order and self._applied_order[0][0] < time.monotonic() - NOTED_S:
                 self.applied_sqns.pop(self._applied_order.popleft()[1], None)
         part.applied = True
-        self.tasks.start(self._release(txn, part, decision), f"txn {txn} release")
+        release = self.tasks.start(self._release(txn, part, decision), f"txn {txn} release")
+        self._releases.add(release)
+        release.add_done_callback(self._releases.discard)
         return sqns
 
     async def settle_lower(self, first_sqn: int) -> None:
@@ -393,6 +410,25 @@ class Participant:
             except LeveledError:
                 pass  # the store answers later: the next sweep tries again
 
+    async def settle_all(self, wait_s: float) -> None:
+        """Before a close: prepare no more parts, decide and settle every part held (a batch
+        not yet decided is aborted: its client is told it conflicted), and wait up to
+        ``wait_s`` for their part objects to be deleted. So a shard closed cleanly holds no
+        part, and a split of it need not wait for one. A part it cannot settle now (the
+        object store fails) is left to the next open, as a killed shard's are."""
+        self.closing = True
+        await self.prepares_done()
+        for txn in self.pending():
+            part = self.parts.get(txn)
+            if part is None or part.applied or part.part.files is not None:
+                continue  # a bulk part waits for its own commit: installs are the writer's
+            try:
+                await self._settle(txn, await self._decision(txn, part))
+            except LeveledError:
+                return
+        if self._releases:
+            await asyncio.wait(self._releases, timeout=wait_s)
+
     async def close(self) -> None:
-        """Stop deciding parts (a closed shard settles them when it reopens)."""
+        """Stop deciding parts (a shard settles those left when it reopens)."""
         await self.tasks.cancel(*self.tasks.running)

@@ -289,6 +289,7 @@ async def commit_async(plan, messages, mark: tuple[str, int] | None = None) -> i
         return await bulk_write.commit_async(plan, messages, mark)
     messages = [m for m in messages if m is not None]
     by_shard = shard_files(plan, messages)
+    bulk_write.commit_began(plan)
     try:
         if mark is not None:
             txn, claimed = await claim_stream_batch(_root(plan), *mark)
@@ -474,9 +475,13 @@ async def settle_offline(url: str, shard_map: ShardMap, options: Options) -> int
 
 
 async def abort_async(plan, messages) -> None:
-    """Give up before the commit: delete what the finished partitions wrote."""
+    """Give up: delete what the finished partitions wrote, unless a commit of it began (see
+    :func:`~leveled_ray.bulk.write.committing`)."""
     if isinstance(plan, bulk_write.BulkWrite):
         return await bulk_write.abort_async(plan, messages)
+    if bulk_write.committing(plan):  # its parts may still be installed: GC's
+        await release_pins(plan)
+        return
     by_shard = shard_files(plan, messages)
     await asyncio.gather(*(bulk_write.abort_async(p, by_shard.get(s, []))
                            for s, p in enumerate(plan.plans)), return_exceptions=True)

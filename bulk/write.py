@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -328,6 +329,7 @@ async def commit_async(plan: BulkWrite, parts, mark: tuple[str, int] | None = No
     orphans, which GC removes)."""
     parts = [p for p in parts if p is not None]
     journal, ssts = gather_files(parts)
+    commit_began(plan)
     try:
         if journal:
             check_publishable(named_at(f.name for f in journal + ssts), plan.options,
@@ -361,15 +363,32 @@ async def install_offline(url: str, options: Options, journal, ssts,
 commit = sync_twin(commit_async)
 
 
+#: The writes whose commit began in this process (compared by value: a copy of a plan is the
+#: same write).
+_COMMITS_BEGUN: weakref.WeakSet = weakref.WeakSet()
+
+
+def commit_began(plan) -> None:
+    """Note that ``plan``'s commit began: its abort then deletes nothing."""
+    _COMMITS_BEGUN.add(plan)
+
+
+def committing(plan) -> bool:
+    """Whether ``plan``'s commit began in this process. Its install may still land after the
+    commit raised (a manifest write that arrives late, a Bookie that finishes it), so no
+    check of the store proves its files unused: garbage collection removes them once they
+    are older than the publish window and named by nothing."""
+    return plan in _COMMITS_BEGUN
+
+
 async def abort_async(plan: BulkWrite, parts) -> None:
     """Give up: delete what the finished partitions wrote that no manifest or prepared part
-    names (the rest is GC's). Spark calls this after a commit that raised too, and such a
-    commit may have installed some files (in some shards) or left a committed part that
-    installs them later: those stay."""
+    names (the rest is GC's). Spark calls this after a commit that raised too: then the
+    commit's install may still land, so nothing is deleted (see :func:`committing`)."""
     store = ObjectStore.from_url(plan.url, plan.options)
     names = [n for p in parts if p is not None for n in p.names]
     try:
-        names = await unnamed(store, names)
+        names = [] if committing(plan) else await unnamed(store, names)
         for i in range(0, len(names), 64):
             await asyncio.gather(*(store.delete_async(n) for n in names[i:i + 64]),
                                  return_exceptions=True)

@@ -84,6 +84,15 @@ class Snapshot(KeyReads, Queries, roles.SnapshotView):
         self._view = await as_of(self._view_for(True), at_sqn, at_time)
         return self
 
+    def _release_soon(self) -> None:
+        """End the snapshot without waiting for the Bookie's answer (as :meth:`release_async`
+        does; nothing reads it any more). Cost: one call sent."""
+        if not self.released:
+            self.released = True
+            soon = getattr(self._release, "soon", None)
+            if soon is not None:
+                soon(self.id)
+
     async def release_async(self) -> None:
         """End the snapshot (idempotent; ``release`` is its synchronous form). Its files may
         be deleted from now on. On a pickled copy, this ends only the copy. Cost: one round

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 from .. import roles
-from ..actors.remote import ValueBatch, call, pack
+from ..actors.remote import ValueBatch, call, call_read, pack
 from ..admin.backup import backup_version
 from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
@@ -65,6 +65,10 @@ class _SnapshotReleaser:
             await _await(self.actor.release_snapshot.remote(snapshot_id))
         except StoreClosedError:
             pass  # a closed store has no registrations left to release
+
+    def soon(self, snapshot_id: str) -> None:
+        """Release without waiting for the answer."""
+        self.actor.release_snapshot.remote(snapshot_id)
 
 
 @with_sync_twins
@@ -156,6 +160,13 @@ class Store(Queries, Transactions, roles.KeyReads, roles.Queries, roles.History,
                              for lo, hi, found, kind, _ in ranges]
         nbytes = sum(c.size for c in written(changes))
         return await call(self._actor.put_many, pack(changes), ValueBatch.pack(values, nbytes))
+
+    async def _read_versions_async(self, lkeys: list[bytes], values: bool
+                                   ) -> tuple[list[Head | None], list[bytes | None] | None]:
+        """A transaction's read of checked keys: their heads as of one moment (each SQN is
+        the key's version) and, with ``values``, each version's value. One round trip."""
+        entries, found = await call_read(self._actor.read_versions, lkeys, values)
+        return heads_of(entries), None if found is None else found.to_pylist()
 
     def _keys(self, pairs: Iterable[Sequence], what: str) -> list[bytes]:
         head_only_mode.refuse(self.head_only, what)
@@ -372,8 +383,7 @@ class Store(Queries, Transactions, roles.KeyReads, roles.Queries, roles.History,
 
     def _release_soon(self, snap: Snapshot) -> None:
         """Release a snapshot without waiting (a query's caller need not pay for it)."""
-        snap.released = True
-        self._actor.release_snapshot.remote(snap.id)
+        snap._release_soon()
 
     async def kept_tree_async(self, size: str = DEFAULT_SIZE) -> TicTacTree | None:
         """See :meth:`Queries.kept_tree_async <leveled_ray.read.queries.Queries.kept_tree_async>`:

@@ -1,30 +1,38 @@
 """Read-write transactions: ``snapshot`` and ``serializable`` isolation, on a plain store or
 across the shards of a sharded one.
 
-A :class:`Transaction` reads from one snapshot of the store (a consistent cut on a sharded
-store), taken at its first read, and keeps its writes in the client until it commits. Each
-key it reads has a *version* in that snapshot: its SQN, or absent. At commit every write
-carries its key's version as a condition, and under ``serializable`` every key read and not
-written is sent as a check (``OP_CHECK``: checked with the writes' conditions, written to no
-file). The store applies the writes only if every key still has its version, all in one
+A :class:`Transaction` keeps its writes in the client until it commits. Each key it reads has
+a *version*: its SQN, or absent.
+
+* ``serializable`` reads the store as it is: each read is one call to each shard involved,
+  which answers the keys' values and versions as of one moment (``Bookie.read_versions``).
+* ``snapshot`` reads one snapshot of the store (a consistent cut on a sharded store), taken at
+  its first read.
+
+At commit every write of a key it read carries that version as a condition; under
+``serializable`` every key read and not written travels as a check (``OP_CHECK``: checked
+with the writes' conditions, written to no file), and every range it folded or queried as a
+range check (``OP_RANGE``). The store applies the writes only if all of them hold, in one
 step:
 
 * on one shard, that is one ``put_many`` (one round trip, one journal write);
 * across shards, the cross-shard protocol (:mod:`leveled_ray.cluster.txn`): each shard locks
-  the keys and checks them when it prepares its part, so none can change before the commit
-  record decides.
+  the keys and ranges and checks them when it prepares its part, so none can change before
+  the commit record decides.
 
-Either way the commit is the moment the transaction takes effect: under ``serializable`` its
-reads are still current then and its writes go in at once, so the committed transactions
-are equivalent to running one at a time in commit order. Under ``snapshot`` only the written
-keys are checked: the first committer of a key wins, and write skew is allowed. A key that was
-absent at the snapshot and is absent again at commit (written and deleted meanwhile) counts as
-unchanged. A transaction that only read commits without a call: its snapshot was consistent.
+Under ``serializable`` the commit is the moment the transaction takes effect: its reads are
+still current then and its writes go in at once, so the committed transactions are
+equivalent to running one at a time in commit order. A transaction that only read commits
+with no call when it read at one moment; else it reads its keys and ranges again, and each
+unchanged since its first read means all held at the moment the second reads began. Under
+``snapshot`` only the written keys are checked (and those written unread, against the
+snapshot): the first committer of a key wins, and write skew is allowed. A key absent when
+read and absent again at commit (written and deleted meanwhile) counts as unchanged.
 
 A conflict raises :class:`~leveled_ray.errors.ConflictError` with nothing written;
-:func:`run_transaction` runs a function again on a new transaction until it commits. A commit
-whose answer was lost (:class:`~leveled_ray.errors.StoreUnavailableError`) may or may not have
-taken effect: it is not run again.
+:meth:`Transactions.run_transaction` runs a function again on a new transaction until it
+commits. A commit whose answer was lost (:class:`~leveled_ray.errors.StoreUnavailableError`)
+may or may not have taken effect: it is not run again.
 """
 
 from __future__ import annotations
@@ -58,6 +66,8 @@ from ..errors import (
     ConditionFailedError,
     ConflictError,
     InvalidArgumentError,
+    LeveledError,
+    StoreClosedError,
     TransactionExpiredError,
 )
 from ..files.sync import with_sync_twins
@@ -103,11 +113,19 @@ class Transaction:
         self.deadline = time.monotonic() + self.lifetime_s
         self.state = "open"  # then "committed" or "rolled back"
         self._snapshot: Any = None
-        self._reads: dict[bytes, Head | None] = {}  # key -> its head in the snapshot
+        self._reads: dict[bytes, Head | None] = {}  # key -> its head as read: its version
+        self._values: dict[bytes, bytes | None] = {}  # key -> its value as read
         self._writes: dict[bytes, tuple] = {}  # key -> (change, value), the last one
-        #: Key ranges read (serializable): (lo, hi, [(key, SQN)], kind, each key's object)
+        #: Key ranges read (serializable), each as ``((lo, hi, [(key, SQN)], kind, each
+        #: key's object), how to read it again)``: see :func:`~leveled_ray.codec.range_check`.
         self._ranges: list[tuple] = []
+        #: How many moments its reads (serializable) come from: a transaction that read at
+        #: one moment only, and wrote nothing, commits with no call.
+        self._moments = 0
+        self._one_shard = getattr(store, "shards", 1) == 1
         self._user = threading.Lock()
+        #: Whether its writes were sent: until then a failure leaves nothing written.
+        self.commit_sent = False
 
     def __repr__(self) -> str:
         return (f"Transaction({self.isolation}, {self.state}, reads={len(self._reads)}, "
@@ -130,20 +148,24 @@ class Transaction:
                 "was written")
 
     async def _view(self):
+        """The snapshot that a ``snapshot`` transaction reads, taken at its first read."""
         if self._snapshot is None:
             self._snapshot = await self.store.snapshot_async(
                 values=True, timeout_s=self.lifetime_s)
         return self._snapshot
 
-    # -- reads: the snapshot, with the transaction's own writes over it --
+    # -- reads, with the transaction's own writes over them --
 
     async def head_many_async(self, pairs: Iterable[Sequence]) -> list[Head | None]:
         """The heads of many ``(bucket, key)`` pairs as the transaction sees them. A key it
-        wrote has SQN 0 until it commits. Cost: a read of the snapshot (no round trip to a
-        Bookie) for the keys it did not write."""
+        wrote has SQN 0 until it commits. Cost: for the keys it did not read or write, one
+        round trip to each shard involved (``serializable``), or a read of its snapshot."""
         self._enter()
         try:
-            return await self._heads(self._lkeys(pairs))
+            lkeys = self._lkeys(pairs)
+            await self._read(lkeys, values=False)
+            return [self._own_head(self._writes[k][0]) if k in self._writes else self._reads[k]
+                    for k in lkeys]
         finally:
             self._user.release()
 
@@ -153,16 +175,13 @@ class Transaction:
 
     async def get_many_async(self, pairs: Iterable[Sequence]) -> list[bytes | None]:
         """The values of many ``(bucket, key)`` pairs as the transaction sees them (its own
-        writes included), ``None`` where absent. Cost: a read of the snapshot."""
+        writes included), ``None`` where absent. Cost: :meth:`head_many_async`'s, with the
+        values."""
         self._enter()
         try:
             lkeys = self._lkeys(pairs)
-            heads = await self._heads(lkeys)
-            wanted = [k for k, h in zip(lkeys, heads) if h is not None and k not in self._writes]
-            view = await self._view()
-            fetched = dict(zip(wanted, await view.get_many_async(
-                [split_object_key(k) for k in wanted]))) if wanted else {}
-            return [self._writes[k][1] if k in self._writes else fetched.get(k)
+            await self._read(lkeys, values=True)
+            return [self._writes[k][1] if k in self._writes else self._values[k]
                     for k in lkeys]
         finally:
             self._user.release()
@@ -182,25 +201,45 @@ class Transaction:
             raise InvalidArgumentError(f"expected a (bucket, key) pair, not {pair!r}")
         return tuple(pair)
 
-    async def _heads(self, lkeys: list[bytes]) -> list[Head | None]:
+    async def _read(self, lkeys: list[bytes], values: bool) -> None:
+        """Read the keys it has not read yet (or not their values, if ``values``): each read
+        key's head (its version) goes into ``_reads``, its value into ``_values``. A key
+        read again at another version is a conflict at once: the commit would refuse it."""
         await self._expired()
-        unread = list(dict.fromkeys(k for k in lkeys
-                                    if k not in self._writes and k not in self._reads))
-        if unread:
+        wanted = list(dict.fromkeys(
+            k for k in lkeys if k not in self._writes
+            and (k not in self._reads or values and k not in self._values)))
+        if not wanted:
+            return
+        heads, found = await self._fetch(wanted, values)
+        for i, (lkey, head) in enumerate(zip(wanted, heads)):
+            if lkey in self._reads and _version(self._reads[lkey]) != _version(head):
+                await self._end("rolled back")
+                raise ConflictError("not committed: a key it read changed while it ran")
+            self._reads[lkey] = head
+            if found is not None:
+                self._values[lkey] = found[i]
+
+    async def _fetch(self, lkeys: list[bytes], values: bool) -> tuple[list, list | None]:
+        """Heads (and values) of ``lkeys``: from the snapshot, or as they are now."""
+        if self.isolation == SNAPSHOT:
             view = await self._view()
-            self._reads.update(zip(unread, await view.head_many_async(
-                [split_object_key(k) for k in unread])))
-        return [self._own_head(self._writes[k][0]) if k in self._writes else self._reads[k]
-                for k in lkeys]
+            pairs = [split_object_key(k) for k in lkeys]
+            heads = await view.head_many_async(pairs)
+            found = await view.get_many_async(pairs) if values else None
+            return heads, found
+        self._moments += 1 if self._one_shard else 2  # shards answer at moments of their own
+        return await self.store._read_versions_async(lkeys, values)
 
     # -- reads of key ranges: under serializable, each joins the read set whole --
 
-    async def fold_heads_async(self, bucket, start=None, end=None) -> list[tuple[Name, Name, Head]]:
+    async def fold_heads_async(self, bucket, start=None,
+                               end=None) -> list[tuple[Name, Name, Head]]:
         """``(bucket, key, Head)`` of every live object of ``bucket`` from ``start`` to
         ``end`` (both included, either open) as the transaction sees it, in key order. Under
         ``serializable`` the range is checked at commit: an object added to it, removed or
-        written since the snapshot is a conflict. Cost: the snapshot's fold; the range is
-        held in memory whole."""
+        written since the read is a conflict. Cost: a fold of the store (a snapshot's); the
+        range is held in memory whole."""
         self._enter()
         try:
             return list((await self._range(bucket, start, end)).values())
@@ -214,30 +253,44 @@ class Transaction:
     async def fold_objects_async(self, bucket, start=None,
                                  end=None) -> list[tuple[Name, Name, bytes]]:
         """``(bucket, key, value)`` of every live object in the range, as
-        :meth:`fold_heads_async`. Cost: that, and a read of the values."""
+        :meth:`fold_heads_async`. Cost: that, and a read of the values it did not write."""
         self._enter()
         try:
             rows = await self._range(bucket, start, end)
-            theirs = [k for k in rows if k not in self._writes]
-            view = await self._view()
-            values = dict(zip(theirs, await view.get_many_async(
-                [split_object_key(k) for k in theirs]))) if theirs else {}
-            return [(b, k, self._writes[lk][1] if lk in self._writes else values[lk])
+            await self._read([k for k in rows if k not in self._writes], values=True)
+            return [(b, k, self._writes[lk][1] if lk in self._writes else self._values[lk])
                     for lk, (b, k, _) in rows.items()]
         finally:
             self._user.release()
+
+    def _reader(self):
+        """What folds and index queries read: the snapshot, or the store as it is now."""
+        return self._view() if self.isolation == SNAPSHOT else _now(self.store)
 
     async def _range(self, bucket, start, end) -> dict[bytes, tuple]:
         await self._expired()
         if bucket is None:
             raise InvalidArgumentError("a transaction folds over one bucket at a time")
         lo, hi = object_range(bucket, start, end, max_key_bytes=self.store.options.max_key_bytes)
-        view = await self._view()
-        rows = {checked_key(b, k, self.store.options): (b, k, h)
-                async for b, k, h in view.fold_heads_async(bucket, start, end)}
+        options = self.store.options
+
+        async def fold() -> dict[bytes, tuple]:
+            source = await self._reader()
+            return {checked_key(b, k, options): (b, k, h)
+                    async for b, k, h in source.fold_heads_async(bucket, start, end)}
+
+        def versions(rows: dict) -> list[tuple[bytes, int]]:
+            return [(lk, row[2].sqn) for lk, row in rows.items()]
+
+        async def again() -> list[tuple[bytes, int]]:
+            return versions(await fold())
+
+        rows = await fold()
         if self.isolation == SERIALIZABLE:
-            found = [(lk, row[2].sqn) for lk, row in rows.items()]
-            self._ranges.append((lo, hi, found, RANGE_OF_OBJECTS, [k for k, _ in found]))
+            self._moments += 2
+            found = versions(rows)
+            self._ranges.append(((lo, hi, found, RANGE_OF_OBJECTS, [k for k, _ in found]),
+                                 again))
         for lkey, (change, _) in self._writes.items():
             if lo <= lkey < hi:
                 head = self._own_head(change)
@@ -251,11 +304,12 @@ class Transaction:
                                 return_terms: bool = False, term_regex=None, start_key=None,
                                 max_results: int | None = None) -> list:
         """The keys (or ``(term, key)`` pairs) of ``bucket`` whose ``field`` holds a term from
-        ``start`` to ``end``, in (term, key) order, as the snapshot holds them (see
-        ``Store.index_query``). Under ``serializable`` the whole term range is checked at
-        commit (``term_regex`` and ``max_results`` notwithstanding): an entry added to it or
-        removed since is a conflict. A transaction that wrote to ``bucket`` cannot query its
-        indexes (``InvalidArgumentError``): its own index changes are not in the answer."""
+        ``start`` to ``end``, in (term, key) order (see ``Store.index_query``). Under
+        ``serializable`` the whole term range is checked at commit (``term_regex`` and
+        ``max_results`` notwithstanding): an entry added to it or removed since is a
+        conflict. A transaction that wrote to ``bucket`` cannot query its indexes
+        (``InvalidArgumentError``): its own index changes are not in the answer. Cost: an
+        index query of the store (a snapshot's) over the whole term range."""
         self._enter()
         try:
             await self._expired()
@@ -264,16 +318,26 @@ class Transaction:
             if any(lo <= k < hi for k in self._writes):
                 raise InvalidArgumentError(
                     "a transaction cannot query the indexes of a bucket it wrote to")
-            view = await self._view()
-            pairs = [pair async for batch in _batches(view.index_query_async(
-                bucket, field, start, end, return_terms=True, start_key=start_key))
-                for pair in batch]
+
+            async def query() -> list:
+                source = await self._reader()
+                return [pair async for batch in _batches(source.index_query_async(
+                    bucket, field, start, end, return_terms=True, start_key=start_key))
+                    for pair in batch]
+
+            def entries(pairs: list) -> list[tuple[bytes, int]]:
+                return [(index_key(bucket, field, t, k), 0) for t, k in pairs]
+
+            async def again() -> list[tuple[bytes, int]]:
+                return entries(await query())
+
+            pairs = await query()
             if self.isolation == SERIALIZABLE:
+                self._moments += 2
                 ilo, ihi = index_range(bucket, field, start, end, start_key,
                                        max_key_bytes=self.store.options.max_key_bytes)
-                found = [(index_key(bucket, field, t, k), 0) for t, k in pairs]
-                self._ranges.append((ilo, ihi, found, RANGE_OF_KEYS,
-                                     [object_key(bucket, k) for _, k in pairs]))
+                self._ranges.append(((ilo, ihi, entries(pairs), RANGE_OF_KEYS,
+                                      [object_key(bucket, k) for _, k in pairs]), again))
             if term_regex is not None:
                 pattern = re.compile(term_regex) if isinstance(term_regex, str) else term_regex
                 pairs = [(t, k) for t, k in pairs if pattern.search(t)]
@@ -323,16 +387,19 @@ class Transaction:
     # -- the end --
 
     async def commit_async(self) -> None:
-        """Write every change at once if no key the transaction depends on changed since its
-        snapshot; else raise :class:`~leveled_ray.errors.ConflictError`, with nothing
-        written. Cost: none for a transaction that only read; one round trip (a ``put_many``)
-        when its keys are on one shard; across shards, the cross-shard ``put_many``'s
-        (a prepare on each, a commit record, an apply on each)."""
+        """Write every change at once if nothing the transaction depends on changed since it
+        read it; else raise :class:`~leveled_ray.errors.ConflictError`, with nothing written.
+        Cost: none for a transaction that only read, at one moment (one shard, one call);
+        one more read of its keys and ranges for one that only read at several; one round
+        trip (a ``put_many``) when its keys are on one shard; across shards, the cross-shard
+        ``put_many``'s (a prepare on each, a commit record, an apply on each)."""
         self._enter()
         try:
             await self._expired()
             if self._writes:
                 await self._write()
+            elif self.isolation == SERIALIZABLE and self._moments > 1:
+                await self._validate()
             await self._end("committed")
         finally:
             self._user.release()
@@ -344,34 +411,53 @@ class Transaction:
 
     async def _write(self) -> None:
         blind = [k for k in self._writes if k not in self._reads]
-        if blind:  # the versions of keys written unread, in the snapshot
-            view = await self._view()
-            self._reads.update(zip(blind, await view.head_many_async(
-                [split_object_key(k) for k in blind])))
+        if blind and self.isolation == SNAPSHOT:  # their versions in the snapshot
+            heads, _ = await self._fetch(blind, values=False)
+            self._reads.update(zip(blind, heads))
         changes, values = [], []
         for lkey, (change, value) in self._writes.items():
-            head = self._reads[lkey]
-            changes.append(change._replace(condition=IF_ABSENT if head is None else head.sqn))
+            if lkey in self._reads:  # serializable: a key written unread depends on nothing
+                head = self._reads[lkey]
+                change = change._replace(condition=IF_ABSENT if head is None else head.sqn)
+            changes.append(change)
             values.append(value)
         if self.isolation == SERIALIZABLE:
-            changes += [check_change(k, None if h is None else h.sqn)
+            changes += [check_change(k, _version(h))
                         for k, h in self._reads.items() if k not in self._writes]
         check_put_size(written(changes), self.store.options)
+        self.commit_sent = True
         try:
-            await self.store._commit_changes_async(changes, values, self._ranges)
+            await self.store._commit_changes_async(changes, values,
+                                                   [r for r, _ in self._ranges])
         except ConditionFailedError as exc:
             await self._end("rolled back")
             raise ConflictError(f"not committed: {len(exc.failures)} key(s) changed since the "
-                                f"transaction's snapshot: {list(exc.failures)[:5]}") from None
+                                f"transaction read them: {list(exc.failures)[:5]}") from None
         except ConflictError:
             await self._end("rolled back")
             raise
 
+    async def _validate(self) -> None:
+        """A read-only transaction that read at several moments: its keys and ranges, read
+        again, are as it read them. Each was then unchanged from its first read to this one,
+        which began after the last first read: so at that moment they all held, and the
+        transaction takes effect there."""
+        lkeys = list(self._reads)
+        heads, _ = await self.store._read_versions_async(lkeys, False) if lkeys else ([], None)
+        changed = [k for k, h in zip(lkeys, heads) if _version(h) != _version(self._reads[k])]
+        for (lo, _, found, _, _), again in self._ranges:
+            if await again() != found:
+                changed.append(lo)
+        if changed:
+            await self._end("rolled back")
+            raise ConflictError(f"not committed: {len(changed)} key(s) or range(s) changed "
+                                "while it read")
+
     async def _end(self, state: str) -> None:
         self.state = state
         snapshot, self._snapshot = self._snapshot, None
-        if snapshot is not None:
-            await snapshot.release_async()
+        if snapshot is not None:  # no one reads it any more: its answer is not awaited
+            snapshot._release_soon()
 
     async def __aenter__(self) -> Transaction:
         return self
@@ -424,6 +510,17 @@ class Transaction:
     def rollback(self) -> None: ...
 
 
+def _version(head: Head | None) -> int | None:
+    """A key's version: its SQN, or ``None`` when absent."""
+    return None if head is None else head.sqn
+
+
+async def _now(store):
+    """The store itself as what a transaction folds and queries (as :meth:`Transaction._view`
+    is the snapshot)."""
+    return store
+
+
 async def _batches(found):
     """The batches of an index query: a snapshot answers an async iterator of lists, a
     sharded snapshot of items (see :meth:`Queries.index_query_async`)."""
@@ -433,6 +530,14 @@ async def _batches(found):
 
 def _backoff(tries: int) -> float:
     return random.uniform(0, min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** tries))
+
+
+def _tries_again(t: Transaction, exc: LeveledError) -> bool:
+    """Whether :func:`run_transaction` runs a transaction again after ``exc``: a conflict, or
+    a store that was unreachable (a Bookie restarting, a shard split under it) before the
+    transaction sent its writes. A commit whose answer was lost may have taken effect."""
+    return isinstance(exc, ConflictError) or (isinstance(exc, StoreClosedError)
+                                              and not t.commit_sent)
 
 
 def _check_retries(retries) -> int:
@@ -456,10 +561,14 @@ class Transactions:
     def run_transaction(self, fn: Callable[[Transaction], T], *, retries: int = 10,
                         isolation: str = SERIALIZABLE, lifetime_s: float | None = None) -> T:
         """Run ``fn(t)`` in a new transaction and commit it; returns what ``fn`` returned. On
-        :class:`~leveled_ray.errors.ConflictError` run it again on a new transaction after a
-        random pause (2 ms, doubling up to 0.2 s), up to ``retries`` tries in all, then raise
-        the last conflict. Any other error rolls back and is raised at once. Cost: each
-        try's transaction's (see :class:`Transaction`)."""
+        :class:`~leveled_ray.errors.ConflictError`, or on a
+        :class:`~leveled_ray.errors.StoreClosedError` before the commit sent the writes (a
+        Bookie restarting, a shard split meanwhile: nothing was written), run it again on a
+        new transaction after a random pause (2 ms, doubling up to 0.2 s), up to
+        ``retries`` tries in all, then raise the last error. Any other error, and a commit
+        whose answer was lost (:class:`~leveled_ray.errors.StoreUnavailableError`: it may
+        have taken effect), rolls back and is raised at once. Cost: each try's
+        transaction's (see :class:`Transaction`)."""
         _check_retries(retries)
         for tries in range(retries):
             t = self.transaction(isolation, lifetime_s=lifetime_s)
@@ -467,8 +576,8 @@ class Transactions:
                 with t:
                     result = fn(t)
                 return result
-            except ConflictError:
-                if tries == retries - 1:
+            except LeveledError as exc:
+                if tries == retries - 1 or not _tries_again(t, exc):
                     raise
             time.sleep(_backoff(tries))
         raise AssertionError("unreachable")
@@ -485,8 +594,8 @@ class Transactions:
                 async with t:
                     result = await fn(t)
                 return result
-            except ConflictError:
-                if tries == retries - 1:
+            except LeveledError as exc:
+                if tries == retries - 1 or not _tries_again(t, exc):
                     raise
             await asyncio.sleep(_backoff(tries))
         raise AssertionError("unreachable")

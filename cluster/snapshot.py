@@ -68,6 +68,11 @@ class ShardedSnapshot(RoutedKeyReads, Queries, roles.SnapshotView):
     async def _query_view_async(self, needs_values: bool):
         return MergedView([part._view_for(needs_values) for part in self.parts]), None
 
+    def _release_soon(self) -> None:
+        """End every shard's snapshot without waiting. Cost: one call sent per shard."""
+        for part in self.parts:
+            part._release_soon()
+
     async def release_async(self) -> None:
         """End every shard's snapshot (idempotent). Cost: one round trip per shard, at
         once."""

@@ -44,7 +44,7 @@ from . import checkpoints, placement, reshape
 from .admin import earlier_layouts
 from .backup import backup
 from .cut import Early, cut
-from .fanout import per_shard_checked, shard_groups
+from .fanout import in_input_order, per_shard_checked, shard_groups
 from .layout import shard_name
 from .listen import ShardedListener
 from .redirect import CHANGE_WAIT_S, REDIRECTS, Layout, followed, wait_for_layout
@@ -260,6 +260,20 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, Transactions, roles
         if not changes:
             return []
         return await self._write_changes(changes, values)
+
+    async def _read_versions_async(self, lkeys: list[bytes], values: bool
+                                   ) -> tuple[list[Head | None], list | None]:
+        """A transaction's read (see :meth:`Store._read_versions_async
+        <leveled_ray.client.store.Store._read_versions_async>`): one call to each shard
+        involved, at once; each shard's keys as of one moment of its own."""
+        async def read(layout: Layout):
+            groups = shard_groups(lkeys, layout.shard_map)
+            found = await asyncio.gather(*(layout.stores[s]._read_versions_async(
+                [lkeys[i] for i in where], values) for s, where in groups.items()))
+            heads = in_input_order(len(lkeys), groups, [h for h, _ in found])
+            got = in_input_order(len(lkeys), groups, [v for _, v in found]) if values else None
+            return heads, got
+        return await self._routed(read)
 
     async def _commit_changes_async(self, changes: list, values: list,
                                     ranges: list = ()) -> list[int]:

@@ -74,7 +74,8 @@ async def put_across(store, layout, changes: list, values: list, groups: dict,
     # Each shard's part number, by label (a shard's name for good: indexes shift in a split),
     # noted with its keys.
     labels = layout.shard_map.labels
-    numbers = {labels[s]: answer for s, answer in zip(parts, answers)}
+    numbers = {labels[s]: answer for s, answer in zip(parts, answers)
+               if written(parts[s][0])}  # a shard that only checks holds no part to see
     if await decide(root, txn, COMMIT, numbers) != COMMIT:  # a shard gave up and aborted
         await _abort(shards, list(parts), txn)
         raise ConflictError("not written: a shard aborted the batch after waiting "

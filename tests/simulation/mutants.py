@@ -252,6 +252,14 @@ MUTANTS = [
            (TRANSACTIONS,),
            unreached="a write into the range still pending when a range check runs: no "
            "test or scenario times one yet"),
+    Mutant("a clean close leaves its parts unsettled", "actors/participant.py",
+           "        self.closing = True\n        await self.prepares_done()",
+           "        return\n        await self.prepares_done()",
+           ("tests/cluster/test_transfers.py",)),
+    Mutant("a shard that only checks is named in the commit record", "cluster/txn.py",
+           "               if written(parts[s][0])}",
+           "               if True}",
+           (TRANSACTIONS,)),
     # -- backups (cluster/backup.py, admin/backup.py) --
     Mutant("a first backup leaves its target unmarked", "cluster/backup.py",
            '        await mark_unfinished(root, "backup")',

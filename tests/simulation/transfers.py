@@ -83,6 +83,8 @@ class Transfers:
         record.writes = (changed,)
         await think(0.5)  # the app's own work: others commit meanwhile
         await self._commit(t, record)
+        if record.outcome == COMMITTED:
+            self.model.checks["shift changes committed"] += 1
 
     async def transfer(self, store, tid: str, think) -> None:
         record = Txn(tid)
