@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test examples test-fast simulate mutate soak bench lint typecheck wheel-check docs clean
+.PHONY: setup run test examples test-fast simulate mutate soak bench bench-compare lint typecheck wheel-check docs clean
 
 setup: $(STAMP)
 
@@ -25,7 +25,7 @@ test: setup
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m "not example"
 
 # The guides' examples run as written, each in processes of its own that start their own
-# clusters (Ray on Spark), the command line's verbs on moto's S3 and sharded, and Ray Client
+# clusters (Ray on Spark), the command line's verbs as processes, and Ray Client
 # on a head of its own: about five minutes, so not in make test; CI runs both. (The other docs' examples run in make test: tests/docs.)
 examples: setup
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m example
@@ -57,6 +57,12 @@ soak: setup
 # Everything but the moto S3 and slow groups.
 test-fast: setup
 	PYTHONHASHSEED=0 $(BIN)/python -m pytest -m "not s3 and not slow and not example"
+
+# The quick benchmarks, each ratio against the last landed figures (bench/landed.json):
+# names every one more than 20% worse. UPDATE=1 lands this run's figures.
+bench-compare: setup
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/compare.py $(if $(UPDATE),--update,)
 
 bench: setup
 	$(BIN)/pip install --quiet -e ".[bench]"

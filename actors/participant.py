@@ -18,9 +18,10 @@ A transaction's part may hold checks too (``OP_CHECK``, ``OP_RANGE``: see
 :mod:`leveled_ray.client.transaction`): they are locked and checked with the rest, and
 written nowhere; a range is locked whole, so no write goes into it until the part is decided.
 
-A clean close decides and settles every part held first (:meth:`Participant.settle_all`: an
-undecided batch is aborted), so a shard closed cleanly holds none, and a split, which needs a
-shard without parts, follows a close at once.
+A clean close decides and settles every ``put_many`` part held first
+(:meth:`Participant.settle_all`: an undecided batch is aborted), so a shard closed cleanly
+holds none, and a split, which needs a shard without parts, follows a close at once (a bulk
+write's part waits for its own commit).
 
 A part no one decides within ``txn_timeout_s`` (its client died) is decided here: ``abort``
 unless the record says ``commit`` already. A shard that restarts finds its parts in its store

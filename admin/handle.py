@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import roles
+from .. import roles, roles_admin
 from ..clock import Clock, system_clock
 from ..errors import InvalidArgumentError
 from ..files.journal_slots import write_fence
@@ -30,7 +30,7 @@ from .progress import progress_of
 
 
 @with_sync_twins
-class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles.Administration,
+class Admin(ChangesWithoutRay, roles.History, roles.Checkpoints, roles_admin.Administration,
             roles.Backups):
     """Administration of the store at a URL. Each operation is defined once, as ``*_async``;
     its synchronous form (``gc`` for ``gc_async``) runs it."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import textwrap
 
+import ratios as ratio_files
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Where the plots go: the documentation's images (docs/tests-and-benchmarks.md shows them).
 IMAGES = os.path.join(os.path.dirname(HERE), "docs", "img")
@@ -42,7 +44,10 @@ def report_ratios(name: str, title: str, rows: list[tuple[str, float, float, str
 def save_ratios(name: str, title: str, rows: list[tuple[str, float]], *,
                 xlabel: str = "leveled-ray / peer in the same run") -> str | None:
     """Horizontal bars of ``(measure, ratio)``, each drawn from 1 (the peer) to its ratio; a
-    log scale when the ratios span more than 20x. Returns the PNG's path."""
+    log scale when the ratios span more than 20x. Returns the PNG's path. The ratios also go
+    to ``build/bench/<name>.json``, which ``make bench-compare`` reads (see
+    :mod:`compare`)."""
+    ratio_files.write(name, rows)
     plt = _pyplot()
     rows = [(label, ratio) for label, ratio in rows if ratio and ratio > 0]
     if plt is None or not rows:

@@ -23,6 +23,8 @@ import time
 import leveled_ray as lr
 from leveled_ray.client.ray_connection import ensure_ray
 
+import plots
+
 
 def zipf_picker(n: int, skew: float, rng: random.Random):
     """Draws account numbers: uniform (``skew`` 0) or Zipf-skewed."""
@@ -177,6 +179,11 @@ def main() -> None:
     for name, a, b, peer, target in rows:
         ratio = a / b if b else float("inf")
         print(f"{name:44} {a:10.3f} {b:10.3f} {ratio:7.2f}  {peer}, {target}")
+    path = plots.save_ratios("transactions", "transactions: leveled-ray / peer (abort rates "
+                             "and ms: lower is better)",
+                             [(name, a / b) for name, a, b, _, _ in rows if b])
+    if path:
+        print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ Ray (see :class:`~leveled_ray.read.store_reader.StoreReader`).
 """
 from __future__ import annotations
 
-from .. import roles
+from .. import roles, roles_admin
 from ..admin.checkpoint_lease import CheckpointLease
 from ..admin.handle import Admin
 from ..clock import Clock
@@ -22,7 +22,8 @@ from ..read.store_reader import StoreReader
 
 
 @with_sync_twins
-class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History, roles.Following):
+class Reader(KeyReads, Queries, roles.KeyReads, roles.Queries, roles.History,
+             roles_admin.Following):
     """A read-only handle on a store at one checkpoint, usable from any process (no Ray).
 
     Opened by :func:`leveled_ray.client.reader`. Without a ``checkpoint`` it pins its own (for

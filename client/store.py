@@ -44,7 +44,7 @@ from .calls import Answer, Call, Submitted, _await, _get, bookie_call, read_call
 from .coalesce import Part, WriteCoalescer
 from .listen import Listener
 from .snapshot import Snapshot
-from .transaction import Transactions
+from .transactions import Transactions
 
 #: Index queries with ``max_results`` up to this are answered by the Bookie in one round trip;
 #: larger or unbounded ones stream from a snapshot in the caller's process.

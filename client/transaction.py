@@ -38,18 +38,13 @@ may or may not have taken effect: it is not run again.
 from __future__ import annotations
 
 import abc
-import asyncio
-import random
-import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..codec import (
     IF_ABSENT,
-    RANGE_OF_KEYS,
-    RANGE_OF_OBJECTS,
     Delete,
     Head,
     Put,
@@ -61,31 +56,22 @@ from ..codec import (
 )
 from ..codec.entries import live_entries
 from ..codec.index_terms import change_entry
-from ..codec.keys import index_key, object_key, split_object_key
+from ..codec.keys import split_object_key
 from ..errors import (
     ConditionFailedError,
     ConflictError,
     InvalidArgumentError,
-    LeveledError,
-    StoreClosedError,
     TransactionExpiredError,
 )
 from ..files.sync import with_sync_twins
 from ..options import check_number
-from ..read.key_ranges import index_range, object_range
-from ..read.queries import check_index_query
+from .transaction_ranges import SERIALIZABLE, SNAPSHOT, RangeReads
 
-SNAPSHOT, SERIALIZABLE = "snapshot", "serializable"
 ISOLATIONS = (SNAPSHOT, SERIALIZABLE)
-#: The first and the longest pause between two tries of :func:`run_transaction`.
-FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.002, 0.2
-T = TypeVar("T")
-#: A bucket or a key, as it was written.
-Name = str | bytes
 
 
 @with_sync_twins
-class Transaction:
+class Transaction(RangeReads):
     """One transaction on ``store`` (see the module's docstring). Made by
     ``store.transaction()``; a context manager (sync and async) that commits on leaving the
     block and rolls back on an exception. Used by one thread (or task) at a time.
@@ -230,121 +216,6 @@ class Transaction:
             return heads, found
         self._moments += 1 if self._one_shard else 2  # shards answer at moments of their own
         return await self.store._read_versions_async(lkeys, values)
-
-    # -- reads of key ranges: under serializable, each joins the read set whole --
-
-    async def fold_heads_async(self, bucket, start=None,
-                               end=None) -> list[tuple[Name, Name, Head]]:
-        """``(bucket, key, Head)`` of every live object of ``bucket`` from ``start`` to
-        ``end`` (both included, either open) as the transaction sees it, in key order. Under
-        ``serializable`` the range is checked at commit: an object added to it, removed or
-        written since the read is a conflict. Cost: a fold of the store (a snapshot's); the
-        range is held in memory whole."""
-        self._enter()
-        try:
-            return list((await self._range(bucket, start, end)).values())
-        finally:
-            self._user.release()
-
-    async def fold_keys_async(self, bucket, start=None, end=None) -> list[tuple[Name, Name]]:
-        """``(bucket, key)`` of every live object in the range, as :meth:`fold_heads_async`."""
-        return [(b, k) for b, k, _ in await self.fold_heads_async(bucket, start, end)]
-
-    async def fold_objects_async(self, bucket, start=None,
-                                 end=None) -> list[tuple[Name, Name, bytes]]:
-        """``(bucket, key, value)`` of every live object in the range, as
-        :meth:`fold_heads_async`. Cost: that, and a read of the values it did not write."""
-        self._enter()
-        try:
-            rows = await self._range(bucket, start, end)
-            await self._read([k for k in rows if k not in self._writes], values=True)
-            return [(b, k, self._writes[lk][1] if lk in self._writes else self._values[lk])
-                    for lk, (b, k, _) in rows.items()]
-        finally:
-            self._user.release()
-
-    def _reader(self):
-        """What folds and index queries read: the snapshot, or the store as it is now."""
-        return self._view() if self.isolation == SNAPSHOT else _now(self.store)
-
-    async def _range(self, bucket, start, end) -> dict[bytes, tuple]:
-        await self._expired()
-        if bucket is None:
-            raise InvalidArgumentError("a transaction folds over one bucket at a time")
-        lo, hi = object_range(bucket, start, end, max_key_bytes=self.store.options.max_key_bytes)
-        options = self.store.options
-
-        async def fold() -> dict[bytes, tuple]:
-            source = await self._reader()
-            return {checked_key(b, k, options): (b, k, h)
-                    async for b, k, h in source.fold_heads_async(bucket, start, end)}
-
-        def versions(rows: dict) -> list[tuple[bytes, int]]:
-            return [(lk, row[2].sqn) for lk, row in rows.items()]
-
-        async def again() -> list[tuple[bytes, int]]:
-            return versions(await fold())
-
-        rows = await fold()
-        if self.isolation == SERIALIZABLE:
-            self._moments += 2
-            found = versions(rows)
-            self._ranges.append(((lo, hi, found, RANGE_OF_OBJECTS, [k for k, _ in found]),
-                                 again))
-        for lkey, (change, _) in self._writes.items():
-            if lo <= lkey < hi:
-                head = self._own_head(change)
-                if head is None:
-                    rows.pop(lkey, None)
-                else:
-                    rows[lkey] = (*split_object_key(lkey), head)
-        return {k: rows[k] for k in sorted(rows)}
-
-    async def index_query_async(self, bucket, field: str, start, end, *,
-                                return_terms: bool = False, term_regex=None, start_key=None,
-                                max_results: int | None = None) -> list:
-        """The keys (or ``(term, key)`` pairs) of ``bucket`` whose ``field`` holds a term from
-        ``start`` to ``end``, in (term, key) order (see ``Store.index_query``). Under
-        ``serializable`` the whole term range is checked at commit (``term_regex`` and
-        ``max_results`` notwithstanding): an entry added to it or removed since is a
-        conflict. A transaction that wrote to ``bucket`` cannot query its indexes
-        (``InvalidArgumentError``): its own index changes are not in the answer. Cost: an
-        index query of the store (a snapshot's) over the whole term range."""
-        self._enter()
-        try:
-            await self._expired()
-            check_index_query(field, start, end, term_regex, max_results)
-            lo, hi = object_range(bucket, max_key_bytes=self.store.options.max_key_bytes)
-            if any(lo <= k < hi for k in self._writes):
-                raise InvalidArgumentError(
-                    "a transaction cannot query the indexes of a bucket it wrote to")
-
-            async def query() -> list:
-                source = await self._reader()
-                return [pair async for batch in _batches(source.index_query_async(
-                    bucket, field, start, end, return_terms=True, start_key=start_key))
-                    for pair in batch]
-
-            def entries(pairs: list) -> list[tuple[bytes, int]]:
-                return [(index_key(bucket, field, t, k), 0) for t, k in pairs]
-
-            async def again() -> list[tuple[bytes, int]]:
-                return entries(await query())
-
-            pairs = await query()
-            if self.isolation == SERIALIZABLE:
-                self._moments += 2
-                ilo, ihi = index_range(bucket, field, start, end, start_key,
-                                       max_key_bytes=self.store.options.max_key_bytes)
-                self._ranges.append(((ilo, ihi, entries(pairs), RANGE_OF_KEYS,
-                                      [object_key(bucket, k) for _, k in pairs]), again))
-            if term_regex is not None:
-                pattern = re.compile(term_regex) if isinstance(term_regex, str) else term_regex
-                pairs = [(t, k) for t, k in pairs if pattern.search(t)]
-            pairs = pairs if max_results is None else pairs[:max_results]
-            return pairs if return_terms else [k for _, k in pairs]
-        finally:
-            self._user.release()
 
     def _own_head(self, change) -> Head | None:
         entry = change_entry(change, 0, int(self.store.clock() * 1000))
@@ -491,19 +362,6 @@ class Transaction:
     def head_many(self, pairs: Iterable[Sequence]) -> list[Head | None]: ...
 
     @abc.abstractmethod
-    def fold_heads(self, bucket, start=None, end=None) -> list[tuple[Name, Name, Head]]: ...
-
-    @abc.abstractmethod
-    def fold_keys(self, bucket, start=None, end=None) -> list[tuple[Name, Name]]: ...
-
-    @abc.abstractmethod
-    def fold_objects(self, bucket, start=None, end=None) -> list[tuple[Name, Name, bytes]]: ...
-
-    @abc.abstractmethod
-    def index_query(self, bucket, field: str, start, end, *, return_terms: bool = False,
-                    term_regex=None, start_key=None, max_results: int | None = None) -> list: ...
-
-    @abc.abstractmethod
     def commit(self) -> None: ...
 
     @abc.abstractmethod
@@ -513,89 +371,3 @@ class Transaction:
 def _version(head: Head | None) -> int | None:
     """A key's version: its SQN, or ``None`` when absent."""
     return None if head is None else head.sqn
-
-
-async def _now(store):
-    """The store itself as what a transaction folds and queries (as :meth:`Transaction._view`
-    is the snapshot)."""
-    return store
-
-
-async def _batches(found):
-    """The batches of an index query: a snapshot answers an async iterator of lists, a
-    sharded snapshot of items (see :meth:`Queries.index_query_async`)."""
-    async for item in found:
-        yield item if isinstance(item, list) else [item]
-
-
-def _backoff(tries: int) -> float:
-    return random.uniform(0, min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** tries))
-
-
-def _tries_again(t: Transaction, exc: LeveledError) -> bool:
-    """Whether :func:`run_transaction` runs a transaction again after ``exc``: a conflict, or
-    a store that was unreachable (a Bookie restarting, a shard split under it) before the
-    transaction sent its writes. A commit whose answer was lost may have taken effect."""
-    return isinstance(exc, ConflictError) or (isinstance(exc, StoreClosedError)
-                                              and not t.commit_sent)
-
-
-def _check_retries(retries) -> int:
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 1:
-        raise InvalidArgumentError(f"retries must be an int >= 1, not {retries!r}")
-    return retries
-
-
-class Transactions:
-    """The :class:`~leveled_ray.roles.Transactions` role, for plain and sharded stores alike:
-    the store supplies ``_commit_changes_async(changes, values)``."""
-
-    def transaction(self, isolation: str = SERIALIZABLE, *,
-                    lifetime_s: float | None = None) -> Transaction:
-        """A new :class:`Transaction`. ``isolation``: ``"serializable"`` (the default) or
-        ``"snapshot"``; ``lifetime_s``: how long it may run, from now
-        (``Options.transaction_lifetime_s`` by default). Cost: none until its first read
-        (see :class:`Transaction` for each call's)."""
-        return Transaction(self, isolation, lifetime_s)
-
-    def run_transaction(self, fn: Callable[[Transaction], T], *, retries: int = 10,
-                        isolation: str = SERIALIZABLE, lifetime_s: float | None = None) -> T:
-        """Run ``fn(t)`` in a new transaction and commit it; returns what ``fn`` returned. On
-        :class:`~leveled_ray.errors.ConflictError`, or on a
-        :class:`~leveled_ray.errors.StoreClosedError` before the commit sent the writes (a
-        Bookie restarting, a shard split meanwhile: nothing was written), run it again on a
-        new transaction after a random pause (2 ms, doubling up to 0.2 s), up to
-        ``retries`` tries in all, then raise the last error. Any other error, and a commit
-        whose answer was lost (:class:`~leveled_ray.errors.StoreUnavailableError`: it may
-        have taken effect), rolls back and is raised at once. Cost: each try's
-        transaction's (see :class:`Transaction`)."""
-        _check_retries(retries)
-        for tries in range(retries):
-            t = self.transaction(isolation, lifetime_s=lifetime_s)
-            try:
-                with t:
-                    result = fn(t)
-                return result
-            except LeveledError as exc:
-                if tries == retries - 1 or not _tries_again(t, exc):
-                    raise
-            time.sleep(_backoff(tries))
-        raise AssertionError("unreachable")
-
-    async def run_transaction_async(self, fn: Callable[[Transaction], Awaitable[T]], *,
-                                    retries: int = 10, isolation: str = SERIALIZABLE,
-                                    lifetime_s: float | None = None) -> T:
-        """:meth:`run_transaction` with an async ``fn`` (it awaits the transaction's
-        ``*_async`` calls). Cost: :meth:`run_transaction`'s."""
-        _check_retries(retries)
-        for tries in range(retries):
-            t = self.transaction(isolation, lifetime_s=lifetime_s)
-            try:
-                async with t:
-                    result = await fn(t)
-                return result
-            except LeveledError as exc:
-                if tries == retries - 1 or not _tries_again(t, exc):
-                    raise
-            await asyncio.sleep(_backoff(tries))
-        raise AssertionError("unreachable")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from .. import roles
+from .. import roles, roles_admin
 from ..admin import gc as garbage_collection
 from ..admin.handle import Admin
 from ..admin.pinned_reads import ChangesWithoutRay, PinnedReads
@@ -59,8 +59,8 @@ async def quiet_cut(store, take, _early=None) -> tuple[list, float]:
 
 @with_sync_twins
 class ShardedAdmin(ChangesWithoutRay, checkpoints.CheckpointsOfShards,
-                   roles.History, roles.Checkpoints, roles.Administration,
-                   roles.Backups, roles.Splits):
+                   roles.History, roles.Checkpoints, roles_admin.Administration,
+                   roles.Backups, roles_admin.Splits):
     """Administration of a sharded store at a URL, without Ray: each shard's :class:`Admin`,
     checkpoints with one id in every shard, the root's records, and the change feed (each
     shard's on a checkpoint of its own: a feed's position needs no cut)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .. import roles
+from .. import roles, roles_admin
 from ..admin.checkpoint_lease import CheckpointLease
 from ..client.reader import Reader
 from ..codec import Head
@@ -22,7 +22,7 @@ from .past import positions_at_time
 
 @with_sync_twins
 class ShardedReader(RoutedKeyReads, Queries, roles.KeyReads, roles.Queries, roles.History,
-                    roles.Following):
+                    roles_admin.Following):
     """A read-only handle on a sharded store at one checkpoint (every shard's part of it),
     from any process. Without a ``checkpoint`` it makes its own through
     :class:`~.admin.ShardedAdmin` (so only while no shard is being written), renews it while

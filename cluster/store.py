@@ -15,10 +15,9 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from .. import roles
+from .. import roles, roles_admin
 from ..client.shard_side import ShardSide
 from ..client.store import Store
-from ..client.transaction import Transactions
 from ..clock import Clock
 from ..codec import Delete, Head, Put, checked_key, range_check
 from ..codec import head_only as head_only_mode
@@ -44,14 +43,14 @@ from . import checkpoints, placement, reshape
 from .admin import earlier_layouts
 from .backup import backup
 from .cut import Early, cut
-from .fanout import in_input_order, per_shard_checked, shard_groups
+from .fanout import per_shard_checked, shard_groups
 from .layout import shard_name
 from .listen import ShardedListener
 from .redirect import CHANGE_WAIT_S, REDIRECTS, Layout, followed, wait_for_layout
 from .runtime import RAY, Runtime
 from .snapshot import ShardedSnapshot
 from .totals import totals
-from .txn import put_across
+from .txn import ShardedTransactions, put_across
 
 
 def _sides(stores) -> list[ShardSide]:
@@ -82,11 +81,12 @@ class KeyCall(NamedTuple):
 
 
 @with_sync_twins
-class ShardedStore(checkpoints.CheckpointsOfShards, Queries, Transactions, roles.KeyReads,
+class ShardedStore(checkpoints.CheckpointsOfShards, Queries, ShardedTransactions,
+                   roles.KeyReads,
                    roles.Queries, roles.History, roles.Writes, roles.PointsInTime,
                    roles.Transactions, roles.Checkpoints,
-                   roles.HistoryLeases, roles.Maintenance, roles.Backups, roles.Splits,
-                   roles.Moves):
+                   roles.HistoryLeases, roles.Maintenance, roles.Backups, roles_admin.Splits,
+                   roles_admin.Moves):
     """A handle on an open sharded store. Picklable: pass it to Ray tasks.
 
     Example::
@@ -260,30 +260,6 @@ class ShardedStore(checkpoints.CheckpointsOfShards, Queries, Transactions, roles
         if not changes:
             return []
         return await self._write_changes(changes, values)
-
-    async def _read_versions_async(self, lkeys: list[bytes], values: bool
-                                   ) -> tuple[list[Head | None], list | None]:
-        """A transaction's read (see :meth:`Store._read_versions_async
-        <leveled_ray.client.store.Store._read_versions_async>`): one call to each shard
-        involved, at once; each shard's keys as of one moment of its own."""
-        async def read(layout: Layout):
-            groups = shard_groups(lkeys, layout.shard_map)
-            found = await asyncio.gather(*(layout.stores[s]._read_versions_async(
-                [lkeys[i] for i in where], values) for s, where in groups.items()))
-            heads = in_input_order(len(lkeys), groups, [h for h, _ in found])
-            got = in_input_order(len(lkeys), groups, [v for _, v in found]) if values else None
-            return heads, got
-        return await self._routed(read)
-
-    async def _commit_changes_async(self, changes: list, values: list,
-                                    ranges: list = ()) -> list[int]:
-        """A transaction's commit: its writes (conditional on their versions), then its
-        checks, which have no values; each key range it read (``(lo, hi, found, kind,
-        owners)``: ``owners`` the object keys that route each found key, see
-        :func:`~leveled_ray.codec.range_check`) is checked by every shard, for its own keys.
-        A key another batch holds is a conflict at once: that batch is about to change it."""
-        values = values + [None] * (len(changes) - len(values))
-        return await self._write_changes(changes, values, ranges, busy_is_conflict=True)
 
     async def _write_changes(self, changes: list, values: list, ranges: list = (),
                              busy_is_conflict: bool = False) -> list[int]:

@@ -24,11 +24,13 @@ import random
 import time
 
 from ..client.shard_side import ShardSide
-from ..codec import written
+from ..client.transactions import Transactions
+from ..codec import Head, written
 from ..errors import ConflictError, ObjectStoreError, StoreClosedError
 from ..files.names import ulid
 from ..files.store import ObjectStore
 from ..manifest.txn_records import COMMIT, decide, record_name
+from .fanout import in_input_order, shard_groups
 
 BUSY = "busy"
 FIRST_BACKOFF_S = 0.002
@@ -100,6 +102,35 @@ async def put_across(store, layout, changes: list, values: list, groups: dict,
 
 
 _RECORD_DELETES = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lr-txn-records")
+
+
+class ShardedTransactions(Transactions):
+    """What a sharded store's transactions call (see :mod:`leveled_ray.client.transaction`):
+    reads of versions from each shard, and commits through ``_write_changes``."""
+
+    async def _read_versions_async(self, lkeys: list[bytes], values: bool
+                                   ) -> tuple[list[Head | None], list | None]:
+        """A transaction's read (see :meth:`Store._read_versions_async
+        <leveled_ray.client.store.Store._read_versions_async>`): one call to each shard
+        involved, at once; each shard's keys as of one moment of its own."""
+        async def read(layout):  # a redirect.Layout
+            groups = shard_groups(lkeys, layout.shard_map)
+            found = await asyncio.gather(*(layout.stores[s]._read_versions_async(
+                [lkeys[i] for i in where], values) for s, where in groups.items()))
+            heads = in_input_order(len(lkeys), groups, [h for h, _ in found])
+            got = in_input_order(len(lkeys), groups, [v for _, v in found]) if values else None
+            return heads, got
+        return await self._routed(read)
+
+    async def _commit_changes_async(self, changes: list, values: list,
+                                    ranges: list = ()) -> list[int]:
+        """A transaction's commit: its writes (conditional on their versions), then its
+        checks, which have no values; each key range it read (``(lo, hi, found, kind,
+        owners)``: ``owners`` the object keys that route each found key, see
+        :func:`~leveled_ray.codec.range_check`) is checked by every shard, for its own keys.
+        A key another batch holds is a conflict at once: that batch is about to change it."""
+        values = values + [None] * (len(changes) - len(values))
+        return await self._write_changes(changes, values, ranges, busy_is_conflict=True)
 
 
 def _delete_quietly(root: ObjectStore, name: str) -> None:

@@ -50,9 +50,10 @@ def backend(request, ray_cluster, tmp_path):
             [w for o in options for w in ("--option", o)], env)
 
 
-# Sharded, the verbs run in make examples too: each verb is a process of its own (20 s a layout).
-@pytest.mark.parametrize("shards", [None, pytest.param(2, marks=pytest.mark.example)],
-                         ids=["plain", "sharded"])
+# Each verb is a process of its own (20 s a layout): they run in make examples (CI runs it);
+# make test runs the verbs in-process (test_cli.py) and bad input as processes (below).
+@pytest.mark.example
+@pytest.mark.parametrize("shards", [None, 2], ids=["plain", "sharded"])
 def test_every_verb_as_a_process(backend, shards, tmp_path):
     url, options, env = backend
     op = Operator(url, options, env)

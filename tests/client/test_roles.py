@@ -7,14 +7,15 @@ import inspect
 import pytest
 
 import leveled_ray as lr
-from leveled_ray import roles
+from leveled_ray import roles, roles_admin
 from leveled_ray.admin.handle import Admin
 from leveled_ray.client.reader import Reader
 
 HANDLES = (lr.Store, lr.ShardedStore, lr.Snapshot, lr.ShardedSnapshot, Reader,
            lr.ShardedReader, Admin, lr.ShardedAdmin)
-ROLES = [r for r in vars(roles).values()
-         if isinstance(r, type) and roles.Role in r.__mro__ and r is not roles.Role]
+ROLES = [r for module in (roles, roles_admin) for r in vars(module).values()
+         if isinstance(r, type) and roles.Role in r.__mro__ and r is not roles.Role
+         and r.__module__ == module.__name__]
 
 #: The roles each handle plays: a handle that stops playing one fails here, not in a user's
 #: code.
@@ -23,12 +24,12 @@ PLAYS = {
                roles.Transactions, roles.Checkpoints, roles.HistoryLeases, roles.Maintenance,
                roles.Backups},
     lr.Snapshot: {roles.KeyReads, roles.Queries, roles.History, roles.View, roles.SnapshotView},
-    Reader: {roles.KeyReads, roles.Queries, roles.History, roles.Following},
-    Admin: {roles.History, roles.Checkpoints, roles.Administration, roles.Backups},
+    Reader: {roles.KeyReads, roles.Queries, roles.History, roles_admin.Following},
+    Admin: {roles.History, roles.Checkpoints, roles_admin.Administration, roles.Backups},
 }
-PLAYS |= {lr.ShardedStore: PLAYS[lr.Store] | {roles.Splits, roles.Moves},
+PLAYS |= {lr.ShardedStore: PLAYS[lr.Store] | {roles_admin.Splits, roles_admin.Moves},
           lr.ShardedSnapshot: PLAYS[lr.Snapshot], lr.ShardedReader: PLAYS[Reader],
-          lr.ShardedAdmin: PLAYS[Admin] | {roles.Splits}}
+          lr.ShardedAdmin: PLAYS[Admin] | {roles_admin.Splits}}
 
 
 def calls(role) -> list[str]:

@@ -83,3 +83,30 @@ def test_a_restored_backup_of_a_split_store_holds_each_key_once(ray_cluster, tmp
                    if c.kind == "put"]
         assert len(set(changed)) == 100  # each key once, k007 twice (before and after)
         assert len(changed) - changed.count(("b", "k007")) == 99
+
+
+def test_a_backup_whose_handle_follows_a_split_as_it_begins_is_refused(
+        ray_cluster, tmp_path, monkeypatch):
+    """A split lands while a hot backup takes its checkpoint, and the handle follows it: the
+    backup is refused with ``ConflictError`` (its checkpoint is of the new layout, its
+    target of the old), and run again it backs up the new layout whole."""
+    from leveled_ray.cluster import backup as backups
+
+    url, target = f"file://{tmp_path}/db", f"file://{tmp_path}/backup"
+    taken = backups.checkpoints.create
+
+    async def split_meanwhile(store, *args):
+        monkeypatch.setattr(backups.checkpoints, "create", taken)
+        await store.split_shard_async(0)  # as another driver's split would, which it follows
+        return await taken(store, *args)
+
+    with lr.open(url, OPTIONS, shards=2) as store:
+        store.put_many([lr.Put("b", f"k{i:03d}", b"v%d" % i) for i in range(50)])
+        monkeypatch.setattr(backups.checkpoints, "create", split_meanwhile)
+        with pytest.raises(lr.ConflictError, match="split or move"):
+            store.backup(target, progress=False)
+        assert store.shards == 3
+        store.backup(target, progress=False)
+    with lr.open(target, OPTIONS) as restored:
+        assert restored.shards == 3
+        assert len(list(restored.fold_keys("b"))) == 50

@@ -301,7 +301,7 @@ class Run:
         world = self.world
         while not self.writing_done:
             loop = self.replication()
-            pid, task = world.spawn("replicator", loop.run(threading.Event()))
+            pid, _ = world.spawn("replicator", loop.run(threading.Event()))
             await asyncio.sleep(self.rng.expovariate(0.2))
             world.kill(pid)
             self.model.checks["replicators killed"] += 1

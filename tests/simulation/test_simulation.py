@@ -98,11 +98,6 @@ REGRESSIONS = {
     # A move ran while another shard split, and the simulation's mover opened its Bookie
     # under the shard's number of before the split ("nothing visible in part").
     "a move beside a split": (3975, Config(True, 1, 2, 0, 3, 0.05, 0, 0, splits=2, moves=2)),
-    # A hot backup began as its handle followed a split: it took a checkpoint of the new
-    # layout and staged it by the old one ("no call raises an untyped error": IndexError).
-    # Found by the simulation itself, once transactions moved its timing.
-    "a backup as its handle follows a split": (33, Config(
-        True, 2, 1, 1, 4, 0.1, 0, 1, splits=2, moves=1, backups=1, replica=True, transfers=2)),
     # A transaction read a key on a shard where it wrote nothing: the commit record named
     # that shard's part, which holds no change, and a view at a past time looked for it down
     # to the start of the shard's history ("no call raises an untyped error":
@@ -117,8 +112,7 @@ REGRESSIONS = {
         False, 0, 2, 1, 2, 0.05, 2, 0, transfers=2)),
 }
 #: The counter that shows a regression's run took its bug's path.
-PATHS = {"a backup as its handle follows a split": "backups refused: ConflictError",
-         "a transaction that only reads on a shard": "shift changes committed"}
+PATHS = {"a transaction that only reads on a shard": "shift changes committed"}
 
 #: How a split can end in a run (each counted in the run's checks), and that a handle of the
 #: old layout followed it.
