@@ -97,8 +97,8 @@ class ShardCalls:
 
         async def install() -> tuple[LedgerFiles, bool]:
             await self._push()
-            files, installed = await self.penciller.ingest(journal, ssts,
-                                          self.writes.durable_sqn, mark)
+            files, installed = await self.penciller.ingest(
+                journal, ssts, self.writes.durable_sqn, mark, held=txn is not None)
             if installed:
                 self.inker.adopt(journal)
             if files.version > self.view.files.version:

@@ -76,7 +76,7 @@ class Penciller(Owner):
         self.tree = TreeKeeper(store, options, self.files)
         self.counters = {"pushes": 0, "l0_flushes": 0, "sst_bytes": 0, "flush_retries": 0,
                          "merges": 0, "merge_failures": 0, "ingests": 0, "commit_retries": 0,
-                         "age_flushes": 0}
+                         "age_flushes": 0, "late_ingests": 0}
 
     def files(self) -> LedgerFiles:
         mid, m = self.latest
@@ -245,11 +245,14 @@ class Penciller(Owner):
     # -- bulk writes --
 
     async def ingest(self, journal: tuple, ssts: tuple, upto: int,
-                     mark: tuple[str, int] | None = None) -> tuple[LedgerFiles, bool]:
+                     mark: tuple[str, int] | None = None,
+                     held: bool = False) -> tuple[LedgerFiles, bool]:
         """Install a bulk write's files (see :mod:`leveled_ray.manifest.ingest`) once L0
         memory, holding every change up to ``upto``, is persisted. No merge runs meanwhile:
         the files are placed by the levels as they are. Returns the Ledger files, and whether
-        the write's files are in the store (not when ``mark`` says it was applied before)."""
+        the write's files are in the store (not when ``mark`` says it was applied before).
+        Files ``held`` by a prepared part are installed however old they are: GC keeps what
+        a part names (they were young enough when it was prepared)."""
         if self.error is not None:
             raise self.error
         while self.merging is not None:
@@ -260,8 +263,13 @@ class Penciller(Owner):
         try:
             self.pushed_sqn = max(self.pushed_sqn, upto)
             await self.flush()
-            check_publishable(named_at(f.name for f in journal + ssts), self.options,
-                              time.time())  # named in wall time by the bulk writers
+            try:
+                check_publishable(named_at(f.name for f in journal + ssts), self.options,
+                                  time.time())  # named in wall time by the bulk writers
+            except ObjectStoreError:
+                if not held:
+                    raise
+                self.counters["late_ingests"] += 1
             before = self.latest.id
             await self.commit(ingest, journal, ssts, mark)
             if self.latest.id != before:  # its files joined the Ledger as they are: fold again
