@@ -230,6 +230,11 @@ class World:
         """The shard at prefix ``key`` now (a split shifts the numbers of those after it)."""
         return self.shard_map.prefixes.index(key) if self.sharded else 0
 
+    def is_busy(self, key: str) -> bool:
+        """Whether a client is changing the shard at prefix ``key``, or the shard it was split
+        from (a split's children are its splitter's until it ends)."""
+        return any((key + ".").startswith(busy + ".") for busy in self.busy)
+
     async def start_shard(self, key: str) -> None:
         """Open the shard at prefix ``key`` in a new Bookie process of its actor (fencing any
         earlier one), which handles reach as before: its user's open. A shard whose actor

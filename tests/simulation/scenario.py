@@ -441,7 +441,7 @@ class Run:
             if key is not None:  # close within the merge's time (some 15 ms; a close, 7)
                 await self.pause(0.01)
             key = key or self.pick()
-            if key is None or key in world.busy or world.running_at(key) is None:
+            if key is None or world.is_busy(key) or world.running_at(key) is None:
                 continue
             inc = world.running_at(key)
             world.busy.add(key)
@@ -495,7 +495,7 @@ class Run:
         (drawn among all shards: a busy or stopped one is skipped)."""
         world = self.world
         key = world.key(self.rng.randrange(world.shard_count))
-        return None if key in world.busy or world.running_at(key) is None else key
+        return None if world.is_busy(key) or world.running_at(key) is None else key
 
     async def merging(self, most_s: float) -> str | None:
         """A shard that :meth:`pick` could give, whose Penciller has a merge in flight, if
@@ -504,7 +504,7 @@ class Run:
         for _ in range(int(most_s / 0.002)):
             for key in world.shard_map.prefixes if world.sharded else [""]:
                 inc = world.running_at(key)
-                if (inc is not None and key not in world.busy and inc.bookie.penciller is not None
+                if (inc is not None and not world.is_busy(key) and inc.bookie.penciller is not None
                         and getattr(inc.bookie.penciller.merging, "sources", ())):
                     return key
             await asyncio.sleep(0.002)
