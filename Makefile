@@ -70,6 +70,7 @@ bench: setup
 	$(BIN)/python bench/small_writes.py
 	$(BIN)/python bench/shards.py
 	$(BIN)/python bench/reads.py
+	$(BIN)/python bench/restart_cache.py
 	$(BIN)/python bench/history.py
 	$(BIN)/python bench/elastic.py
 

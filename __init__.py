@@ -34,7 +34,14 @@ from .errors import (
     WrongShardError,
 )
 from .manifest.model import Checkpoint
-from .options import GcOptions, JournalOptions, LedgerOptions, ObjectStoreOptions, Options
+from .options import (
+    DiskCacheOptions,
+    GcOptions,
+    JournalOptions,
+    LedgerOptions,
+    ObjectStoreOptions,
+    Options,
+)
 
 __version__ = "0.1.0"
 
@@ -44,7 +51,7 @@ __all__ = [
     "Delete", "ShardedAdmin", "ShardedReader", "ShardedSnapshot", "ShardedStore",
     "FencedError", "Head", "HistoryUnavailableError", "InvalidArgumentError", "LeveledError",
     "ObjectStoreError", "Options",
-    "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
+    "DiskCacheOptions", "GcOptions", "JournalOptions", "LedgerOptions", "ObjectStoreOptions",
     "Put", "Snapshot", "SnapshotExpiredError", "Store", "StoreClosedError", "StoreUnavailableError",
     "Transaction", "TransactionExpiredError",
     "WrongShardError", "connect", "keep_spare_bookies", "open", "replicate", "spare_stats",

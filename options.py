@@ -3,7 +3,8 @@
 ``lr.open(url, options=lr.Options(...))``. The top level holds what every part of a store
 shares (codec, cache, size limits); the groups hold the object store's client
 (:class:`ObjectStoreOptions`), the Ledger (:class:`LedgerOptions`), the Journal
-(:class:`JournalOptions`) and garbage collection (:class:`GcOptions`). A group is given as its
+(:class:`JournalOptions`), garbage collection (:class:`GcOptions`) and the node's disk cache
+(:class:`DiskCacheOptions`). A group is given as its
 dataclass or as a dict of its fields: ``lr.Options(gc={"min_age_s": 60})``. As text (the CLI's
 ``--option``, Spark options) a group's field is named with a dot: ``gc.min_age_s=60``.
 
@@ -346,9 +347,35 @@ class GcOptions(_Group):
                            "min_age_s")
 
 
+@dataclass(frozen=True)
+class DiskCacheOptions(_Group):
+    """The node's cache on local disk, beside each process's memory cache: the footers and
+    blocks that point reads fetched (:mod:`leveled_ray.files.disk_cache`). Every process of
+    the node that reads a store (its Bookies, readers, snapshots) shares it, and it outlives
+    them: a store reopened on the node, or restarted there by Ray, reads warm."""
+
+    _group = "disk_cache"
+
+    #: Most bytes the cache holds on disk (the oldest stored go first); 0 turns it off.
+    size: int = 1 << 30
+    #: Its directory; ``None``: ``leveled-ray-cache`` in the system's temporary directory.
+    path: str | None = None
+    #: Also cache stores on local disk (``file://``): off by default, as reading them is
+    #: already a local read (``memory://`` stores are never cached).
+    local_stores: bool = False
+
+    _counts = ("size",)
+    _optional_strs = ("path",)
+
+    def _check(self) -> None:
+        if not isinstance(self.local_stores, bool):
+            raise InvalidArgumentError(
+                f"disk_cache.local_stores must be a bool, not {self.local_stores!r}")
+
+
 #: The groups of :class:`Options`, by field name.
 GROUPS = {"object_store": ObjectStoreOptions, "ledger": LedgerOptions,
-          "journal": JournalOptions, "gc": GcOptions}
+          "journal": JournalOptions, "gc": GcOptions, "disk_cache": DiskCacheOptions}
 
 
 @dataclass(frozen=True)
@@ -396,6 +423,7 @@ class Options(_Group):
     ledger: LedgerOptions = field(default_factory=LedgerOptions)
     journal: JournalOptions = field(default_factory=JournalOptions)
     gc: GcOptions = field(default_factory=GcOptions)
+    disk_cache: DiskCacheOptions = field(default_factory=DiskCacheOptions)
 
     _positive_ints = ("max_value_bytes", "max_key_bytes", "max_head_only_value_bytes")
     _counts = ("cache_size",)

@@ -33,6 +33,7 @@ def bookie_stats(bookie, inker: dict, penciller: dict, merges: dict, compaction:
         "journal_files": len(view.journal),
         "file_cache": {"bytes": view.host.cache.used, "items": len(view.host.cache),
                        "hits": view.host.cache.hits, "misses": view.host.cache.misses},
+        "disk_cache": view.host.disk.cache.stats() if view.host.disk else None,
         "value_cache": {"bytes": view.values.used, "items": len(view.values),
                         "hits": view.values.hits, "misses": view.values.misses},
         "clerks": view.host.states(),

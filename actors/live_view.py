@@ -51,6 +51,7 @@ class LiveView:
         """Read through ``store`` (a clone's routes its ancestors' files to their stores)."""
         self.store = store
         self.host = ClerkHost(store, self._file_budget)
+        self.host.use_disk(self.options, self.url, self.files.store_id)
 
     # -- adopting new files ---
 
@@ -60,6 +61,7 @@ class LiveView:
         self.journal = JournalIndex(journal)
         self.history_sqn = manifest.history_sqn
         self.files = LedgerFiles.of(version, manifest)
+        self.host.use_disk(self.options, self.url, manifest.store_id)
 
     def adopt(self, files: LedgerFiles) -> None:
         """New Ledger files: retire the ones they replaced, drop the cache entries they hold."""

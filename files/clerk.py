@@ -1,150 +1,40 @@
 """File clerks: one small state machine per file, hosted inside a Ray actor (leveled's file clerks).
 
 A clerk moves ``reading -> delete_pending -> deleted`` (a file is written whole, by one put, so
-its clerk starts once it exists) and every read of its file goes through it. Clerks cache their
-file's footer (index and bloom) and blocks in their host's cache, one LRU with a byte budget
-shared by every clerk in the host, so memory stays bounded however many files there are.
-Clerks know nothing of levels: the manifest says which file is where.
+its clerk starts once it exists; see :mod:`.file_clerk`) and every read of its file goes
+through it. Clerks cache their file's footer (index and bloom) and blocks in their host's
+cache, one LRU with a byte budget shared by every clerk in the host, so memory stays bounded
+however many files there are; behind it, the node's disk cache keeps what point reads fetched
+(:mod:`.disk_cache`). Clerks know nothing of levels: the manifest says which file is where.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import threading
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..codec.tictac import SegmentFilter
-from ..errors import CorruptObjectError, LeveledError
+from ..errors import CorruptObjectError
 from . import journal as jfmt
 from . import sst as sfmt
-from .framing import FOOTER_READ, codec_id
+from .disk_cache import DiskTier, node_cache
+from .file_clerk import FileClerk, FileState
+from .framing import codec_id
 from .journal import JournalInfo, JournalRecord
 from .lru import LruCache
 from .names import sst_name
 from .sst import SstInfo
-from .store import NotFound, ObjectStore
+from .store import ObjectStore
 from .sync import off_loop
-
-
-class _LoadAbandoned(Exception):
-    """A shared load whose reader was cancelled: the others waiting for it load it again."""
-
-class FileState(str, enum.Enum):
-    READING = "reading"
-    DELETE_PENDING = "delete_pending"
-    DELETED = "deleted"
-
-
-#: The only moves a clerk can make.
-TRANSITIONS: dict[FileState, frozenset[FileState]] = {
-    FileState.READING: frozenset({FileState.DELETE_PENDING}),
-    FileState.DELETE_PENDING: frozenset({FileState.DELETED}),
-    FileState.DELETED: frozenset(),
-}
-
-
-class FileStateError(LeveledError):
-    """A clerk was asked for a move its state machine does not allow (an internal bug)."""
-
 
 #: Picking up to this many rows out of decoded blocks is done on the event loop; more, in a
 #: thread.
 INLINE_ROWS = 64
-
-
-class FileClerk:
-    """The state machine of one file, plus its cached reads."""
-
-    kind = "file"
-
-    def __init__(self, host: ClerkHost, name: str, size: int,
-                 state: FileState = FileState.READING):
-        self.host = host
-        self.name = name
-        self.size = size
-        self.state = state
-        self.removed_in: int | None = None  # manifest id whose change removed this file
-        self._loading: dict[Any, asyncio.Future] = {}
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, {self.state.value})"
-
-    def move(self, new: FileState) -> None:
-        if new not in TRANSITIONS[self.state]:
-            raise FileStateError(f"{self.name}: cannot move from {self.state.value} to {new.value}")
-        self.state = new
-
-    def retire(self, removed_in: int) -> None:
-        """A committed manifest change (version ``removed_in``) removed this file: it keeps
-        serving reads until its owner allows the delete."""
-        self.move(FileState.DELETE_PENDING)
-        self.removed_in = removed_in
-
-    async def delete(self) -> None:
-        """Delete the object (the owner said yes, and no read of an older view is running).
-        If the delete fails, the file stays ``delete_pending`` and is tried again."""
-        await self.host.store.delete_async(self.name)
-        self.move(FileState.DELETED)
-        self.host.forget(self.name)
-
-    def _check_readable(self) -> None:
-        if self.state not in (FileState.READING, FileState.DELETE_PENDING):
-            raise FileStateError(f"{self.name} is {self.state.value}: it cannot be read")
-
-    async def _cached(self, part, load: Callable[[], Awaitable[Any]], nbytes) -> Any:
-        """A cached part of this file, loading it once even when many readers ask at once."""
-        key = (self.name, part)
-        value = self.host.cache.get(key)
-        if value is not None:
-            return value
-        loop = asyncio.get_running_loop()
-        loading = (part, loop)  # a host shared by several event loops keeps their loads apart
-        while (pending := self._loading.get(loading)) is not None:
-            try:
-                return await asyncio.shield(pending)
-            except _LoadAbandoned:  # its reader was cancelled, not this one: load it here
-                continue
-        fut = loop.create_future()
-        self._loading[loading] = fut
-        try:
-            value = await load()
-            self.host.cache.put(key, value, nbytes(value))
-            fut.set_result(value)
-            return value
-        except BaseException as exc:
-            fut.set_exception(_LoadAbandoned() if isinstance(exc, asyncio.CancelledError)
-                              else exc)
-            fut.exception()  # mark retrieved: the caller re-raises it
-            raise
-        finally:
-            del self._loading[loading]
-
-    async def _footer_bytes(self, span, guess: int = FOOTER_READ) -> bytes:
-        """The file's last bytes, covering its footer: one ranged GET of ``guess`` bytes, or
-        two when the footer is larger. ``span(size, tail, path)`` locates the footer."""
-        get_range = self.host.store.get_range_async
-        tail = await self._read(get_range, max(0, self.size - guess), self.size)
-        foff, _ = span(self.size, tail, self.name)
-        if self.size - foff > len(tail):
-            tail = await self._read(get_range, foff, self.size)
-        return tail
-
-    async def _read(self, read, *args):
-        """``read(name, *args)``, a read of this file. It is listed in a manifest version that
-        something reads, so a missing object is damage (:class:`CorruptObjectError` naming
-        it), not a request that a retry could mend."""
-        try:
-            return await read(self.name, *args)
-        except NotFound:
-            raise CorruptObjectError(self.name, 0, "listed in the manifest, but missing from "
-                                     "the object store") from None
 
 
 class SstClerk(FileClerk):
@@ -171,10 +61,33 @@ class SstClerk(FileClerk):
 
         async def load():
             lo, hi = footer.block_range(i)
-            raw = await self._read(self.host.store.get_range_async, lo, hi)
+            raw = await self._range(lo, hi)
             return sfmt.decode_block(raw, footer.checksums[i], self.name, lo)
 
         return await self._cached(("block", i), load, lambda b: b.nbytes)
+
+    async def load_blocks(self, ids: list[int]) -> list[sfmt.Block]:
+        """Blocks ``ids`` (distinct) that the cache lacked a moment ago: those it still lacks
+        are read together (one look in the node's disk cache, one request for the rest) and
+        decoded, in a thread when there are many."""
+        cache = self.host.cache
+        held = cache.get_many([(self.name, ("block", i)) for i in ids])
+        missing = [j for j, block in enumerate(held) if block is None]
+        if len(missing) == 1:  # one block: the shared load of :meth:`block`
+            held[missing[0]] = await self.block(ids[missing[0]])
+        elif missing:
+            footer = await self.footer()
+            spans = [footer.block_range(ids[j]) for j in missing]
+            raws = await self._ranges([lo for lo, _ in spans], [hi for _, hi in spans])
+
+            def decode() -> list[sfmt.Block]:
+                return [sfmt.decode_block(raw, footer.checksums[ids[j]], self.name, lo)
+                        for raw, j, (lo, _) in zip(raws, missing, spans)]
+
+            for j, block in zip(missing, decode() if len(missing) <= 4 else await off_loop(decode)):
+                cache.put((self.name, ("block", ids[j])), block, block.nbytes)
+                held[j] = block
+        return held  # type: ignore[return-value]
 
     def cached_blocks(self, ids: list[int]) -> list[sfmt.Block | None]:
         """Blocks ``ids`` as far as the cache holds them (``None`` for the rest), taken under
@@ -331,9 +244,9 @@ class JournalClerk(FileClerk):
             [i for i in wanted.tolist() if i not in held], dtype=wanted.dtype)
         table = None
         if len(missing):
-            raws = await self._read(self.host.store.get_ranges_async,
-                                    footer.offsets[missing].tolist(),
-                                    footer.offsets[missing + 1].tolist())
+            starts, ends = footer.offsets[missing].tolist(), footer.offsets[missing + 1].tolist()
+            raws = await (self._ranges(starts, ends) if keep else
+                          self._read(self.host.store.get_ranges_async, starts, ends))
 
             def decode() -> pa.Table:
                 return jfmt.decode_blocks(raws, footer, missing, self.name)
@@ -396,11 +309,19 @@ class ClerkHost:
     in version ``V`` is not deleted while a read of an older view is still running.
     """
 
-    def __init__(self, store: ObjectStore, cache_bytes: int):
+    def __init__(self, store: ObjectStore, cache_bytes: int, disk: DiskTier | None = None):
         self.store = store
         self.cache = LruCache(cache_bytes)
+        #: The node's disk cache, second to ``cache``, for point reads (see :meth:`use_disk`).
+        self.disk = disk
         self.clerks: dict[str, FileClerk] = {}
         self._readers: Counter[int] = Counter()
+
+    def use_disk(self, options, url: str, store_id: str) -> None:
+        """Read through the node's disk cache too, as the files of store ``store_id`` (at
+        ``url``), if ``options`` cache that store (see :func:`.disk_cache.node_cache`)."""
+        cache = node_cache(options, url) if store_id else None
+        self.disk = None if cache is None else DiskTier(cache, store_id)
 
     @contextlib.contextmanager
     def reading(self, version: int):

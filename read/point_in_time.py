@@ -117,6 +117,8 @@ class PointInTime:
             else:  # files are immutable: views of one store in this process share a cache
                 self._host = ClerkHost.shared(self.store, (self.url, self.routes, self.options),
                                               budget)
+            if self._host.disk is None:
+                self._host.use_disk(self.options, self.url, self.files.store_id)
         return self._host
 
     # -- reads by Ledger key --

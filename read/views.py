@@ -42,12 +42,15 @@ class LedgerFiles:
     owns: Owns | None = None
     #: The tree saved of exactly these files, if any (:meth:`Manifest.kept_tree`).
     tree: KeptTree | None = None
+    #: The id of the store they are of (what the node's disk cache keys its files by).
+    store_id: str = ""
 
     @classmethod
     def of(cls, version: int, manifest: Manifest) -> LedgerFiles:
         """The files manifest ``version`` lists."""
         return cls(version, manifest.levels, manifest.ledger_sqn,
-                   Owns.decode(manifest.setting(OWNS)), manifest.kept_tree())
+                   Owns.decode(manifest.setting(OWNS)), manifest.kept_tree(),
+                   manifest.store_id)
 
     def foreign_owns(self, file: SstInfo | JournalInfo) -> Owns | None:
         """The run to filter ``file``'s entries by: set for a split shard's inherited file
@@ -173,8 +176,7 @@ async def _probe(host: ClerkHost, sst: SstInfo, keys: list[bytes],
     if missing:
         maybe = footer.bloom.may_contain_many(key_hashes(keys))
         wanted = [j for j in missing if maybe[spans[j][1]:spans[j][2]].any()]
-        for j, block in zip(wanted, await asyncio.gather(*(clerk.block(ids[j])
-                                                            for j in wanted))):
+        for j, block in zip(wanted, await clerk.load_blocks([ids[j] for j in wanted])):
             held[j] = block
     for (_, lo, hi), block in zip(spans, held):
         if block is not None:

@@ -15,6 +15,9 @@ Each request is forwarded unless the proxy draws a fault for it (seeded, at ``ra
 of one method whose path contains ``fragment`` (a targeted fault: every GET of one object), until
 ``clear_paths()``.
 
+``latency_s`` holds every request that long before it is forwarded (an object store's
+first-byte latency, for benchmarks).
+
 ``refuse()`` closes the listening socket (every connection is refused, as for an unreachable
 store) and ``heal()`` stops every fault and listens again on the same port.
 """
@@ -94,7 +97,7 @@ class FaultProxy:
     :meth:`start` and :meth:`stop`. ``endpoint`` is the URL to give the S3 client."""
 
     def __init__(self, upstream: str, *, rate: float = 0.0, modes=MODES, delay_s: float = 3.0,
-                 seed: int = 0, port: int = 0):
+                 seed: int = 0, port: int = 0, latency_s: float = 0.0):
         host, _, up_port = upstream.removeprefix("http://").rstrip("/").partition(":")
         if host not in ("127.0.0.1", "localhost"):
             raise ValueError("the fault proxy only forwards to this machine")
@@ -102,6 +105,7 @@ class FaultProxy:
         self.rate = rate
         self.modes = tuple(modes)
         self.delay_s = delay_s
+        self.latency_s = latency_s  # every request waits this long: S3's first-byte latency
         self.rng = random.Random(seed)
         self.port = port
         self.requests = 0
@@ -229,6 +233,8 @@ class FaultProxy:
                         continue
                 if fault == "delay":
                     await asyncio.sleep(self.delay_s)
+                elif self.latency_s:
+                    await asyncio.sleep(self.latency_s)
                 if upstream is None:
                     upstream = await asyncio.open_connection(*self.upstream)
                 upstream[1].write(head + body)

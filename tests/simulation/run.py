@@ -40,7 +40,9 @@ def main(argv=None) -> int:
                                                             args.first + args.seeds)
     started = time.perf_counter()
     failed, checks, steps = [], Counter(), 0
-    pool = ProcessPoolExecutor(args.jobs) if args.jobs > 1 else None
+    # a new process every 100 seeds: a long run's memory stays bounded (a run's world holds
+    # hundreds of simulated processes, and not all of it is freed with it)
+    pool = ProcessPoolExecutor(args.jobs, max_tasks_per_child=10) if args.jobs > 1 else None
     reports = pool.map(run, seeds, chunksize=10) if pool else map(run, seeds)
     try:
         for n, (seed, report) in enumerate(zip(seeds, reports), 1):
