@@ -1,5 +1,6 @@
-"""The node's disk cache through the public API: a store reopened on the node reads what the
-last one fetched from local disk, and damage done to the cache's files while it is read
+"""The node's disk cache through the public API: a store reopened on the node, or restarted
+there by Ray after its Bookie was killed, reads what the last one fetched from local disk, and
+damage done to the cache's files while it is read
 (flipped bytes, truncation, deletion, a corrupt index) is never seen: every read is right,
 and none fails."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 
 import pytest
@@ -43,6 +45,9 @@ def test_a_reopened_store_reads_warm_from_the_node_disk(ray_cluster, tmp_url, tm
         assert store.get_many(KEYS) == VALUES
         warm = disk(store)
         assert warm["misses"] == 0 and warm["hits"] == cold["misses"]
+        os.kill(store.stats()["process"]["pid"], signal.SIGKILL)  # Ray restarts it (failover)
+        assert store.get_many(KEYS) == VALUES
+        assert disk(store)["misses"] == 0 and disk(store)["hits"] == cold["misses"]
 
 
 def damage(path, stop: threading.Event, rng: random.Random, done: list) -> None:
