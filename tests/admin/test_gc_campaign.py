@@ -24,8 +24,8 @@ from leveled_ray.testing.fault_proxy import FaultProxy
 
 pytestmark = [pytest.mark.s3, pytest.mark.ray]
 
-#: 30 in ``make test``; ``make soak`` runs 200 (``LR_GC_PASSES``).
-PASSES = int(os.environ.get("LR_GC_PASSES", "30"))
+#: 24 in ``make test``; ``make soak`` runs 200 (``LR_GC_PASSES``).
+PASSES = int(os.environ.get("LR_GC_PASSES", "24"))
 KEYS = [f"k{i:03d}" for i in range(200)]
 TIMING = dict(object_store=dict(request_timeout_s=1.0, connect_timeout_s=1.0, retry_timeout_s=10.0,
                                 write_resolve_s=8.0, max_retries=8, retry_max_backoff_s=0.3))

@@ -95,19 +95,15 @@ def test_a_driver_killed_at_any_phase_leaves_all_or_nothing_offline(tmp_url, pha
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("window", [None, 0.5])
-def test_a_committed_part_left_offline_is_installed_when_the_store_opens(ray_cluster, tmp_url,
-                                                                         window):
+def test_a_committed_part_left_offline_is_installed_when_the_store_opens(ray_cluster, tmp_url):
     """Also once its files are older than the publish window (``gc.min_age_s / 2``): GC keeps
     what a prepared part names, so the part is installed however late its shard reopens."""
     new_sharded(tmp_url)
+    window = 0.5
     begun = time.time()
     kill_driver_at(tmp_url, "decided")
-    options = None
-    if window is not None:
-        time.sleep(max(0.0, begun + window - time.time()))  # its files are older than that
-        options = lr.Options(gc={"min_age_s": 2 * window})
-    store = lr.open(tmp_url, options)
+    time.sleep(max(0.0, begun + window - time.time()))  # its files are older than that
+    store = lr.open(tmp_url, lr.Options(gc={"min_age_s": 2 * window}))
     try:
         assert store.get_many(KEYS) == [b"new"] * N
         assert [s["txn_recovered"] for s in store.stats()["shards"]] == [1, 1]
