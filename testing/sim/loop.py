@@ -144,8 +144,11 @@ def run_in(process: str | None, coro) -> asyncio.Task:
 
 
 @contextlib.contextmanager
-def deterministic(loop: SimLoop, seed: int):
+def deterministic(loop: SimLoop, seed: int, skew_s: float = 0.0):
     """Within: time is the loop's virtual time, and randomness comes from ``seed``. Each
+    process's wall clock (``time.time``) is off by up to ``skew_s`` either way, its own
+    amount drawn from its name (the object store's clock, the loop's, is right); monotonic
+    clocks are the loop's, as no two processes compare theirs. Each
     function that calls ``os.urandom`` or ``random.Random()`` draws from a stream of its own
     (named by its file and qualified name, and a count), so a draw that only some runs make
     (a module imported lazily by the first run in a process) shifts no other, and neither
@@ -163,8 +166,18 @@ def deterministic(loop: SimLoop, seed: int):
     def seeded_random(x=None):
         return _Random(site_rng().getrandbits(64) if x is None else x)
 
-    time.time = lambda: EPOCH + loop.now
-    time.time_ns = lambda: int((EPOCH + loop.now) * 1e9)
+    skews: dict[str | None, float] = {None: 0.0}
+
+    def wall() -> float:
+        process = PROCESS.get()
+        skew = skews.get(process)
+        if skew is None:
+            draw = zlib.crc32(repr((seed, "skew", process)).encode()) / 0xFFFFFFFF
+            skew = skews[process] = (2 * draw - 1) * skew_s
+        return EPOCH + loop.now + skew
+
+    time.time = wall
+    time.time_ns = lambda: int(wall() * 1e9)
     time.monotonic = time.perf_counter = lambda: loop.now
     time.monotonic_ns = lambda: int(loop.now * 1e9)
     os.urandom = lambda n: site_rng().randbytes(n)

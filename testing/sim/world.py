@@ -98,8 +98,10 @@ class SimActor:
 class World:
     """See the module docstring. Use it as a context manager around :meth:`run`."""
 
-    def __init__(self, seed: int, options: Options, shards: int | None = 2):
+    def __init__(self, seed: int, options: Options, shards: int | None = 2,
+                 skew_s: float = 0.0):
         self.seed = seed
+        self.skew_s = skew_s  # how far each process's wall clock may be off
         self.rng = random.Random(seed)
         self.loop = SimLoop(random.Random(seed * 7919 + 1))
         self.objects = SimObjects(random.Random(seed * 104729 + 3), self.loop)
@@ -417,12 +419,19 @@ class World:
         seen = _Logged(self)
         logger.addHandler(seen)
         self._patches.callback(logger.removeHandler, seen)
-        self._patches.enter_context(deterministic(self.loop, self.seed))
+        self._patches.enter_context(deterministic(self.loop, self.seed, self.skew_s))
         objects = self.objects
         self._patches.enter_context(_patched(ObjectStore, "_make_backend",
                                              lambda store: objects.backend(store.location)))
         self._patches.enter_context(_patched(bulk_write, "connect_running",
                                              self._running_store))
+        # A process's readers share file clerks (and their loads in flight) with the other
+        # readers of the same store in that process only: a load of a killed process must
+        # not hold up another's.
+        shared = clerk.ClerkHost.shared.__func__
+        self._patches.enter_context(_patched(clerk.ClerkHost, "shared", classmethod(
+            lambda cls, store, key, cache_bytes: shared(cls, store, (PROCESS.get(), key),
+                                                        cache_bytes))))
         # A cross-shard put_many deletes its commit record off the caller's path, in a
         # thread of its own: here, in a task of the caller's process (no thread may race
         # the simulation).

@@ -113,18 +113,21 @@ class Model:
                                   "before it was sent")
 
     def check_past(self, ops: list[Op], values: dict, where: str, at: float,
-                   epoch: float) -> None:
+                   epoch: float, skew_s: float = 0.0) -> None:
         """A view of the store as it was at time ``at``: each cross-shard ``put_many`` whole
         or not at all, and no write sent after ``at`` (to the millisecond: a change's
         ``last_modified`` is in milliseconds of the store's clock, ``epoch`` + virtual time,
-        so a write sent later in ``at``'s millisecond counts as written by then)."""
+        so a write sent later in ``at``'s millisecond counts as written by then), give or
+        take ``skew_s``: a Bookie stamps its writes by its own clock, which is off by that
+        much at most."""
         self.checks["past"] += 1
         for op in ops:
             seen = {values[k] == op.value for k in op.keys}
             if len(seen) > 1 and op.kind == "put_many":
                 self.violated("nothing visible in part", f"{where}: {op.id} is half visible: "
                               f"{[values[k] for k in op.keys]}")
-            if True in seen and int((epoch + op.sent_at) * 1000) > int((epoch + at) * 1000):
+            if True in seen and int((epoch + op.sent_at) * 1000) > int((epoch + at + skew_s)
+                                                                        * 1000):
                 self.violated("a past view holds nothing sent after its time",
                               f"{where} holds {op.id}, sent at {op.sent_at:.4f}")
 

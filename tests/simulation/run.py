@@ -40,28 +40,38 @@ def main(argv=None) -> int:
                                                             args.first + args.seeds)
     started = time.perf_counter()
     failed, checks, steps = [], Counter(), 0
-    # a new process every 100 seeds: a long run's memory stays bounded (a run's world holds
-    # hundreds of simulated processes, and not all of it is freed with it)
-    pool = ProcessPoolExecutor(args.jobs, max_tasks_per_child=10) if args.jobs > 1 else None
-    reports = pool.map(run, seeds, chunksize=10) if pool else map(run, seeds)
-    try:
-        for n, (seed, report) in enumerate(zip(seeds, reports), 1):
-            steps += _report(seed, report, args.trace, failed, checks)
-            if failed and args.stop_first:
-                print(f"stopped at seed {seed}, the {n}th run", flush=True)
-                break
-            if n % 100 == 0:
-                print(f"{n} seeds, {len(failed)} failed, "
-                      f"{n / (time.perf_counter() - started):.1f} seeds/s", flush=True)
-    finally:
-        if pool:
-            pool.shutdown(cancel_futures=True)
+    for n, (seed, report) in enumerate(zip(seeds, _reports(run, seeds, args.jobs)), 1):
+        steps += _report(seed, report, args.trace, failed, checks)
+        if failed and args.stop_first:
+            print(f"stopped at seed {seed}, the {n}th run", flush=True)
+            break
+        if n % 100 == 0:
+            print(f"{n} seeds, {len(failed)} failed, "
+                  f"{n / (time.perf_counter() - started):.1f} seeds/s", flush=True)
     took = time.perf_counter() - started
     print(f"{len(seeds)} seeds in {took:.1f}s ({len(seeds) / took:.1f} seeds/s, "
           f"{steps / took:.0f} steps/s), {len(failed)} with a broken invariant"
           + (f": {failed[:20]}" if failed else ""))
     print("checks: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.items())))
     return 1 if failed else 0
+
+
+#: Seeds a worker process runs before a new one takes over: a long run's memory stays
+#: bounded (not all of a run's world is freed with it).
+SEEDS_PER_WORKER = 200
+
+
+def _reports(run, seeds, jobs: int):
+    """The seeds' reports, in order: from ``jobs`` worker processes, new ones every
+    ``SEEDS_PER_WORKER`` seeds each (a pool's own ``max_tasks_per_child`` hangs on 3.11)."""
+    if jobs <= 1:
+        yield from map(run, seeds)
+        return
+    seeds = list(seeds)
+    step = jobs * SEEDS_PER_WORKER
+    for start in range(0, len(seeds), step):
+        with ProcessPoolExecutor(jobs) as pool:
+            yield from pool.map(run, seeds[start:start + step], chunksize=10)
 
 
 def _report(seed: int, report, trace: bool, failed: list, checks: Counter) -> int:

@@ -61,6 +61,7 @@ from leveled_ray.errors import (
 )
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import unfinished
+from leveled_ray.manifest.snapshot_leases import CLOCK_SKEW_S
 from leveled_ray.manifest.store import ManifestStore
 from leveled_ray.manifest.txn_records import txn_of_part
 from leveled_ray.replication.replicator import Replication
@@ -101,6 +102,9 @@ class Config:
     #: at this isolation.
     transfers: int = 0
     isolation: str = "serializable"
+    #: Each process's wall clock is off by up to this many seconds, either way (its own
+    #: amount, drawn from its name; the object store's clock is right).
+    skew_s: float = 0.0
 
 
 def config_of(seed: int) -> Config:
@@ -118,6 +122,9 @@ def config_of(seed: int) -> Config:
     config.replica = rng.random() < 0.5
     config.transfers = rng.choice([0, 1, 2])
     config.isolation = rng.choice(["serializable", "snapshot"])
+    # two processes' clocks differ by up to twice this: at most CLOCK_SKEW_S, the most the
+    # product allows (manifest/snapshot_leases.py)
+    config.skew_s = rng.choice([0.0, 0.0, CLOCK_SKEW_S / 4, CLOCK_SKEW_S / 2])
     return config
 
 
@@ -157,7 +164,7 @@ def run(seed: int, config: Config | None = None) -> Report:
     """Run ``seed`` (with ``config``, else the seed's own) and check the invariants."""
     config = config or config_of(seed)
     model = Model()
-    with World(seed, OPTIONS, 2 if config.sharded else None) as world:
+    with World(seed, OPTIONS, 2 if config.sharded else None, config.skew_s) as world:
         try:
             world.run(Run(world, model, config).main(), LIMIT_S)
         except TimeoutError:
@@ -670,7 +677,8 @@ class Run:
                 values = dict(zip(keys, await snap.get_many_async(keys)))
             finally:
                 await snap.release_async()
-            self.model.check_past(ops, values, f"snapshot at_time={past:.4f}", past, EPOCH)
+            self.model.check_past(ops, values, f"snapshot at_time={past:.4f}", past, EPOCH,
+                                  self.config.skew_s)
 
     async def read_all(self, where: str) -> dict:
         model = self.model
