@@ -129,11 +129,12 @@ class NodeCache:
             cache = self._opened_cache()
             if cache is not None:
                 try:
-                    data = _opened(key, cache.get(key))
+                    stored = cache.get(key)
                 except Exception as exc:  # noqa: BLE001 - a failing cache is a miss
                     self._failed(exc)
                 else:
-                    if data is None and key in cache:
+                    data = _opened(key, stored)
+                    if data is None and stored is not None:
                         self.counters["bad"] += 1  # damaged: read from the store again
                         self._write(key, None)
             self.counters["hits" if data is not None else "misses"] += 1

@@ -94,7 +94,8 @@ def test_a_damaged_value_file_is_a_miss(tmp_path, damage):
     got = read(tier)
     assert assert_never_wrong(got) == 20  # the small entries, in the index
     assert all(got[i] is None for i in range(1, 40, 2))
-    assert tier.cache.stats()["bad"] + tier.cache.stats()["errors"] > 0
+    if damage != "delete":  # a deleted file is a plain miss; the others fail their hash
+        assert tier.cache.stats()["bad"] == 20
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncate", "delete"])
