@@ -32,10 +32,12 @@ async def positions_at_time(views: list[PointInTime], at_time: float,
         positions, wanted = whole_batches(positions, found, floors, labels)
         if not wanted:
             return positions
-        for s, tags in sorted(wanted.items()):
-            bottom = views[s].history_sqn
-            if floors[s] <= bottom:
-                raise HistoryUnavailableError(bottom - 1, bottom)
+        deeper = {s: tags for s, tags in wanted.items() if floors[s] > views[s].history_sqn}
+        if not deeper:  # a batch must go, and no shard that may hold it can look further
+            s = min(wanted)
+            raise HistoryUnavailableError(views[s].history_sqn - 1, views[s].history_sqn)
+        for s, tags in sorted(deeper.items()):  # a child that read its whole history waits
+            bottom = views[s].history_sqn  # for a sibling to find the part: see whole_batches
             lower = max(bottom, floors[s] - steps[s])
             for tag, (lo, hi) in (await batch_spans(views[s], lower, floors[s])).items():
                 old = found[s].get(tag, (lo, hi))
