@@ -1,11 +1,12 @@
-"""``make bench-compare``: run the quick benchmarks and name every ratio more than 20% worse
-than the last landed figures (``bench/landed.json``); exit status 1 if there is one.
+"""``make bench-compare``: run the quick benchmarks (three times each, keeping each ratio's
+median) and name every ratio more than 20% worse than the last landed figures
+(``bench/landed.json``); exit status 1 if there is one.
 
 Each benchmark writes its ratios to ``build/bench/<name>.json`` (:mod:`ratios`); a ratio is
 leveled-ray's figure over its peer's in the same run, so a slower or faster machine moves
 both. ``--update`` writes the figures of this run as the landed ones (after a change lands).
 
-Run: ``python bench/compare.py [--update] [--only NAME]``.
+Run: ``python bench/compare.py [--update] [--only NAME] [--repeats N]``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -26,22 +28,29 @@ QUICK = {
 }
 
 
-def run(name: str) -> dict[str, float]:
-    subprocess.run([sys.executable, os.path.join(HERE, f"{name}.py"), *QUICK[name]],
-                   check=True)
-    return ratios.read(name)
+def run(name: str, repeats: int) -> dict[str, float]:
+    """Each ratio of ``repeats`` quick runs of benchmark ``name``: their median (one quick
+    run's ratios swing by more than the 20% looked for)."""
+    runs = []
+    for _ in range(repeats):
+        subprocess.run([sys.executable, os.path.join(HERE, f"{name}.py"), *QUICK[name]],
+                       check=True)
+        runs.append(ratios.read(name))
+    return {measure: statistics.median(r[measure] for r in runs if measure in r)
+            for measure in runs[0]}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="land this run's figures")
     parser.add_argument("--only", default="", help="one benchmark of " + ", ".join(QUICK))
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each, medians kept")
     args = parser.parse_args()
     landed = {}
     if os.path.exists(ratios.LANDED):
         with open(ratios.LANDED) as f:
             landed = json.load(f)
-    now = {name: run(name) for name in QUICK if not args.only or name == args.only}
+    now = {name: run(name, args.repeats) for name in QUICK if not args.only or name == args.only}
     regressions = []
     print(f"\n{'benchmark':14} {'measure':46} {'landed':>8} {'now':>8}")
     for name, found in now.items():
