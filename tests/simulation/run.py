@@ -70,8 +70,11 @@ def _reports(run, seeds, jobs: int):
     seeds = list(seeds)
     step = jobs * SEEDS_PER_WORKER
     for start in range(0, len(seeds), step):
-        with ProcessPoolExecutor(jobs) as pool:
+        pool = ProcessPoolExecutor(jobs)
+        try:
             yield from pool.map(run, seeds[start:start + step], chunksize=10)
+        finally:  # a run stopped early (--stop-first) runs no more seeds
+            pool.shutdown(cancel_futures=True)
 
 
 def _report(seed: int, report, trace: bool, failed: list, checks: Counter) -> int:
