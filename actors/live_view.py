@@ -19,6 +19,7 @@ from ..files.journal import JournalInfo
 from ..files.lru import LruCache
 from ..files.store import ObjectStore
 from ..manifest.model import Manifest
+from ..manifest.split_points import split_points
 from ..options import Options
 from ..read.key_ranges import index_range
 from ..read.point_in_time import PointInTime
@@ -44,6 +45,7 @@ class LiveView:
         self.journal = JournalIndex()
         self.journal_version = -1
         self.history_sqn = 0
+        self.split_points: dict[str, int] = {}
         self.use_store(store)
         self.counters = {"gets": 0, "get_bytes": 0, "heads": 0, "journal_reads": 0}
 
@@ -60,6 +62,7 @@ class LiveView:
         self.journal_version = version
         self.journal = JournalIndex(journal)
         self.history_sqn = manifest.history_sqn
+        self.split_points = split_points(manifest)
         self.files = LedgerFiles.of(version, manifest)
         self.host.use_disk(self.options, self.url, manifest.store_id)
 
@@ -195,4 +198,4 @@ class LiveView:
         """This view, frozen (for a snapshot: references to immutable batches, no copy)."""
         return PointInTime(self.url, self.options, self.files, self.journal.files,
                            self.cache.overlay_batches(), sqn, store=self.store, clock=self.clock,
-                           history_sqn=self.history_sqn)
+                           history_sqn=self.history_sqn, split_points=self.split_points)

@@ -16,7 +16,8 @@ The steps, each safe to die after (create-if-absent and the shard's own manifest
    a part left after step 1 is seen now, or its claim fences the split.
 3. ``children``: the two clones, under prefixes named after ``e`` (``shard-001.0-e7``), each
    pinning the shard's newest version (the journal's tail recorded first), with the shard's
-   history leases (its consumers read on in both children).
+   history leases (its consumers read on in both children) and where their shared history
+   ends (:mod:`~leveled_ray.manifest.split_points`).
 4. ``retire``: the commit point, one CAS on the shard's manifest
    (:func:`~leveled_ray.manifest.transitions.retire_for_split`): if ``e`` is still the
    shard's epoch, the shard records ``split_epoch = e`` and is fenced and destroyed for good.
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..admin.checkpoints import release_checkpoint
+from ..admin.checkpoints import record_tail, release_checkpoint
 from ..admin.clone import create_clone
 from ..admin.handle import Admin
 from ..clock import system_clock
@@ -44,6 +45,8 @@ from ..errors import InvalidArgumentError
 from ..files.store import ObjectStore
 from ..manifest import transitions
 from ..manifest.shard_map import ShardMap, create_shard_map, read_shard_map
+from ..manifest.split_points import SETTING as SPLIT_POINTS
+from ..manifest.split_points import children_points
 from ..manifest.store import ManifestStore
 from ..options import Options
 from .quiet import check_no_parts, check_quiet
@@ -80,10 +83,13 @@ async def split_shard(url: str, shard: int, options: Options | None = None, *,
     await check_no_parts(Admin(parent_url, options), shard)
     done("claim")
     child_map = shard_map.split(shard, children_tag(epoch))
+    # Where the children's shared history ends (every acknowledged write is in the tail).
+    points = children_points((await record_tail(manifests)).manifest, shard_map.labels[shard])
     for child in (shard, shard + 1):
         start, end = child_map.runs[child]
         await create_clone(parent_url, child_map.shard_url(url, child), options=options,
-                           settings={OWNS: Owns(shard_map.route_by, start, end).encode()},
+                           settings={OWNS: Owns(shard_map.route_by, start, end).encode(),
+                                     SPLIT_POINTS: points},
                            leases=True)
     done("children")
     await manifests.update(lambda m: transitions.retire_for_split(m, epoch, system_clock()))

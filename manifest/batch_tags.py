@@ -7,7 +7,9 @@ parts of one batch are applied at different moments (a shard that was down appli
 when it reopens), so the newest change of each shard at a time ``t`` can hold one part of a
 batch without another. :func:`whole_batches` lowers such positions until every batch is inside
 the view on all its shards or on none; a position only goes down, so the view never holds a
-change written after ``t``.
+change written after ``t``. :func:`one_history` does the same for the changes a shard applied
+together before it split, which carry no tag: its children take one position inside the history
+they share.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ def whole_batches(positions: list[int], found: list[Found], floors: list[int],
     Until that is empty the positions are not final. (A view taken at a cut holds each batch
     on all its shards or none, so a batch wanted on a shard is there below its floor; one
     older than the history kept cannot be left out, and the caller must refuse the time.)
-    ``labels[s]`` is shard ``s``'s label (default ``str(s)``). A batch that spans a shard
-    which split since is looked for in each child, down to where another child found it."""
+    ``labels[s]`` is shard ``s``'s label (default ``str(s)``). A batch is looked for in
+    each shard that may hold it (each child of a shard it spans that split since) until each
+    read the SQN below the lowest found: a part is one run of SQNs."""
     labels = [str(s) for s in range(len(found))] if labels is None else list(labels)
     positions = list(positions)
     while True:
@@ -71,9 +74,40 @@ def whole_batches(positions: list[int], found: list[Found], floors: list[int],
         for label in tag_shards(tag):
             mine = holders(label, labels)
             seen = [found[s][tag][0] for s in mine if tag in found[s]]
+            # A part is one run of SQNs, each held by one of ``mine`` (a split's children
+            # hold their parent's part at its SQNs, each its own keys). Once each of them
+            # read the SQN below the lowest found (``below``) without it, the part starts
+            # above: all of it was found. Until then, those that did not read it look on.
+            below = min(seen) - 1 if seen else None
             for s in mine:
-                # A split's children hold their parent's part at the same SQNs, each its own
-                # keys: once one found it, another that read below that has none of it.
-                if tag not in found[s] and not (seen and floors[s] < min(seen)):
+                if below is None and tag not in found[s] or \
+                        below is not None and floors[s] >= below > 0:
                     wanted.setdefault(s, set()).add(tag)
     return positions, wanted
+
+
+def one_history(positions: list[int], points: Sequence[dict[str, int]],
+                labels: Sequence[str]) -> list[int]:
+    """Lower ``positions`` (one SQN per shard) until the shards that descend from one split
+    shard take one position inside the history they share: the lowest of theirs, wherever
+    that is below the split shard's newest SQN at the split. ``points[s]``: shard ``s``'s
+    split points (see :mod:`~leveled_ray.manifest.split_points`); ``labels[s]``: its label.
+
+    Each child's position at a time comes from its own keys' changes, so inside the shared
+    history two children can cut at different SQNs, and a group of changes the parent applied
+    together (a ``put_many``, untagged) would be seen in one child and not in the other."""
+    positions = list(positions)
+    tops: dict[str, int] = {}
+    for mine in points:
+        for label, top in mine.items():
+            tops[label] = min(top, tops.get(label, top))
+    lowered = True
+    while lowered:
+        lowered = False
+        for label, top in sorted(tops.items()):
+            group = holders(label, labels)
+            low = min((positions[s] for s in group), default=top)
+            for s in group:
+                if low < top and positions[s] > low:
+                    positions[s], lowered = low, True
+    return positions

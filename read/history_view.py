@@ -108,7 +108,8 @@ async def view_at(view: PointInTime, sqn: int) -> PointInTime:
     past = PointInTime(view.url, view.options, view.files, view.journal.files,
                        [*_overlay_batches(view), overlay.to_batch()], sqn,
                        store=view._store, routes=view.routes, host=view._host,
-                       clock=view.clock, history_sqn=view.history_sqn, past=True)
+                       clock=view.clock, history_sqn=view.history_sqn, past=True,
+                       split_points=view.split_points)
     return past
 
 

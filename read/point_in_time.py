@@ -43,13 +43,17 @@ class PointInTime:
                  journal: list[JournalInfo], batches: list[pa.RecordBatch], sqn: int,
                  store: ObjectStore | None = None, routes: tuple = (),
                  host: ClerkHost | None = None, clock: Clock = system_clock,
-                 history_sqn: int = 0, past: bool = False):
+                 history_sqn: int = 0, past: bool = False,
+                 split_points: dict[str, int] | None = None):
         self.url = url
         self.options = options
         self.clock = clock  # TTL expiry is judged by it
         self.files = files
         self.journal = JournalIndex(journal)
         self.history_sqn = history_sqn  # its journal holds every change after this SQN
+        #: A split shard's: where its history stops being each ancestor's (see
+        #: :mod:`~leveled_ray.manifest.split_points`).
+        self.split_points = dict(split_points or {})
         #: A view of an earlier moment (see :mod:`.history_view`): its files hold entries
         #: above its SQN, which its scans leave out.
         self.past = past
@@ -93,13 +97,14 @@ class PointInTime:
         return {"url": self.url, "options": self.options, "files": self.files,
                 "journal": self.journal.files, "sqn": self.sqn, "routes": self.routes,
                 "batches": batches, "clock": self.clock, "history_sqn": self.history_sqn,
-                "past": self.past}
+                "past": self.past, "split_points": self.split_points}
 
     def __setstate__(self, state: dict) -> None:
         PointInTime.__init__(self, state["url"], state["options"], state["files"],
                              state["journal"], state["batches"], state["sqn"],
                              routes=state["routes"], clock=state["clock"],
-                             history_sqn=state["history_sqn"], past=state["past"])
+                             history_sqn=state["history_sqn"], past=state["past"],
+                             split_points=state["split_points"])
 
     @property
     def store(self) -> ObjectStore:
@@ -132,10 +137,17 @@ class PointInTime:
                 for e in await self.entries(lkeys)]
 
     async def get_many(self, lkeys: list[bytes]) -> list[bytes | None]:
+        return (await self.versions(lkeys, True))[1]
+
+    async def versions(self, lkeys: list[bytes], values: bool
+                       ) -> tuple[list[Head | None], list[bytes | None] | None]:
+        """The heads of ``lkeys`` and, with ``values``, their values: one lookup of each."""
         heads = await self.head_many(lkeys)
-        values, _ = await values_by_sqn(self.host, self.journal,
-                                     [h.sqn for h in heads if h is not None])
-        return [None if h is None else values[h.sqn] for h in heads]
+        if not values:
+            return heads, None
+        found, _ = await values_by_sqn(self.host, self.journal,
+                                       [h.sqn for h in heads if h is not None])
+        return heads, [None if h is None else found[h.sqn] for h in heads]
 
     async def head(self, lkey: bytes) -> Head | None:
         return (await self.head_many([lkey]))[0]
@@ -203,6 +215,13 @@ class KeyReads:
         """Heads of many ``(bucket, key)`` pairs at this point in time, ``None`` where absent.
         Cost: the lookups of ``get_many_async``, without the values."""
         return await self._read(False, lambda v: v.head_many(checked_keys(pairs, v.options)))
+
+    async def versions_async(self, pairs: Iterable[Sequence], values: bool
+                             ) -> tuple[list[Head | None], list[bytes | None] | None]:
+        """``head_many_async`` and, with ``values``, ``get_many_async`` of the same pairs,
+        with one lookup of each key (a snapshot transaction's read)."""
+        return await self._read(values, lambda v: v.versions(checked_keys(pairs, v.options),
+                                                             values))
 
 
 def _later_batches_win(batches: list[pa.RecordBatch]) -> pa.Table:

@@ -20,6 +20,7 @@ from ..files.routed import store_for
 from ..files.store import ObjectStore
 from ..files.sync import run_sync
 from ..manifest.model import Manifest
+from ..manifest.split_points import split_points
 from ..manifest.store import ManifestStore
 from ..options import Options
 from .point_in_time import PointInTime
@@ -37,7 +38,8 @@ class StoreReader(PointInTime, Queries):
         journal = list(manifest.journal) + tail
         top = max([manifest.ledger_sqn] + [j.max_sqn for j in journal if j.entries])
         super().__init__(store.url, options, files, journal, [], top, store=store, clock=clock,
-                         history_sqn=manifest.history_sqn)
+                         history_sqn=manifest.history_sqn,
+                         split_points=split_points(manifest))
         self.manifest_id = manifest_id
         self.manifest = manifest
         self.tail = tail  # journal files not yet recorded in the manifest

@@ -22,6 +22,7 @@ from leveled_ray.files.journal import NO_SLOT
 from leveled_ray.files.routed import is_foreign
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
+from leveled_ray.manifest.split_points import split_points
 from leveled_ray.manifest.store import ManifestStore
 
 pytestmark = pytest.mark.ray
@@ -57,6 +58,9 @@ def test_a_split_copies_nothing_and_every_read_agrees_with_the_model(ray_cluster
     copied = sum(stored_bytes(tmp_path / "db" / p) for p in split.prefixes[:2])
     children = [f"{url}/{p}" for p in split.prefixes[:2]]
     assert copied < 0.1 * size, (copied, size)  # (bench/elastic.py: a 1 GiB shard's ratio)
+    # Where the children's shared history ends: at least every change before the split.
+    points = [split_points(latest_manifest(c)) for c in children]
+    assert points[0] == points[1] and list(points[0]) == ["0"] and points[0]["0"] >= before["0"]
     with lr.reader(url, options=OPTIONS) as at_rest:  # without Ray, through the new map
         check_model(at_rest, model)
 
