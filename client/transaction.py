@@ -210,10 +210,7 @@ class Transaction(RangeReads):
         """Heads (and values) of ``lkeys``: from the snapshot, or as they are now."""
         if self.isolation == SNAPSHOT:
             view = await self._view()
-            pairs = [split_object_key(k) for k in lkeys]
-            heads = await view.head_many_async(pairs)
-            found = await view.get_many_async(pairs) if values else None
-            return heads, found
+            return await view.versions_async([split_object_key(k) for k in lkeys], values)
         self._moments += 1 if self._one_shard else 2  # shards answer at moments of their own
         return await self.store._read_versions_async(lkeys, values)
 

@@ -47,7 +47,9 @@ def test_a_reopened_store_reads_warm_from_the_node_disk(ray_cluster, tmp_url, tm
         assert warm["misses"] == 0 and warm["hits"] == cold["misses"]
         os.kill(store.stats()["process"]["pid"], signal.SIGKILL)  # Ray restarts it (failover)
         assert store.get_many(KEYS) == VALUES
-        assert disk(store)["misses"] == 0 and disk(store)["hits"] == cold["misses"]
+        # Nothing from the store: a read sent again while Ray restarted the Bookie may run
+        # twice there, each reading the disk, so the hits are at least as many as before.
+        assert disk(store)["misses"] == 0 and disk(store)["hits"] >= cold["misses"]
 
 
 def damage(path, stop: threading.Event, rng: random.Random, done: list) -> None:
