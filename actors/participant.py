@@ -56,6 +56,7 @@ from ..manifest.txn_records import (
     decide,
     decode_part,
     encode_part,
+    installed_already,
     part_name,
     read_numbers,
     settle_before,
@@ -253,7 +254,10 @@ class Participant:
         sqns: list[int] = []
         if decision == COMMIT:
             try:
-                if part.part.files is not None:
+                if part.part.files is not None and installed_already(
+                        part.part, self.writes.next_sqn):
+                    self.counters["txn_applied_before"] += 1  # found again after its install
+                elif part.part.files is not None:
                     await self.settle_lower(part.part.first_sqn)
                     await self.install(*part.part.files, txn)
                 elif (part.found or part.attempted) and applied_already(

@@ -119,13 +119,14 @@ async def hedged(call: Callable[[], Awaitable], after: float):
     transient (an answer such as "missing" or "exists"). Safe only for requests that may be
     applied twice: reads, and creates whose outcome is resolved (see :func:`settle_create`).
     Returns ``(result, hedged)``."""
-    first = asyncio.ensure_future(call())
-    done, _ = await asyncio.wait({first}, timeout=after)
-    if done:
-        return first.result(), False
-    pending = {first, asyncio.ensure_future(call())}
-    error: BaseException | None = None
+    copies = [asyncio.ensure_future(call())]
     try:
+        done, _ = await asyncio.wait(copies, timeout=after)
+        if done:
+            return copies[0].result(), False
+        copies.append(asyncio.ensure_future(call()))
+        pending = set(copies)
+        error: BaseException | None = None
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -136,9 +137,15 @@ async def hedged(call: Callable[[], Awaitable], after: float):
                     raise exc
                 error = exc
         raise error
-    finally:
-        for task in pending:
+    finally:  # (the caller's cancellation too)
+        for task in copies:  # a losing copy's outcome is no one's: not an unretrieved error
+            task.add_done_callback(_retrieved)
             task.cancel()
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class Created(enum.Enum):

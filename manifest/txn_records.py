@@ -69,6 +69,16 @@ def applied_already(part: Part, newest: list[int | None]) -> bool:
     return part.after is not None and any(s is not None and s >= part.after for s in newest)
 
 
+def installed_already(part: Part, next_sqn: int) -> bool:
+    """Whether a bulk write's part found in the store was installed before its part object
+    was deleted (found again after a restart, or a copy of its create landed after the
+    delete), given the shard's next SQN: the store gave out SQNs above its window, and a
+    shard settles the parts below a bulk write's window before it installs that write (see
+    :func:`settle_before`), so this part, once decided, went in (or out) first. (Its files'
+    names need not be in the journal any more: journal compaction rewrites them.)"""
+    return part.first_sqn is not None and part.first_sqn < next_sqn
+
+
 def settle_before(parts: dict[str, Part], first_sqn: int) -> list[str]:
     """The bulk-write parts a shard must settle before it installs a bulk write whose
     lowest SQN is ``first_sqn``, lowest first: those whose SQN windows lie below it. Once

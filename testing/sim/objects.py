@@ -8,7 +8,8 @@ A request meets at most one fault, drawn from the world's seeded ``rng`` at ``fa
 * ``refused``: the store never saw it (a refused connection: surely not applied);
 * ``dropped``: it timed out before it reached the store (the sender cannot tell);
 * ``lost``: the store applied it, then its answer was lost (the sender cannot tell);
-* ``late``: it reaches the store up to :data:`LATE_S` seconds late, after later requests.
+* ``late``: it reaches the store up to :data:`LATE_S` seconds late, after later requests
+  (the store client then sends a copy beside it, hedging, as on S3).
 
 The backend has the interface of :class:`leveled_ray.files.store.ObjectStore`'s backends,
 so every retry, resolution and classification rule above it runs as it does on S3.
@@ -82,7 +83,9 @@ class SimObjects:
 class SimBackend:
     """One store's requests (its URL's location is the prefix of its objects' paths)."""
 
-    atomic = True  # nothing to hedge: requests are in-process
+    #: As S3: requests cross a network, so a slow one is hedged (a copy sent beside it, and
+    #: both may land: a create's copy finds the name taken by the first).
+    atomic = False
 
     def __init__(self, objects: SimObjects, location: str):
         self.world = objects

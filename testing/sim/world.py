@@ -18,7 +18,9 @@ Calls between processes go through :class:`SimHandle`: the callee runs each call
 its own process; arguments and answers are pickled (as Ray does, so no two processes share an
 object); a call to a dead process, or one in flight when it dies, fails with
 ``StoreClosedError`` (Ray's ``ActorDiedError``, as the client sees it), or
-``StoreUnavailableError`` when Ray restarts the actor. A user's reopen
+``StoreUnavailableError`` when Ray restarts the actor. A call between live processes meets
+the object store's fault rate too, as Ray's ``ActorUnavailableError`` (a network fault): never
+delivered, or run with its answer lost; the caller cannot tell which. A user's reopen
 (:meth:`World.start_shard`) is a new process of the shard's actor, which handles reach from
 then on.
 """
@@ -105,6 +107,7 @@ class World:
         self.rng = random.Random(seed)
         self.loop = SimLoop(random.Random(seed * 7919 + 1))
         self.objects = SimObjects(random.Random(seed * 104729 + 3), self.loop)
+        self._call_faults = random.Random(seed * 1299709 + 5)
         self.options = options
         self.sharded = shards is not None  # else one plain store, at the root
         self.shard_count = shards or 1
@@ -173,6 +176,16 @@ class World:
             if actor.inc is not None and actor.inc.pid == pid:
                 actor.inc, actor.restarting = None, True
         self.loop.call_later(lasts_s, lambda: self.kill(pid))
+
+    def call_fault(self) -> str | None:
+        """The fault a call between live processes meets, if any: ``refused`` (never
+        delivered) or ``lost`` (run, its answer lost), at the object store's fault rate."""
+        rate = self.objects.fault_rate
+        if rate and self._call_faults.random() < rate:
+            fault = self._call_faults.choice(("refused", "lost"))
+            self.objects.faults[f"call {fault}"] += 1
+            return fault
+        return None
 
     def new_actor(self, name: str, key: str, owner: str | None = None) -> SimActor:
         return SimActor(f"{name}@{next(self._numbers)}", name, key, owner=owner)
@@ -378,7 +391,8 @@ class World:
                 break
             await asyncio.sleep(1.0)
         split = key not in found.prefixes
-        self.shard_map, self.shard_count = found, found.count
+        if found.version >= self.shard_map.version:  # a reshape beside it may have read later
+            self.shard_map, self.shard_count = found, found.count
         if kind == "split":
             return f"{outcome}, {'split' if split else 'not split'}"
         return outcome if outcome == "done" else (
@@ -451,13 +465,13 @@ class World:
         asyncio.events._set_running_loop(None)
         self._patches.close()
         asyncio.set_event_loop(None)
-        self.loop._ready.clear()
-        self.loop._scheduled.clear()
-        self.loop.close()
         with warnings.catch_warnings():
             # The steps an ended process never began (dropped with its queue) are coroutines
             # that never ran: expected, as for any process killed.
             warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+            self.loop._ready.clear()
+            self.loop._scheduled.clear()
+            self.loop.close()
             gc.collect()  # the run's garbage, while its finalizers can still do no harm
         sys.unraisablehook = hook
         gc.unfreeze()
@@ -515,6 +529,11 @@ class _SimMethod:
                                                   "is gone"))
             return future
         args, kwargs = _copy((args, kwargs))
+        fault = world.call_fault()
+        if fault == "refused":
+            future.set_exception(StoreUnavailableError(f"simulated fault: {self.name} was not "
+                                                       "delivered"))
+            return future
         world.in_flight.setdefault(inc.pid, set()).add(future)
 
         async def run():
@@ -529,6 +548,9 @@ class _SimMethod:
                 return
             if task.cancelled():
                 future.set_exception(StoreClosedError("the call was cancelled"))
+            elif fault == "lost":
+                future.set_exception(StoreUnavailableError(f"simulated fault: {self.name} ran "
+                                                           "and its answer was lost"))
             elif task.exception() is not None:
                 future.set_exception(task.exception())
             else:

@@ -16,7 +16,8 @@ from leveled_ray.bulk import sharded as bulk
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.files.sync import run_sync
 from leveled_ray.manifest.shard_map import ShardMap, create_shard_map
-from leveled_ray.manifest.txn_records import COMMIT, decide
+from leveled_ray.manifest.store import ManifestStore
+from leveled_ray.manifest.txn_records import COMMIT, decide, decode_part
 
 N = 400
 KEYS = [("b", f"k{i:04d}") for i in range(N)]
@@ -295,3 +296,34 @@ def test_a_split_refuses_a_part_prepared_after_its_first_look(tmp_url):
     run_sync(decide(ObjectStore.from_url(tmp_url), "t-late", COMMIT))
     run_sync(bulk.apply(plan, "t-late", sorted(files)))
     assert values(tmp_url) == [b"new"] * N
+
+
+@pytest.mark.ray
+def test_a_part_object_that_lands_again_after_its_install_is_known_as_installed(ray_cluster,
+                                                                              tmp_url):
+    """A create of a part object can land after the part was installed and deleted (a copy
+    of a hedged create, or an attempt that timed out, reaching the store late). The shard,
+    reopened after it gave out later SQNs, finds the committed part again: it is known as
+    installed (its window's SQNs are in the journal), not installed twice or refused for
+    good."""
+    new_sharded(tmp_url)
+    kill_driver_at(tmp_url, "decided")
+    shards = [ObjectStore.from_url(f"{tmp_url}/shard-{s:03d}") for s in (0, 1)]
+    parts = [{m.path: store.get(m.path) for m in store.list("txn/")} for store in shards]
+    assert [len(p) for p in parts] == [1, 1]
+    with lr.open(tmp_url) as store:
+        assert store.get_many(KEYS) == [b"new"] * N
+        wait_until(lambda: parts_left(tmp_url) == 0)
+        store.put_many([lr.Put(b, k, b"later") for b, k in KEYS])  # later SQNs in each shard
+        store.compact_journal(wait=True)  # the parts' journal files are rewritten
+    for shard, found in enumerate(parts):
+        written = {j.name for name, data in found.items() for j in decode_part(data, name).files[0]}
+        latest = run_sync(ManifestStore(shards[shard]).latest()).manifest
+        assert written and not written & {j.name for j in latest.journal}
+    for store, found in zip(shards, parts):  # the late copies land
+        for name, data in found.items():
+            store.put(name, data)
+    with lr.open(tmp_url) as store:
+        assert store.get_many(KEYS) == [b"later"] * N
+        wait_until(lambda: parts_left(tmp_url) == 0)
+        assert [s["txn_applied_before"] for s in store.stats()["shards"]] == [1, 1]

@@ -2,6 +2,7 @@
 the in-process fault store (which wraps single requests of a real local store), without Ray."""
 
 import asyncio
+import gc
 import random
 
 import pytest
@@ -15,6 +16,7 @@ from leveled_ray.files.outcomes import (
     Failure,
     RetryPolicy,
     Unsettled,
+    hedged,
     retry,
     settle_create,
 )
@@ -318,3 +320,33 @@ def test_manifest_updates_stay_exact_under_random_faults(tmp_path):
     assert store.stats.resolved > 0
     latest = asyncio.run(ManifestStore(ObjectStore.from_url(url)).latest())
     assert latest[1] == final  # what the loop returned is what the store holds
+
+
+def test_a_slow_request_is_hedged_and_the_losing_copy_leaves_no_error_behind():
+    """The copy sent beside a slow request answers; the slow one, cancelled, fails as it
+    stops (a client that turns its cancellation into an error): that error is no one's, and
+    asyncio must not report it as an exception never retrieved."""
+    unretrieved: list = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, context: unretrieved.append(context["message"]))
+        sends = []
+
+        async def send():
+            sends.append(None)
+            if len(sends) == 2:
+                return "second"
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                raise AttemptError(Failure.UNKNOWN, TimeoutError("slow copy")) from None
+
+        answer = await hedged(send, 0.01)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+        return answer, len(sends)
+
+    assert asyncio.run(main()) == (("second", True), 2)
+    assert unretrieved == []

@@ -205,3 +205,12 @@ def test_a_found_part_is_applied_already_when_a_key_was_written_since_its_prepar
     assert applied_already(part, [None, 100])  # its own group, at or above its prepare
     assert not applied_already(part, [99, None])  # older entries only: not applied yet
     assert not applied_already(Part("file:///root", changes=("c",), values=(b"a",)), [500])
+
+
+def test_a_found_bulk_part_is_installed_already_once_the_store_gave_out_sqns_above_it():
+    from leveled_ray.manifest.txn_records import Part, installed_already
+
+    part = Part("file:///root", files=((jnl("a", 100, 200),), ()))
+    assert not installed_already(part, 100)  # a fresh part: the store is below its window
+    assert installed_already(part, 101)  # its window was given out: settled in order before
+    assert not installed_already(Part("file:///root", changes=("c",), values=(b"a",)), 500)

@@ -56,9 +56,7 @@ from leveled_ray.cluster.admin import ShardedAdmin
 from leveled_ray.cluster.backup import find_shard_map
 from leveled_ray.cluster.reader import open_reader
 from leveled_ray.codec import object_key
-from leveled_ray.errors import (
-    LeveledError,
-)
+from leveled_ray.errors import LeveledError, StoreUnavailableError
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import unfinished
 from leveled_ray.manifest.snapshot_leases import CLOCK_SKEW_S
@@ -68,6 +66,15 @@ from leveled_ray.replication.replicator import Replication
 from leveled_ray.replication.rules import BUCKET
 from leveled_ray.testing.sim.loop import EPOCH, PROCESS
 from leveled_ray.testing.sim.world import NAME, World
+
+
+async def answered(call, tries: int = 20):
+    """``await call()``, sent again while a fault leaves it unanswered (as a user would)."""
+    for _ in range(tries - 1):
+        with contextlib.suppress(StoreUnavailableError):
+            return await call()
+    return await call()
+
 
 #: Virtual seconds a run may take before it counts as hung.
 LIMIT_S = 3600.0
@@ -197,11 +204,11 @@ class Run:
     async def main(self) -> None:
         world, config = self.world, self.config
         await world.create()
-        world.objects.fault_rate = config.fault_rate
         self.store = world.store()
         # The final check reads the feed from 0: hold it from journal compaction (a split's
         # children inherit the lease).
         await self.store.set_history_lease_async("check", 0, LIMIT_S)
+        world.objects.fault_rate = config.fault_rate
         for i in range(config.txn_writers):
             self.drivers.append(world.spawn(f"txn{i}", self.txn_writer(i)))
         for i in range(config.bulk_writers):
@@ -219,7 +226,7 @@ class Run:
                   world.spawn("gc", self.gc())[1]]
         if config.replica:
             self.replica = await world.open_other(f"{world.url}-replica", "replica")
-            await self.replica.set_history_lease_async("check", 0, LIMIT_S)
+            await answered(lambda: self.replica.set_history_lease_async("check", 0, LIMIT_S))
             others.append(world.spawn("replicas", self.replicas())[1])
         chaos = world.spawn("chaos", self.chaos())[1]
         closer = [world.spawn("closer", self.closer())[1]] if config.closes else []
