@@ -210,7 +210,7 @@ class Transaction(RangeReads):
         """Heads (and values) of ``lkeys``: from the snapshot, or as they are now."""
         if self.isolation == SNAPSHOT:
             view = await self._view()
-            return await view.versions_async([split_object_key(k) for k in lkeys], values)
+            return await view._versions_async([split_object_key(k) for k in lkeys], values)
         self._moments += 1 if self._one_shard else 2  # shards answer at moments of their own
         return await self.store._read_versions_async(lkeys, values)
 

@@ -130,13 +130,13 @@ class RoutedKeyReads:
         return await per_shard(self.parts, list(pairs), self.options, self.shard_map,
                                lambda part, some: part.head_many_async(some))
 
-    async def versions_async(self, pairs: Iterable[Sequence], values: bool
+    async def _versions_async(self, pairs: Iterable[Sequence], values: bool
                              ) -> tuple[list[Head | None], list[bytes | None] | None]:
         """Heads and, with ``values``, values of many pairs: one call per shard involved."""
         await self._ready()
 
         async def both(part, some):
-            heads, found = await part.versions_async(some, values)
+            heads, found = await part._versions_async(some, values)
             return list(zip(heads, found or [None] * len(heads)))
         pairs_read = await per_shard(self.parts, list(pairs), self.options, self.shard_map,
                                      both)

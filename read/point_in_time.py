@@ -216,7 +216,7 @@ class KeyReads:
         Cost: the lookups of ``get_many_async``, without the values."""
         return await self._read(False, lambda v: v.head_many(checked_keys(pairs, v.options)))
 
-    async def versions_async(self, pairs: Iterable[Sequence], values: bool
+    async def _versions_async(self, pairs: Iterable[Sequence], values: bool
                              ) -> tuple[list[Head | None], list[bytes | None] | None]:
         """``head_many_async`` and, with ``values``, ``get_many_async`` of the same pairs,
         with one lookup of each key (a snapshot transaction's read)."""

@@ -230,9 +230,9 @@ MUTANTS = [
            ("tests/client/test_name_identity.py",)),
     # -- transactions (client/transaction.py, actors/write_path.py) --
     Mutant("a transaction's write does not carry its version", "client/transaction.py",
-           "            changes.append(change._replace(condition=IF_ABSENT if head is None "
-           "else head.sqn))",
-           "            changes.append(change)",
+           "                change = change._replace(condition=IF_ABSENT if head is None "
+           "else head.sqn)",
+           "                change = change",
            (TRANSACTIONS,)),
     Mutant("a serializable transaction's reads are not checked", "client/transaction.py",
            "        if self.isolation == SERIALIZABLE:\n            changes += [check_change(",
