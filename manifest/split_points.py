@@ -40,7 +40,7 @@ def split_points(manifest: Manifest) -> SplitPoints:
 
 def newest_sqn(manifest: Manifest) -> int:
     """The newest SQN ``manifest`` holds (its Ledger's or its Journal's, recorded)."""
-    return max([manifest.ledger_sqn] + [j.max_sqn for j in manifest.journal if j.entries])
+    return max(manifest.ledger_sqn, manifest.max_journal_sqn)
 
 
 def children_points(parent: Manifest, label: str) -> str:
