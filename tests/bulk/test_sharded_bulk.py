@@ -304,7 +304,7 @@ def test_a_part_object_that_lands_again_after_its_install_is_known_as_installed(
     """A create of a part object can land after the part was installed and deleted (a copy
     of a hedged create, or an attempt that timed out, reaching the store late). The shard,
     reopened after it gave out later SQNs, finds the committed part again: it is known as
-    installed (its window's SQNs are in the journal), not installed twice or refused for
+    installed (the shard gave out SQNs above its window), not installed twice or refused for
     good."""
     new_sharded(tmp_url)
     kill_driver_at(tmp_url, "decided")
