@@ -67,6 +67,30 @@ def test_what_a_pass_keeps_and_deletes():
                                     window=120.0)
 
 
+def test_a_snapshots_journal_tail_outlives_its_compaction():
+    """A snapshot reads the journal slots its writer had written but not yet recorded when it
+    was taken (its tail). Recorded and then compacted away later, they are in no kept version,
+    yet stay while the snapshot's lease holds them, and go once it has ended."""
+    v1 = Manifest.new().with_changes(journal=(journal(0),), journal_next_slot=1)
+    v3 = v1.with_changes(journal=(journal(3),), journal_next_slot=4)  # 0-2 compacted into 3
+    listing = [meta(manifest_name(1), DAY), meta(manifest_name(3), DAY),
+               *(meta(journal_slot_name(slot), DAY) for slot in range(4))]
+
+    def deleted(expires):
+        lease = sl.SnapshotLease(epoch=1, written_at=NOW, renew_s=10.0, max_timeout_s=100.0,
+                                 floors=(3, 3), snapshots=((1, 1, 3, expires),))
+        needs = gcm.needed_versions(listing, (3, v3), NOW, 600.0, 0.0, {1: lease})
+        versions = {mid: m for mid, m in ((1, v1), (3, v3)) if mid in needs}
+        plan = gcm.plan(listing, gcm.Known((3, v3), {1: lease}, versions, needs), NOW, 600.0,
+                        grace=600.0)
+        return sorted(plan.files), plan.kept
+
+    files, kept = deleted(expires=NOW + 100)
+    assert files == [] and kept["a snapshot's journal tail"] == 2
+    files, _ = deleted(expires=NOW - 1)
+    assert files == [journal_slot_name(slot) for slot in range(3)]
+
+
 def test_a_plan_with_a_doubt_deletes_nothing():
     """Whatever else it proved, a pass that could not read something it needed (a lease, a
     version) plans no delete, and says why."""
