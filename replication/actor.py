@@ -28,12 +28,24 @@ METRICS = {"lag_changes": "changes acknowledged by the source and not yet on the
 METRICS_S = 1.0
 
 
+def check_target(source_url: str, target_url: str, options: Options | None) -> None:
+    """Refuse (``InvalidArgumentError``, nothing made) a target URL that is bad, names a file,
+    or names the source however spelled: the replicator opens its target as the writer, and
+    opening the source so would fence the source's own writer. Checked by :func:`replicate`
+    in the caller's process, and again by the replicator before each open of its target."""
+    ObjectStore.from_url(target_url, options)  # a client makes no directory until it writes
+    if same_store(target_url, source_url):
+        raise InvalidArgumentError(f"the target must be another store's URL, not "
+                                   f"{target_url!r} (the source's)")
+
+
 class ReplicatorActor:
     """Opens the target, then replicates in a thread of its own until closed."""
 
     def __init__(self, source: bytes, target_url: str, name: str, full_sync_s: float,
                  target_options: Options | None):
         source = pickle.loads(source)
+        check_target(source.url, target_url, target_options)  # a restart checks it again
         self.target = open_store(target_url, target_options)
         self.replication = Replication(source, self.target, name, full_sync_s=full_sync_s)
         self._stop = threading.Event()
@@ -127,12 +139,7 @@ def replicate(source, target_url: str, *, name: str | None = None,
     if not hasattr(source, "listen") or not hasattr(source, "stats_async"):
         raise InvalidArgumentError(f"the source must be a running store's handle, not "
                                    f"{source!r}")
-    # A bad URL, or one naming a file, is refused here, before anything starts (a client
-    # makes no directory until its first write).
-    ObjectStore.from_url(target_url, target_options)
-    if same_store(target_url, source.url):  # opening it would fence the source
-        raise InvalidArgumentError(f"the target must be another store's URL, not "
-                                   f"{target_url!r} (the source's)")
+    check_target(source.url, target_url, target_options)
     name = check_name(name if name is not None else
                       f"{source.name or source.url}->{target_url}".replace("/", "|"))
     if (not isinstance(full_sync_s, (int, float)) or isinstance(full_sync_s, bool)

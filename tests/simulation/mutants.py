@@ -269,6 +269,12 @@ MUTANTS = [
            "    kept = [astuple(r) for r in records if owns.owns(r.lkey)]",
            "    kept = [astuple(r) for r in records]",
            ("tests/cluster/test_sharded_admin.py", "tests/admin/test_backup.py")),
+    # -- replication (replication/actor.py) --
+    Mutant("a replicator takes its source, spelled otherwise, for its target",
+           "replication/actor.py",
+           "    if same_store(target_url, source_url):",
+           "    if target_url == source_url:",
+           ("tests/replication/test_replication.py",)),
     # -- fencing and failover (manifest/transitions.py) --
     Mutant("fencing is off", "manifest/transitions.py",
            "    if manifest.writer_epoch != epoch:\n        raise FencedError(",

@@ -62,6 +62,7 @@ from leveled_ray.manifest.shard_map import unfinished
 from leveled_ray.manifest.snapshot_leases import CLOCK_SKEW_S
 from leveled_ray.manifest.store import ManifestStore
 from leveled_ray.manifest.txn_records import txn_of_part
+from leveled_ray.replication.actor import check_target
 from leveled_ray.replication.replicator import Replication
 from leveled_ray.replication.rules import BUCKET
 from leveled_ray.testing.sim.loop import EPOCH, PROCESS
@@ -314,11 +315,31 @@ class Run:
         position the target holds. Half of them run a full sync every few seconds."""
         world = self.world
         while not self.writing_done:
+            await self.own_url_refused()
             loop = self.replication()
             pid, _ = world.spawn("replicator", loop.run(threading.Event()))
             await asyncio.sleep(self.rng.expovariate(0.2))
             world.kill(pid)
             self.model.checks["replicators killed"] += 1
+
+    async def own_url_refused(self) -> None:
+        """A replicator's start checks its target (``replication/actor.check_target``), as
+        ``lr.replicate`` does: the source's own URL, spelled otherwise, is refused. Were it
+        not, the replicator would open it as its writer, as here: that fences a plain
+        source's writer (the probe write fails), and is refused on a sharded one."""
+        world = self.world
+        url = world.url + self.rng.choice(["/", "//", "///"])
+        try:
+            check_target(world.url, url, world.options)
+        except lr.InvalidArgumentError:
+            self.model.checks["replicas at the source's own URL refused"] += 1
+            return
+        try:
+            await world.open_other(url, "self-replica")
+            await self.store.put_many_async([lr.Put("r", "after a replicator's start", b"")])
+        except LeveledError as exc:
+            self.model.violated("a replicator's target is never its source",
+                                f"{url} opened: {exc!r}")
 
     def replication(self) -> Replication:
         full_sync_s = self.rng.choice([0.0, 5.0])
