@@ -269,6 +269,11 @@ MUTANTS = [
            "    kept = [astuple(r) for r in records if owns.owns(r.lkey)]",
            "    kept = [astuple(r) for r in records]",
            ("tests/cluster/test_sharded_admin.py", "tests/admin/test_backup.py")),
+    # -- damage (files/framing.py) --
+    Mutant("a block's checksum is not checked", "files/framing.py",
+           "    if xxhash.xxh3_64_intdigest(raw_block) != expected_sum:\n",
+           "    if False:\n",
+           ("tests/read/test_damaged_files.py",)),
     # -- replication (replication/actor.py) --
     Mutant("a replicator takes its source, spelled otherwise, for its target",
            "replication/actor.py",

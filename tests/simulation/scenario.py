@@ -56,7 +56,7 @@ from leveled_ray.cluster.admin import ShardedAdmin
 from leveled_ray.cluster.backup import find_shard_map
 from leveled_ray.cluster.reader import open_reader
 from leveled_ray.codec import object_key
-from leveled_ray.errors import LeveledError, StoreUnavailableError
+from leveled_ray.errors import CorruptObjectError, LeveledError, StoreUnavailableError
 from leveled_ray.files.store import ObjectStore
 from leveled_ray.manifest.shard_map import unfinished
 from leveled_ray.manifest.snapshot_leases import CLOCK_SKEW_S
@@ -627,8 +627,62 @@ class Run:
             model.violated("a reopen reads what was there", "values differ after a reopen")
         await self.check_tree("after a reopen")
         await world.close_all()
+        await self.check_damage(again)
         if world.sharded and self.rng.random() < 0.5:
             await self.at_rest()
+
+    async def check_damage(self, held: dict) -> None:
+        """One bit of one file that a random shard's newest manifest lists is flipped (as a
+        disk or a bucket may damage it); then every shard is opened again and every key read
+        on its own. Each read returns what the store held (``held``), or raises
+        ``CorruptObjectError`` naming the damaged file, and so does an open that fails: wrong
+        data is never returned. The bit is put back after. (Its own random stream.)"""
+        world, model = self.world, self.model
+        rng = random.Random(f"damage-{world.seed}")
+        url = world.shard_url(rng.randrange(world.shard_count))
+        manifest = (await ManifestStore(ObjectStore.from_url(url, OPTIONS)).latest()).manifest
+        names = sorted({f.name for f in manifest.sst_files()} | {j.name for j in manifest.journal})
+        if not names:
+            return
+        name = rng.choice(names)
+        path = path_of(url, dict(manifest.stores), name)
+        data, made = world.objects.objects[path]
+        at = rng.randrange(len(data))
+        world.objects.objects[path] = (
+            data[:at] + bytes([data[at] ^ 1 << rng.randrange(8)]) + data[at + 1:], made)
+
+        def named(exc: CorruptObjectError) -> bool:
+            return exc.path.rsplit("/", 1)[-1] == name.rsplit("/", 1)[-1]
+
+        def unexpected(exc: Exception, what: str) -> None:
+            if isinstance(exc, CorruptObjectError) and named(exc):
+                model.checks["damage found"] += 1
+            else:
+                model.violated("damage is CorruptObjectError naming the damaged file",
+                               f"{what}, {name} damaged at {at}: {type(exc).__name__}: {exc}")
+
+        opened = set()
+        for shard in range(world.shard_count):
+            try:
+                await world.start_shard(world.key(shard))
+                opened.add(shard)
+            except LeveledError as exc:
+                unexpected(exc, f"open of shard {shard}")
+        store = world.store()
+        for key in held:
+            if self.shard_of(*key) not in opened:
+                continue
+            try:
+                [value] = await store.get_many_async([key])
+            except LeveledError as exc:
+                unexpected(exc, f"get {key}")
+                continue
+            if value != held[key]:
+                model.violated("damage never returns wrong data",
+                               f"{key}: {value!r}, not {held[key]!r} ({name} damaged at {at})")
+        model.checks["damaged reads"] += 1
+        world.objects.objects[path] = (data, made)
+        await world.close_all()
 
     async def at_rest(self) -> None:
         """The store closed: an offline bulk write (no running store: each shard installs it
