@@ -28,6 +28,7 @@ import pyarrow as pa
 from ..clock import Clock, system_clock
 from ..codec import LedgerRows, head_only, holds_index_entries
 from ..errors import FencedError, InvalidArgumentError, StoreClosedError
+from ..files import warm_start
 from ..files.routed import store_for
 from ..files.store import ObjectStore
 from ..manifest.model import Manifest
@@ -96,6 +97,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.participant: Participant | None = None  # cross-shard parts (from start)
         self.tasks = Tasks("Bookie")
         self._loops: list[asyncio.Task] = []
+        self._warming: asyncio.Task | None = None
         self._pusher_task: asyncio.Task | None = None
         self.counters = {"replayed": 0, "gc_deleted": 0, "gc_failures": 0, "gc_stopped": 0,
                          "gc_stopped_reason": None, "gc_failed_deletes": 0,
@@ -123,6 +125,8 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
             self.store = store_for(self.store, m.stores, self.options)
             self.view.use_store(self.store)
             self.reaper.host = self.view.host
+        if self.view.disk_cached(m):
+            self._warming = self.tasks.start(self._warm_start(m), "warm start")
         # The Inker and the Penciller live in this process (each actor costs a process); the
         # clerks, which this actor owns, start when they have work (:mod:`.bookie_clerks`).
         self.inker = Inker(own_client(self.store, self.local), self.options, self.clock,
@@ -151,6 +155,9 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
             (self.lease.run(), "snapshot lease"),
             (gc_loop(self.store, self.options, self.counters, self.lease.flush, self.clock),
              "gc"))]
+        if self._warming is not None:
+            self._loops.append(self.tasks.start(
+                warm_start.keep_saving(self.view.host, self.view.values), "hot list"))
         if self.options.metrics_interval_s and not self.local:
             store_tag, shard = self.shard or (self.name or self.url, "")
             self._loops.append(self.tasks.start(export_every(
@@ -171,6 +178,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.participant = Participant(self.store, self.options, self.writes, self.clock,
                                        self.epoch, self._install_files)
         await self.participant.recover()  # parts prepared before a restart: before any write
+        await self._warm_for(self.options.disk_cache.warm_s)
         self.opened.update(open_s=round(time.monotonic() - began, 3),
                            replay_s=round(time.monotonic() - started, 3),
                            served_at=round(time.time(), 3))
@@ -376,6 +384,16 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
     def manifests(self) -> ManifestStore:
         return ManifestStore(self.store)
 
+    async def _warm_start(self, manifest: Manifest) -> None:
+        began = time.monotonic()
+        blocks = await self.view.warm_start(manifest)
+        self.opened.update(warmed=blocks, warm_s=round(time.monotonic() - began, 3))
+
+    async def _warm_for(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the warm start begun at the open (it goes on after)."""
+        if seconds and self._warming is not None:
+            await asyncio.wait([self._warming], timeout=seconds)
+
     async def stats(self) -> dict:
         merges = await self.clerk_stats("pclerk", NO_MERGES)
         return bookie_stats(self, self.inker.stats() if self.inker else {},
@@ -397,6 +415,10 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         if self.pclerk is not None:
             await self._stop_merges()
         await self.tasks.cancel(*self._loops)  # they hold no changes: the writer is idle
+        if self._warming is not None:
+            await self.tasks.cancel(self._warming)
+            if self.broken is None:  # the next open on this node starts warm
+                await warm_start.save_now(self.view.host, self.view.values)
         if self.participant is not None:
             await self.participant.close()
         try:

@@ -14,6 +14,7 @@ import contextlib
 
 from ..clock import Clock, system_clock
 from ..codec import LedgerEntry, live_entries, live_sqns
+from ..files import warm_start
 from ..files.clerk import ClerkHost
 from ..files.journal import JournalInfo
 from ..files.lru import LruCache
@@ -54,6 +55,18 @@ class LiveView:
         self.store = store
         self.host = ClerkHost(store, self._file_budget)
         self.host.use_disk(self.options, self.url, self.files.store_id)
+
+    def disk_cached(self, manifest: Manifest) -> bool:
+        """Read through the node's disk cache if the options cache this store; whether so."""
+        self.host.use_disk(self.options, self.url, manifest.store_id)
+        return self.host.disk is not None
+
+    async def warm_start(self, manifest: Manifest) -> int:
+        """Load what the store's last Bookie on this node held in memory, as far as the
+        node's disk cache and ``manifest``'s files allow (:mod:`~leveled_ray.files.warm_start`);
+        how many blocks."""
+        return await warm_start.warm(self.host, manifest.sst_files(), manifest.journal,
+                                     self.values)
 
     # -- adopting new files ---
 

@@ -121,8 +121,9 @@ class NodeCache:
             with contextlib.suppress(Exception):
                 cache.close()
 
-    def get_many(self, keys: list[str]) -> list[bytes | None]:
-        """The bytes under each key, ``None`` for a miss (blocking: call it in a thread)."""
+    def get_many(self, keys: list[str], counted: bool = True) -> list[bytes | None]:
+        """The bytes under each key, ``None`` for a miss (blocking: call it in a thread).
+        ``counted=False``: not counted as hits or misses (a note, not a file's bytes)."""
         out: list[bytes | None] = []
         for key in keys:
             data = None
@@ -137,7 +138,8 @@ class NodeCache:
                     if data is None and stored is not None:
                         self.counters["bad"] += 1  # damaged: read from the store again
                         self._write(key, None)
-            self.counters["hits" if data is not None else "misses"] += 1
+            if counted:
+                self.counters["hits" if data is not None else "misses"] += 1
             out.append(data)
         return out
 
@@ -225,3 +227,13 @@ class DiskTier:
 
     def put(self, name: str, lo: int, hi: int, data) -> None:
         self.cache.put(self.key(name, lo, hi), data)
+
+    async def get_note(self, label: str) -> bytes | None:
+        """The store's note ``label`` (what a process keeps about the store, not a file's
+        bytes: see :mod:`.warm_start`), or ``None``."""
+        (data,) = await asyncio.to_thread(self.cache.get_many, [f"{self.store_id}/{label}"],
+                                          False)
+        return data
+
+    def put_note(self, label: str, data: bytes) -> None:
+        self.cache.put(f"{self.store_id}/{label}", data)

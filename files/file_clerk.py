@@ -146,6 +146,13 @@ class FileClerk:
                 disk.put(self.name, *spans[i], data)
         return found
 
+    async def _on_disk(self, spans: list[tuple[int, int]]) -> list:
+        """The bytes of ``spans`` that the node's disk cache holds (``None`` for the rest),
+        asking the object store for none of them (a warm start loads what the node kept)."""
+        if self.host.disk is None:
+            return [None] * len(spans)
+        return await self.host.disk.get_many(self.name, spans)
+
     async def _read(self, read, *args):
         """``read(name, *args)``, a read of this file. It is listed in a manifest version that
         something reads, so a missing object is damage (:class:`CorruptObjectError` naming

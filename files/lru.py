@@ -72,5 +72,10 @@ class LruCache:
             for key in [k for k in self._items if k[0] == name]:
                 self.used -= self._items.pop(key)[1]
 
+    def held_keys(self) -> list:
+        """The keys held, the least recently used first (a copy)."""
+        with self._lock:
+            return list(self._items)
+
     def __len__(self) -> int:
         return len(self._items)

@@ -351,9 +351,13 @@ class Block:
             for i, entry in zip(hit.tolist(), self._entries(taken)):
                 out[i] = entry
             return out
+        self.build_index()
+        return list(map(self._index.get, names))  # type: ignore[union-attr]
+
+    def build_index(self) -> None:
+        """Build the index of every row now (what a second many-key lookup builds)."""
         if self._index is None:
             self._index = dict(zip(self.batch.column(0).to_pylist(), self._entries(None)))
-        return list(map(self._index.get, names))
 
     def _entries(self, rows: np.ndarray | None):
         """Entries of ``rows`` (every row for ``None``), in order."""

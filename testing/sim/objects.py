@@ -132,9 +132,10 @@ class SimBackend:
         def listing():
             start = self._full(prefix)
             after = None if offset is None else self._full(offset)
-            return [ObjectMeta(p[len(self.base):], len(data), at)
-                    for p, (data, at) in sorted(self.world.objects.items())
-                    if p.startswith(start) and (after is None or p > after)]
+            objects = self.world.objects
+            return [ObjectMeta(p[len(self.base):], len(objects[p][0]), objects[p][1])
+                    for p in sorted(p for p in objects if p.startswith(start))
+                    if after is None or p > after]
 
         return await self.world.request(listing)
 

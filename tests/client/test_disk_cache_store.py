@@ -115,3 +115,34 @@ def test_damage_to_the_cache_under_load_is_never_seen(ray_cluster, tmp_url, tmp_
     with lr.open(tmp_url, opts) as store:
         assert store.get_many(KEYS) == VALUES
         assert disk(store)["bad"] > 0  # met, as misses
+
+
+def test_a_reopened_store_starts_warm_from_what_its_last_bookie_held(ray_cluster, tmp_url,
+                                                                    tmp_path):
+    """An open loads, from the node's disk cache, the blocks and values that the store's last
+    Bookie on the node held in memory (its hot list, saved at its close): the first reads
+    after it ask neither the disk cache nor the object store. A damaged hot list is a cold
+    start, and every read is right."""
+    import diskcache
+
+    opts = options(tmp_path / "cache")
+    picked, wanted = KEYS[::3], VALUES[::3]
+    with lr.open(tmp_url, opts) as store:
+        store.put_many([lr.Put(b, k, v) for (b, k), v in zip(KEYS, VALUES)])
+    with lr.open(tmp_url, opts) as store:
+        assert store.get_many(picked) == wanted  # what this Bookie holds in memory
+    with lr.open(tmp_url, opts) as store:
+        opened = disk(store)
+        assert opened["warmed"] > 0 and opened["warmed_values"] == len(picked)
+        assert store.stats()["opened"]["warmed"] == opened["warmed"]
+        assert store.get_many(picked) == wanted
+        read = disk(store)
+        assert (read["hits"], read["misses"]) == (opened["hits"], opened["misses"])
+    with diskcache.Cache(str(tmp_path / "cache")) as cache:  # every hot list damaged
+        notes = [key for key in cache.iterkeys() if key.endswith("/hot-list")]
+        assert notes
+        for key in notes:
+            cache.set(key, b"\x00" * 8 + b"not a hot list")
+    with lr.open(tmp_url, opts) as store:
+        assert disk(store).get("warmed", 0) == 0 and disk(store)["bad"] >= 1
+        assert store.get_many(picked) == wanted
