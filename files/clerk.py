@@ -96,23 +96,16 @@ class SstClerk(FileClerk):
         (:mod:`.warm_start`). Returns how many it loaded, and how many of those it looked
         for the disk cache lacked."""
         footer = await self.footer()
-        cache = self.host.cache
-        ids = [i for i in dict.fromkeys(ids) if 0 <= i < footer.block_count
-               and (self.name, ("block", i)) not in cache]
-        spans = [footer.block_range(i) for i in ids]
-        found = [(i, raw, lo) for i, raw, (lo, _) in zip(ids, await self._on_disk(spans), spans)
-                 if raw is not None]
 
-        def decode() -> list[tuple[int, sfmt.Block]]:
-            blocks = [(i, sfmt.decode_block(raw, footer.checksums[i], self.name, lo))
-                      for i, raw, lo in found]
-            for _, block in blocks:
+        def decode(found: list[tuple[int, int, bytes]]) -> list[sfmt.Block]:
+            blocks = [sfmt.decode_block(raw, footer.checksums[i], self.name, lo)
+                      for i, lo, raw in found]
+            for block in blocks:
                 block.build_index()
             return blocks
 
-        loaded = _fill(cache, fill, [((self.name, ("block", i)), block)
-                                     for i, block in (await off_loop(decode) if found else [])])
-        return loaded, len(ids) - len(found)
+        return await self._warm_blocks(ids, footer.block_count, footer.block_range, decode,
+                                       fill)
 
     def cached_blocks(self, ids: list[int]) -> list[sfmt.Block | None]:
         """Blocks ``ids`` as far as the cache holds them (``None`` for the rest), taken under
@@ -295,18 +288,13 @@ class JournalClerk(FileClerk):
         (:mod:`.warm_start`). Returns how many it loaded, and how many of those it looked
         for the disk cache lacked."""
         footer = await self.footer()
-        cache = self.host.cache
-        ids = sorted(i for i in set(ids) if 0 <= i < len(footer.offsets) - 1
-                     and (self.name, ("block", i)) not in cache)
-        spans = [(int(footer.offsets[i]), int(footer.offsets[i + 1])) for i in ids]
-        found = [(i, raw) for i, raw in zip(ids, await self._on_disk(spans)) if raw is not None]
-        if not found:
-            return 0, len(ids)
-        table = await off_loop(jfmt.decode_blocks, [raw for _, raw in found], footer,
-                               [i for i, _ in found], self.name)
-        loaded = _fill(cache, fill, [((self.name, ("block", i)), block)
-                                     for (i, _), block in zip(found, table.to_batches())])
-        return loaded, len(ids) - len(found)
+
+        def decode(found: list[tuple[int, int, bytes]]) -> list[pa.RecordBatch]:
+            return jfmt.decode_blocks([raw for _, _, raw in found], footer,
+                                      [i for i, _, _ in found], self.name).to_batches()
+
+        return await self._warm_blocks(ids, len(footer.offsets) - 1, footer.block_range, decode,
+                                       fill)
 
     async def row_spans(self, rows: np.ndarray, span_bytes: int):
         """Rows ``rows`` (ascending), as an async iterator of tables that each come from at
@@ -324,16 +312,6 @@ class JournalClerk(FileClerk):
         self._check_readable()
         data = await self._read(self.host.store.get_async)
         return list(jfmt.iter_records(data, self.name, after_sqn))
-
-
-def _fill(cache: LruCache, fill: float, items: list) -> int:
-    """Put ``(key, block)`` items into ``cache`` while it holds less than ``fill`` of its
-    budget (a warm start pushes nothing out); how many it put."""
-    for n, (key, block) in enumerate(items):
-        if cache.used + block.nbytes > fill * cache.budget:
-            return n
-        cache.put(key, block, block.nbytes)
-    return len(items)
 
 
 async def write_sst(store: ObjectStore, table, options, tree_hashes=None) -> SstInfo:

@@ -15,6 +15,7 @@ from .disk_cache import DiskTier
 from .framing import FOOTER_READ
 from .lru import LruCache
 from .store import NotFound, ObjectStore
+from .sync import off_loop
 
 
 class Host(Protocol):
@@ -146,12 +147,30 @@ class FileClerk:
                 disk.put(self.name, *spans[i], data)
         return found
 
-    async def _on_disk(self, spans: list[tuple[int, int]]) -> list:
-        """The bytes of ``spans`` that the node's disk cache holds (``None`` for the rest),
-        asking the object store for none of them (a warm start loads what the node kept)."""
-        if self.host.disk is None:
-            return [None] * len(spans)
-        return await self.host.disk.get_many(self.name, spans)
+    async def _warm_blocks(self, ids: list[int], count: int,
+                           span: Callable[[int], tuple[int, int]],
+                           decode: Callable[[list[tuple[int, int, bytes]]], list],
+                           fill: float) -> tuple[int, int]:
+        """A warm start's load (:mod:`.warm_start`): of blocks ``ids`` (of ``count``, each
+        at ``span(i)``) that the host's cache lacks, those the node's disk cache holds, with
+        no request to the object store, decoded in a thread by ``decode`` (of ``(i, offset,
+        bytes)`` each, in order) and put into the host's cache while it holds less than
+        ``fill`` of its budget (it pushes nothing out). How many it loaded, and how many the
+        disk cache lacked."""
+        cache = self.host.cache
+        ids = sorted(i for i in set(ids)
+                     if 0 <= i < count and (self.name, ("block", i)) not in cache)
+        spans = [span(i) for i in ids]
+        held = [None] * len(ids) if self.host.disk is None else await self.host.disk.get_many(
+            self.name, spans)
+        found = [(i, lo, raw) for i, (lo, _), raw in zip(ids, spans, held) if raw is not None]
+        loaded = 0
+        for (i, _, _), block in zip(found, await off_loop(decode, found) if found else []):
+            if cache.used + block.nbytes > fill * cache.budget:
+                break
+            cache.put((self.name, ("block", i)), block, block.nbytes)
+            loaded += 1
+        return loaded, len(ids) - len(found)
 
     async def _read(self, read, *args):
         """``read(name, *args)``, a read of this file. It is listed in a manifest version that

@@ -92,7 +92,7 @@ class SimLoop(asyncio.BaseEventLoop):
                 self._ready.append(handle)
         if not self._ready:
             return
-        i = self.rng.randrange(len(self._ready))
+        i = self.rng._randbelow(len(self._ready))  # randrange(n)'s draw, without its checks
         handle = self._ready[i]
         del self._ready[i]
         if handle._cancelled:
