@@ -192,6 +192,7 @@ class Run:
         self.drivers: list[tuple[str, asyncio.Task]] = []  # writers: chaos may kill them
         self.consumed: list = []
         self.backups: list[Backup] = []
+        self.respellings = 0  # the source's URL spelled otherwise, checked as a target
         self.position = 0
         self.writing_done = False
         self.transfers = Transfers(model, self.rng, config.isolation)
@@ -328,7 +329,9 @@ class Run:
         not, the replicator would open it as its writer, as here: that fences a plain
         source's writer (the probe write fails), and is refused on a sharded one."""
         world = self.world
-        url = world.url + self.rng.choice(["/", "//", "///"])
+        self.respellings += 1  # its own random stream: the run goes on as without it
+        url = world.url + random.Random(f"respell-{world.seed}-{self.respellings}").choice(
+            ["/", "//", "///"])
         try:
             check_target(world.url, url, world.options)
         except lr.InvalidArgumentError:
