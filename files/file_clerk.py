@@ -6,6 +6,7 @@ cache (:mod:`.disk_cache`) before the object store."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -29,6 +30,16 @@ class Host(Protocol):
 
 class _LoadAbandoned(Exception):
     """A shared load whose reader was cancelled: the others waiting for it load it again."""
+
+
+class NotOnDisk(_LoadAbandoned):
+    """A read of bytes the node's disk cache lacks, in a task that reads from it alone (see
+    :data:`DISK_ONLY`); others waiting for the same load make it themselves."""
+
+
+#: Set in a warm start's task (:mod:`.warm_start`): its reads take bytes from the node's disk
+#: cache alone, and raise :class:`NotOnDisk` for the rest (it asks the object store for none).
+DISK_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("disk_only", default=False)
 
 class FileState(str, enum.Enum):
     READING = "reading"
@@ -127,24 +138,26 @@ class FileClerk:
     async def _range(self, lo: int, hi: int):
         """Bytes ``lo`` to ``hi`` of the file, for a point read: from the node's disk cache
         when it holds them, else from the object store (and then kept on disk)."""
-        if self.host.disk is None:
+        if self.host.disk is None and not DISK_ONLY.get():
             return await self._read(self.host.store.get_range_async, lo, hi)
         return (await self._ranges([lo], [hi]))[0]
 
     async def _ranges(self, starts: list[int], ends: list[int]) -> list:
         """:meth:`_range` of many spans: those the disk cache lacks in one request."""
         disk = self.host.disk
-        if disk is None:
+        if disk is None and not DISK_ONLY.get():
             return await self._read(self.host.store.get_ranges_async, starts, ends)
         spans = list(zip(starts, ends))
-        found = await disk.get_many(self.name, spans)
+        found = [None] * len(spans) if disk is None else await disk.get_many(self.name, spans)
         missing = [i for i, data in enumerate(found) if data is None]
+        if missing and DISK_ONLY.get():
+            raise NotOnDisk(self.name)
         if missing:
             read = await self._read(self.host.store.get_ranges_async,
                                     [starts[i] for i in missing], [ends[i] for i in missing])
             for i, data in zip(missing, read):
                 found[i] = data
-                disk.put(self.name, *spans[i], data)
+                disk.put(self.name, *spans[i], data)  # type: ignore[union-attr]
         return found
 
     async def _warm_blocks(self, ids: list[int], count: int,

@@ -12,21 +12,21 @@ those blocks hold: InnoDB's buffer pool dump and load. It begins once the open h
 manifest, beside the open's own requests; the open waits for it up to ``disk_cache.warm_s``
 and lets the rest go on in the background.
 
-A warm start asks the object store for footers only (a file's footer is read before any of
-its blocks); blocks come from the disk cache or not at all. A list that is missing, damaged
-or of another format, a block the disk cache lost or that fails its checksum, a file gone:
-each is a miss, counted, and the read that wants it goes to the object store as on a cold
-start. The counts are the disk cache's (``stats()["disk_cache"]``): ``warmed`` blocks,
-``warmed_values``, ``warm_misses`` (blocks listed that the disk cache lacked) and
-``warm_errors`` (a file that failed: a damaged block or footer, a footer the object store
-did not give).
+A warm start asks the object store for nothing: footers and blocks come from the disk cache
+or not at all (:data:`~.file_clerk.DISK_ONLY`), so it costs an open no request. A list that is
+missing, damaged or of another format, a footer or block the disk cache lost or that fails its
+checksum, a file gone: each is a miss, counted, and the read that wants it goes to the object
+store as on a cold start. The counts are the disk cache's (``stats()["disk_cache"]``):
+``warmed`` blocks, ``warmed_values``, ``warm_misses`` (blocks listed that the disk cache
+lacked, with their footer or alone) and ``warm_errors`` (a file whose footer or block on disk
+was damaged).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from ..errors import LeveledError
 from .clerk import ClerkHost
+from .file_clerk import DISK_ONLY, FileState, NotOnDisk
 from .journal import JournalInfo
 from .lru import LruCache
 from .sst import SstInfo
@@ -54,12 +55,15 @@ FLUSH_S = 2.0
 FOOTER = -1
 
 
-def hot_entries(cache: LruCache) -> list[tuple[str, int]]:
-    """The footers (:data:`FOOTER`) and blocks (their number) of files that ``cache`` holds,
-    the least recently used first; at most :data:`MAX_ENTRIES`, the most recent."""
+def hot_entries(cache: LruCache, live: Callable[[str], bool] = lambda name: True
+                ) -> list[tuple[str, int]]:
+    """The footers (:data:`FOOTER`) and blocks (their number) of files that ``cache`` holds
+    and that are ``live``, the least recently used first; at most :data:`MAX_ENTRIES`, the
+    most recent."""
     out = []
     for key in cache.held_keys():
-        if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str)):
+        if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str)
+                and live(key[0])):
             continue
         name, part = key
         if part == "footer":
@@ -77,8 +81,14 @@ class HotList(NamedTuple):
     values: list[int]
 
 
-def hot_list(cache: LruCache, values: LruCache | None) -> HotList:
-    return HotList(hot_entries(cache), [] if values is None else
+def hot_list(host: ClerkHost, values: LruCache | None) -> HotList:
+    """What ``host`` and the value cache ``values`` hold, of files still read (not those a
+    merge or a compaction replaced, which wait for their delete)."""
+    def live(name: str) -> bool:
+        clerk = host.clerks.get(name)
+        return clerk is None or clerk.state is FileState.READING
+
+    return HotList(hot_entries(host.cache, live), [] if values is None else
                    [sqn for sqn in values.held_keys() if isinstance(sqn, int)][-MAX_ENTRIES:])
 
 
@@ -103,7 +113,7 @@ def save(host: ClerkHost, values: LruCache | None = None) -> None:
     """Keep the hot list of ``host`` (and of the value cache ``values``) in the node's disk
     cache (in the background)."""
     if host.disk is not None:
-        host.disk.put_note(HOT_LIST, encode(hot_list(host.cache, values)))
+        host.disk.put_note(HOT_LIST, encode(hot_list(host, values)))
 
 
 async def save_now(host: ClerkHost, values: LruCache | None = None,
@@ -132,6 +142,7 @@ async def warm(host: ClerkHost, ssts: Iterable[SstInfo], journal: Iterable[Journ
     disk = host.disk
     if disk is None:
         return 0
+    DISK_ONLY.set(True)  # in this task alone: it asks the object store for nothing
     hot = decode(await disk.get_note(HOT_LIST))
     journal = list(journal)
     loaded = await _blocks(host, hot.blocks, ssts, journal)
@@ -158,7 +169,10 @@ async def _blocks(host: ClerkHost, entries: list[tuple[str, int]], ssts: Iterabl
         blocks = [part for part in parts if part != FOOTER]
         try:
             found, missing = await clerk_of(info).warm(blocks, FULL)  # type: ignore[operator]
-        except LeveledError as exc:  # damaged, gone, unreadable: read on demand instead
+        except NotOnDisk:  # its footer: read on demand instead
+            counters["warm_misses"] += len(set(blocks))
+            continue
+        except LeveledError as exc:  # damaged, gone: read on demand instead
             _failed(counters, exc)
             continue
         loaded += found

@@ -13,6 +13,7 @@ from leveled_ray.actors.bookie import Bookie
 from leveled_ray.actors.remote import ValueBatch, pack
 from leveled_ray.codec import make_change, object_key
 from leveled_ray.files import warm_start
+from leveled_ray.files.clerk import ClerkHost
 from leveled_ray.files.lru import LruCache
 
 KEYS = [object_key("b", f"k{i:05d}") for i in range(3000)]
@@ -22,29 +23,34 @@ PICKED = KEYS[::4]
 
 def options(tmp_path, cache_size: int = 64 << 20) -> lr.Options:
     return lr.Options(cache_size=cache_size,
-                      disk_cache={"path": str(tmp_path / "cache"), "local_stores": True},
+                      disk_cache={"path": str(tmp_path / "cache"), "local_stores": True,
+                                  "warm_s": 60},  # the open waits for all of its warm start
                       ledger={"l0_max_keys": 1000, "push_keys": 500, "sst_block_bytes": 2048},
                       journal={"compaction_interval_s": 0}, gc={"interval_s": 0})
 
 
 async def quiet(bookie) -> None:
-    """Until the Ledger holds every write and no merge runs."""
+    """Until the Ledger holds every write in merged files (no L0 file is left, so no merge
+    will replace the files read before the Bookie closes), and the Bookie reads those."""
     for _ in range(1000):
         stats = bookie.penciller.stats()
-        if stats["ledger_sqn"] >= len(KEYS) and not stats["merging"]:
+        if (stats["ledger_sqn"] >= len(KEYS) and not stats["merging"]
+                and not stats["l0_files"] and not stats["l0_memory_keys"]
+                and bookie.view.files.version == stats["manifest_id"]):
             return
         await asyncio.sleep(0.01)
     raise AssertionError("merges went on for 10 s")
 
 
 def test_a_hot_list_reads_back_and_anything_else_is_empty():
-    cache, values = LruCache(1 << 20), LruCache(1 << 20)
+    host, values = ClerkHost(None, 1 << 20), LruCache(1 << 20)  # type: ignore[arg-type]
+    cache = host.cache
     cache.put(("ledger/a.sst", "footer"), object(), 10)
     cache.put(("ledger/a.sst", ("block", 3)), object(), 10)
     cache.put(("journal/b", ("block", 0)), object(), 10)
     cache.put("not a file's", object(), 10)
     values.put(7, b"v", 65)
-    hot = warm_start.hot_list(cache, values)
+    hot = warm_start.hot_list(host, values)
     assert hot.blocks == [("ledger/a.sst", warm_start.FOOTER), ("ledger/a.sst", 3),
                           ("journal/b", 0)] and hot.values == [7]
     assert warm_start.decode(warm_start.encode(hot)) == hot
@@ -69,7 +75,7 @@ def test_an_open_loads_what_the_last_bookie_held_within_its_budget(tmp_path):
         await bookie.start()
         await quiet(bookie)  # no merge replaces the files it reads before it closes
         await bookie.get_many(PICKED)  # what this Bookie holds in memory when it closes
-        held = len(bookie.view.host.cache)
+        held = len(warm_start.hot_list(bookie.view.host, None).blocks)
         await bookie.close()
 
         bookie = Bookie(url, options(tmp_path), local=True)
@@ -124,6 +130,44 @@ def test_a_damaged_block_on_disk_is_not_loaded_and_reads_stay_right(tmp_path):
         await bookie.start()
         assert bookie.opened["warmed"] == 0
         assert bookie.view.host.disk.cache.counters["bad"] > 0
+        assert await bookie.get_many(KEYS[:1000]) == VALUES[:1000]
+        await bookie.close()
+
+    asyncio.run(run())
+
+
+def test_a_warm_start_asks_the_object_store_for_nothing(tmp_path):
+    """With every footer gone from the disk cache (its blocks still there), a warm start
+    loads nothing: it would need each file's footer from the object store."""
+    import diskcache
+
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        bookie = Bookie(url, options(tmp_path), local=True)
+        await bookie.start()
+        pairs = [make_change(lr.Put("b", f"k{i:05d}", VALUES[i]), bookie.options, 0.0)
+                 for i in range(1000)]
+        await bookie.put_many(pack([c for c, _ in pairs]),
+                              ValueBatch(inline=[v for _, v in pairs]))
+        await bookie.close()
+        bookie = Bookie(url, options(tmp_path), local=True)
+        await bookie.start()
+        await bookie.get_many(KEYS[:1000])
+        await bookie.close()
+        with diskcache.Cache(str(tmp_path / "cache")) as cache:
+            footers = []
+            for key in cache.iterkeys():
+                name, _, span = key.partition("/")[2].rpartition("@")
+                if name and span.split("-")[1] == str((tmp_path / "db" / name).stat().st_size):
+                    footers.append(key)
+            assert footers
+            for key in footers:
+                del cache[key]
+        bookie = Bookie(url, options(tmp_path), local=True)
+        await bookie.start()
+        assert bookie.opened["warmed"] == 0
+        assert bookie.view.host.disk.cache.counters["warm_misses"] > 0
         assert await bookie.get_many(KEYS[:1000]) == VALUES[:1000]
         await bookie.close()
 
