@@ -12,9 +12,11 @@ catalogue (equivalent mutants aside) is caught.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -77,10 +79,8 @@ def _try(mutant: Mutant, copy: str, env: dict, seeds: int, jobs: int) -> tuple:
 
 def _simulation(copy: str, env: dict, seeds: int, jobs: int) -> str | None:
     try:
-        run = subprocess.run(
-            [sys.executable, "tests/simulation/run.py", "--seeds", str(seeds), "--jobs",
-             str(jobs), "--stop-first"], cwd=copy, env=env, capture_output=True, text=True,
-            timeout=SIMULATION_TIMEOUT_S)
+        run = _run([sys.executable, "tests/simulation/run.py", "--seeds", str(seeds), "--jobs",
+                    str(jobs), "--stop-first"], copy, env, SIMULATION_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         done = re.findall(r"^(\d+) seeds, ", exc.stdout or "", re.M) if isinstance(
             exc.stdout, str) else []
@@ -99,10 +99,9 @@ def _tests(mutant: Mutant, copy: str, env: dict) -> str | None:
         return None
     tmp = tempfile.mkdtemp(prefix="lr-mt-")
     try:
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p",
-             "no:cacheprovider", *mutant.tests], cwd=copy, capture_output=True, text=True,
-            env={**env, "RAY_TMPDIR": tmp}, timeout=TEST_TIMEOUT_S)
+        run = _run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p",
+                    "no:cacheprovider", *mutant.tests], copy, {**env, "RAY_TMPDIR": tmp},
+                   TEST_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"tests {' '.join(mutant.tests)} (they hung past {TEST_TIMEOUT_S}s)"
     finally:
@@ -114,6 +113,23 @@ def _tests(mutant: Mutant, copy: str, env: dict) -> str | None:
         raise SystemExit(f"mutant {mutant.name!r}: pytest could not run {mutant.tests} "
                          f"(exit {run.returncode}):\n{run.stdout[-2000:]}")
     return None
+
+
+def _run(args: list[str], cwd: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run`` in a process group of its own, which is killed whole at the timeout
+    (a simulation's workers, a test's Ray processes: none outlives its mutant)."""
+    with subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(args, timeout, out, err) from None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what the run left behind, if anything
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def _uncaught(mutant: Mutant) -> str:
