@@ -202,6 +202,8 @@ async def _values(host: ClerkHost, sqns: list[int], journal: list[JournalInfo],
             if not held.any():
                 continue
             table, where = await clerk.blocks_holding(rows[held], keep=True)
+        except NotOnDisk:  # a block pushed out of memory meanwhile, and off the disk since
+            continue
         except LeveledError as exc:
             _failed(counters, exc)
             continue
