@@ -657,7 +657,7 @@ class Run:
         def named(exc: CorruptObjectError) -> bool:
             return exc.path.rsplit("/", 1)[-1] == name.rsplit("/", 1)[-1]
 
-        def unexpected(exc: Exception, what: str) -> None:
+        def failed(exc: Exception, what: str) -> None:
             if isinstance(exc, CorruptObjectError) and named(exc):
                 model.checks["damage found"] += 1
             else:
@@ -670,7 +670,7 @@ class Run:
                 await world.start_shard(world.key(shard))
                 opened.add(shard)
             except LeveledError as exc:
-                unexpected(exc, f"open of shard {shard}")
+                failed(exc, f"open of shard {shard}")
         store = world.store()
         for key in held:
             if self.shard_of(*key) not in opened:
@@ -678,7 +678,7 @@ class Run:
             try:
                 [value] = await store.get_many_async([key])
             except LeveledError as exc:
-                unexpected(exc, f"get {key}")
+                failed(exc, f"get {key}")
                 continue
             if value != held[key]:
                 model.violated("damage never returns wrong data",
