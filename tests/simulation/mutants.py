@@ -189,7 +189,10 @@ MUTANTS = [
     Mutant("a split's late commit is taken for a failure", "cluster/reshape.py",
            "                    except WrongShardError:\n",
            "                    except ZeroDivisionError:\n",
-           (RESHAPE,)),
+           (RESHAPE,),
+           unreached="a split whose retire lands after its own failed step read the shard "
+           "map, and before it reopens the shard: a request lost after landing at that very "
+           "step; no seed in 200 and no test times one yet"),
     Mutant("a move opens the new Bookie before the old one closes", "cluster/reshape.py",
            "            await store.runtime.close_bookie(layout.stores[shard])\n"
            "            drop_group(store, prefix)\n",
