@@ -258,7 +258,10 @@ MUTANTS = [
     Mutant("a clean close leaves its parts unsettled", "actors/participant.py",
            "        self.closing = True\n        await self.prepares_done()",
            "        return\n        await self.prepares_done()",
-           ("tests/cluster/test_transfers.py",)),
+           ("tests/cluster/test_transfers.py",),
+           unreached="a clean close while a part is prepared: the transfers test's split "
+           "meets one only by chance, and the next open's recovery settles what a close left, "
+           "so only a test that reads the parts a close leaves behind would see it"),
     Mutant("a shard that only checks is named in the commit record", "cluster/txn.py",
            "               if written(parts[s][0])}",
            "               if True}",
