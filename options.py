@@ -363,10 +363,8 @@ class DiskCacheOptions(_Group):
     #: Also cache stores on local disk (``file://``): off by default, as reading them is
     #: already a local read (``memory://`` stores are never cached).
     local_stores: bool = False
-    #: How long an open waits for its warm start (:mod:`leveled_ray.files.warm_start`): the
-    #: footers and blocks the store's last Bookie on this node held in memory, loaded from
-    #: this cache. What is not loaded by then goes on loading in the background (0: the open
-    #: does not wait).
+    #: How long an open waits for its warm start (:mod:`leveled_ray.files.warm_start`), which
+    #: goes on in the background after (0: the open does not wait).
     warm_s: float = 2.0
 
     _counts = ("size",)

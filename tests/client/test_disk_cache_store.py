@@ -125,10 +125,15 @@ def test_a_reopened_store_starts_warm_from_what_its_last_bookie_held(ray_cluster
     start, and every read is right."""
     import diskcache
 
-    opts = options(tmp_path / "cache")
+    # The open waits for all of its warm start; L0 memory is persisted (and merged) at once.
+    opts = options(tmp_path / "cache").replace(disk_cache={"warm_s": 60},
+                                               ledger={"l0_max_age_s": 0.2})
     picked, wanted = KEYS[::3], VALUES[::3]
     with lr.open(tmp_url, opts) as store:
         store.put_many([lr.Put(b, k, v) for (b, k), v in zip(KEYS, VALUES)])
+        # Merged before the close: no merge replaces the files the next Bookie reads.
+        wait_until(lambda: (p := store.stats()["penciller"])["ledger_sqn"] >= len(KEYS)
+                   and not p["merging"] and not p["l0_files"] and not p["l0_memory_keys"])
     with lr.open(tmp_url, opts) as store:
         assert store.get_many(picked) == wanted  # what this Bookie holds in memory
     with lr.open(tmp_url, opts) as store:
