@@ -121,9 +121,12 @@ class NodeCache:
             with contextlib.suppress(Exception):
                 cache.close()
 
-    def get_many(self, keys: list[str], counted: bool = True) -> list[bytes | None]:
+    def get_many(self, keys: list[str], counted: bool = True,
+                 count_misses: bool = True) -> list[bytes | None]:
         """The bytes under each key, ``None`` for a miss (blocking: call it in a thread).
-        ``counted=False``: not counted as hits or misses (a note, not a file's bytes)."""
+        ``counted=False``: not counted as hits or misses (a note, not a file's bytes);
+        ``count_misses=False``: a miss is not counted (a warm start's: no read from the store
+        follows it, so no put either)."""
         out: list[bytes | None] = []
         for key in keys:
             data = None
@@ -138,7 +141,7 @@ class NodeCache:
                     if data is None and stored is not None:
                         self.counters["bad"] += 1  # damaged: read from the store again
                         self._write(key, None)
-            if counted:
+            if counted and (data is not None or count_misses):
                 self.counters["hits" if data is not None else "misses"] += 1
             out.append(data)
         return out
@@ -221,9 +224,10 @@ class DiskTier:
             self.store_id, "", name)
         return f"{owner}/{rest}@{lo}-{hi}"
 
-    async def get_many(self, name: str, spans: list[tuple[int, int]]) -> list[bytes | None]:
+    async def get_many(self, name: str, spans: list[tuple[int, int]],
+                       count_misses: bool = True) -> list[bytes | None]:
         keys = [self.key(name, lo, hi) for lo, hi in spans]
-        return await asyncio.to_thread(self.cache.get_many, keys)
+        return await asyncio.to_thread(self.cache.get_many, keys, True, count_misses)
 
     def put(self, name: str, lo: int, hi: int, data) -> None:
         self.cache.put(self.key(name, lo, hi), data)

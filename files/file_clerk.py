@@ -148,7 +148,8 @@ class FileClerk:
         if disk is None and not DISK_ONLY.get():
             return await self._read(self.host.store.get_ranges_async, starts, ends)
         spans = list(zip(starts, ends))
-        found = [None] * len(spans) if disk is None else await disk.get_many(self.name, spans)
+        found = [None] * len(spans) if disk is None else await disk.get_many(
+            self.name, spans, count_misses=not DISK_ONLY.get())
         missing = [i for i, data in enumerate(found) if data is None]
         if missing and DISK_ONLY.get():
             raise NotOnDisk(self.name)
@@ -175,7 +176,7 @@ class FileClerk:
                      if 0 <= i < count and (self.name, ("block", i)) not in cache)
         spans = [span(i) for i in ids]
         held = [None] * len(ids) if self.host.disk is None else await self.host.disk.get_many(
-            self.name, spans)
+            self.name, spans, count_misses=False)
         found = [(i, lo, raw) for i, (lo, _), raw in zip(ids, spans, held) if raw is not None]
         loaded = 0
         for (i, _, _), block in zip(found, await off_loop(decode, found) if found else []):
