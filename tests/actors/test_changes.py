@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from support.waits import until
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
@@ -83,8 +84,7 @@ async def compacted(bookie):
     await settle(bookie)
     await bookie.compact_journal()
     result = await bookie.inker.wait_compaction()
-    while bookie.view.journal_version < bookie.inker.journal_version:
-        await asyncio.sleep(0.01)
+    await until(lambda: bookie.view.journal_version >= bookie.inker.journal_version)
     return result
 
 

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import time
 
+from support.waits import until
+
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.actors.remote import pack
@@ -73,9 +75,8 @@ def test_a_committed_part_whose_shard_died_before_deleting_it_is_not_applied_aga
         assert isinstance(await first.prepare("txn-1", url, pack([change]), [value]), tuple)
         assert await decide(ObjectStore.from_url(url, OPTIONS), "txn-1", COMMIT) == COMMIT
         (sqn,) = await first.commit_part("txn-1", None)
-        for _ in range(20):  # the keys unlock once applied, though the part's delete fails
-            await asyncio.sleep(0.01)
-        assert not first.writes.locked([change.lkey])
+        # the keys unlock once applied, though the part's delete fails
+        await until(lambda: not first.writes.locked([change.lkey]), timeout=5)
         await first.close()  # close stops it trying
         assert await parts(url)
 
@@ -112,9 +113,7 @@ def test_a_part_a_cut_applied_first_still_notes_its_batch_and_answers_the_client
             assert await decide(root, "txn-1", COMMIT, numbers) == COMMIT
             applied = await bookie.participant.commit("txn-1")  # the cut's call: no numbers
             assert bookie.participant.notes([change.lkey]) == {0: numbers}
-            for _ in range(20):  # the part is released
-                await asyncio.sleep(0.01)
-            assert "txn-1" not in bookie.participant.parts
+            await until(lambda: "txn-1" not in bookie.participant.parts, timeout=5)  # released
             assert await bookie.participant.commit("txn-1", numbers) == applied != []
 
     asyncio.run(run())
@@ -140,10 +139,17 @@ def test_a_bulk_install_waits_for_a_prepared_batch_holding_keys_in_its_range(tmp
                                   None, None)
             files = await bulk.write_partition_async(plan, 0, [pa.record_batch(
                 {"bucket": ["b"], "key": ["k"], "value": [b"bulk"]})])
+            waiting = asyncio.Event()  # set once the install waits for a locked key
+            wait_unlocked = bookie.writes.wait_unlocked
+
+            async def watched(*args, **kwargs):
+                waiting.set()
+                return await wait_unlocked(*args, **kwargs)
+
+            bookie.writes.wait_unlocked = watched
             install = asyncio.ensure_future(bookie.ingest(pack((files.journal, files.ssts,
                                                                 None))))
-            for _ in range(20):
-                await asyncio.sleep(0.01)
+            await asyncio.wait_for(waiting.wait(), timeout=5)
             assert not install.done()  # it waits for the batch holding k
             await bookie.commit_part("txn-1", None)
             await install
@@ -190,14 +196,6 @@ def test_a_frozen_shard_thaws_after_hold_s_even_while_a_journal_write_is_slow(tm
 
     asyncio.run(run())
 
-
-async def until(done, timeout: float = 5.0) -> None:
-    """Wait until ``done()`` holds, at most ``timeout`` seconds (then fail)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not done():
-        assert loop.time() < deadline, "timed out waiting"
-        await asyncio.sleep(0.005)
 
 
 async def parts(url: str) -> list:

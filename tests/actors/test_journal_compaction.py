@@ -5,6 +5,7 @@ import os
 import time
 
 import pytest
+from support.waits import until
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
@@ -107,10 +108,8 @@ def test_compaction_rewrites_dead_runs_and_keeps_every_value(tmp_path):
         result = await bookie.inker.wait_compaction()
         assert len(result.removed) == OPTIONS.journal.max_run_length and len(result.added) == 1
         await settle(bookie)
-        for _ in range(200):  # the replaced files are deleted once nothing reads them
-            if len(_journal_names(root)) < len(before):
-                break
-            await asyncio.sleep(0.02)
+        # the replaced files are deleted once nothing reads them
+        await until(lambda: len(_journal_names(root)) < len(before), timeout=10)
         after = _journal_names(root)
         assert len(after) < len(before)
         assert all(f"round {7}".encode() == v for v in
@@ -166,17 +165,12 @@ def test_replaced_journal_files_wait_for_the_inkers_snapshots(tmp_path):
         before = _journal_names(root)
         await bookie.compact_journal()
         result = await inker.wait_compaction()
-        while not bookie.view.host.pending_deletes():  # the Bookie's view adopted it
-            await asyncio.sleep(0.02)
+        await until(bookie.view.host.pending_deletes)  # the Bookie's view adopted it
         await swept_twice(bookie)
         removed = {os.path.join(root, n) for n in result.removed}
         assert removed <= before and removed <= _journal_names(root)  # still held
         inker.release_snapshot("journal-reader")
-        for _ in range(100):
-            if not removed & _journal_names(root):
-                break
-            await asyncio.sleep(0.05)
-        assert not removed & _journal_names(root)
+        await until(lambda: not removed & _journal_names(root), timeout=5)
         await bookie.close()
 
     asyncio.run(run())
@@ -197,10 +191,8 @@ def test_small_files_are_merged_as_they_are_catalogued(tmp_path):
         for i in range(40):  # one group, so one journal file, each
             await write(bookie, [lr.Put("b", f"k{i}", b"value %d" % i)], options)
         inker = bookie.inker
-        for _ in range(200):
-            if inker.counters["compactions"] >= 4 and not inker.stats()["compacting"]:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: inker.counters["compactions"] >= 4
+                    and not inker.stats()["compacting"], timeout=10)
         assert bookie.view.files.persisted_sqn == 0  # the Ledger is all in memory still
         # Tiny values: each merged file is small still, and is merged again with the next
         # files, so a few files hold everything.
@@ -214,10 +206,7 @@ def test_small_files_are_merged_as_they_are_catalogued(tmp_path):
         slots = {journal_slot_name(slot) for slot in range(inker.next_slot)}
         assert len(slots & set(view.removed)) == sum(f.entries for f in merged)
         assert not {f.name for f in view.files} & set(view.removed)
-        for _ in range(100):
-            if bookie.view.journal_version == inker.journal_version:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: bookie.view.journal_version == inker.journal_version, timeout=5)
         assert ({f.name for f in bookie.view.journal.files}
                 == {f.name for f in inker.data_files()})
         expected = [b"value %d" % i for i in range(40)]

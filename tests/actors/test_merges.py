@@ -2,6 +2,7 @@
 files deleted only when no snapshot needs them. In one process, without Ray."""
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -10,6 +11,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.waits import until
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
@@ -30,33 +32,30 @@ async def write(bookie, items, options=TINY, clock=time.time):
 
 async def swept_twice(bookie, timeout=20.0):
     """Until the reaper has looked at the files waiting for deletion twice more."""
-    until = bookie.reaper.counters["reaper_sweeps"] + 2
-    deadline = time.monotonic() + timeout
-    while bookie.reaper.counters["reaper_sweeps"] < until:
-        assert time.monotonic() < deadline, "the reaper did not sweep"
-        await asyncio.sleep(0.02)
+    target = bookie.reaper.counters["reaper_sweeps"] + 2
+    await until(lambda: bookie.reaper.counters["reaper_sweeps"] >= target, timeout)
 
 
 async def settle(bookie, timeout=20.0):
     """Wait until changes are pushed, L0 memory is under its limit, no merge is due or running,
     the Bookie has the newest Ledger files, and retired files are deleted."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def settled() -> bool:
         p = bookie.penciller
         flushing = p._flush_task is not None and not p._flush_task.done()
         pushing = bookie.cache._push_lock.locked()
         if (len(bookie.cache.unpushed) or bookie.writes.writer.queue or pushing or flushing
                 or p.l0_keys >= p.options.ledger.l0_max_keys):
-            await asyncio.sleep(0.02)
-            continue
+            return False
         work = p.merge_work()  # reserve the next merge, if any, then hand it back
         if work is not None:
             p.merge_failed(work, "peek")
             p.counters["merge_failures"] -= 1
-        if (work is None and not p.merging and not bookie.view.host.pending_deletes()
-                and bookie.view.files.version == p.latest.id):
-            return
-        await asyncio.sleep(0.02)
+        return (work is None and not p.merging and not bookie.view.host.pending_deletes()
+                and bookie.view.files.version == p.latest.id)
+
+    with contextlib.suppress(AssertionError):
+        await until(settled, timeout, interval=0.02)
+        return
     p = bookie.penciller
     raise AssertionError(
         f"merges did not settle: merging={p.merging} due={p.merge_work() is not None} "
@@ -107,7 +106,7 @@ def check_against_a_dict(ops) -> dict:
                 if group:
                     await write(bookie, group)
                     group = []
-                await asyncio.sleep(0.005)
+                await until(lambda: not bookie.cache.unpushed)  # pushed to the Penciller
                 continue
             if op == "compact":  # journal compaction, racing the writes that follow
                 if group:
@@ -167,11 +166,8 @@ def test_files_wait_for_the_snapshot_that_reads_them(tmp_path):
         penciller.register_snapshot("reader", timeout_s=60)
         for r in range(4):  # rewrite everything: every held file is replaced
             await write(bookie, [lr.Put("b", f"k{i}", b"again %d" % r) for i in range(40)])
-        for _ in range(400):  # the merges that replace the held files land
-            if bookie.view.host.pending_deletes():
-                break
-            await asyncio.sleep(0.05)
-        assert bookie.view.host.pending_deletes()
+        # the merges that replace the held files land
+        assert await until(bookie.view.host.pending_deletes, timeout=20)
         await swept_twice(bookie)
         assert held <= ledger_files_on_disk(root)  # still there: the snapshot may read them
         penciller.release_snapshot("reader")
@@ -197,8 +193,7 @@ def test_a_dead_holders_snapshot_expires(tmp_path):
         assert held
         bookie.penciller.register_snapshot("holder-that-died", timeout_s=1.0)
         await write(bookie, [lr.Put("b", f"k{i}", b"2") for i in range(40)])
-        while not bookie.view.host.pending_deletes():  # the merges that replace them land
-            await asyncio.sleep(0.02)
+        await until(bookie.view.host.pending_deletes)  # the merges that replace them land
         await swept_twice(bookie)
         assert held <= ledger_files_on_disk(root)
         clock.advance(1.0)  # the timeout passes; the next check drops it
@@ -359,11 +354,13 @@ def test_a_bulk_install_during_a_close_with_a_merge_in_flight_is_refused(tmp_pat
         for n in range(6):
             await write(bookie, [lr.Put("b", f"k{n}-{i}", b"v") for i in range(20)])
         penciller = bookie.penciller
-        deadline = time.monotonic() + 20
-        while penciller.merge_work() is None:  # taken once due, as a clerk takes one
-            assert time.monotonic() < deadline, "no merge came due"
+        async def due():  # taken once due, as a clerk takes one
+            if penciller.merge_work() is not None:
+                return True
             await write(bookie, [lr.Put("b", f"more{time.monotonic()}", b"v")])
-            await asyncio.sleep(0.02)
+            return False
+
+        await until(due, timeout=20, interval=0.02)
         await asyncio.wait_for(bookie.close(), timeout=20)
         with pytest.raises(lr.StoreClosedError, match="closing"):
             await asyncio.wait_for(penciller.ingest((), (), 0), timeout=5)

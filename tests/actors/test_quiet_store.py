@@ -3,8 +3,10 @@ reclaims replaced and deleted values though far fewer than ``l0_max_keys`` chang
 In one process, without Ray."""
 
 import asyncio
+import contextlib
 import os
-import time
+
+from support.waits import until
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
@@ -39,11 +41,15 @@ def test_a_quiet_store_reclaims_replaced_and_deleted_values(tmp_path):
         written = _bytes_under(root, "journal")
         live = KEYS // 2 * VALUE
         assert written > ROUNDS * KEYS * VALUE // 2  # values compress little: all are there
-        deadline = time.monotonic() + 60
-        while _bytes_under(root, "journal") > 3 * live and time.monotonic() < deadline:
-            await bookie.compact_journal()  # as a quiet store's schedule would
+        async def compacted() -> bool:  # as a quiet store's schedule would compact it
+            if _bytes_under(root, "journal") <= 3 * live:
+                return True
+            await bookie.compact_journal()
             await bookie.inker.wait_compaction()
-            await asyncio.sleep(0.2)
+            return False
+
+        with contextlib.suppress(AssertionError):  # the assertion below says by how much
+            await until(compacted, timeout=60, interval=0.05)
         reclaimed = _bytes_under(root, "journal")
         penciller = bookie.penciller
         assert penciller.counters["age_flushes"] + penciller.counters["l0_flushes"] >= 1
@@ -64,9 +70,7 @@ def test_l0_memory_is_persisted_once_old(tmp_path):
         await bookie.start()
         await write(bookie, [lr.Put("b", f"k{i}", b"v") for i in range(10)], OPTIONS)
         penciller = bookie.penciller
-        deadline = time.monotonic() + 10
-        while penciller.latest.manifest.ledger_sqn < 10 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await until(lambda: penciller.latest.manifest.ledger_sqn >= 10, timeout=10)
         assert penciller.latest.manifest.ledger_sqn >= 10  # far below l0_max_keys, yet persisted
         assert penciller.counters["age_flushes"] >= 1
         await bookie.close()

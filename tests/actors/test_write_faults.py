@@ -5,6 +5,7 @@ import asyncio
 import time
 
 import pytest
+from support.waits import until
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
@@ -164,13 +165,14 @@ def test_a_part_whose_apply_was_in_doubt_and_landed_is_not_applied_again(tmp_url
         with pytest.raises(lr.ObjectStoreError) as err:
             await bookie.commit_part("txn-1")
         assert not err.value.definite
-        for _ in range(50):  # the retry, once the store answers again
+        async def retried():  # the retry, once the store answers again
             try:
-                assert await bookie.commit_part("txn-1") == [first]
-                break
+                return await bookie.commit_part("txn-1")
             except lr.ObjectStoreError as exc:
                 assert not exc.definite
-                await asyncio.sleep(0.05)
+                return None
+
+        assert await until(retried, timeout=10) == [first]
         assert bookie.writes.next_sqn == first + 1  # written once
         assert await _values(bookie, ["k"]) == [b"v"]
         await bookie.close()

@@ -9,6 +9,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from support.waits import until
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
@@ -77,12 +78,8 @@ async def opened(url, clock) -> tuple[Bookie, Store]:
 
 async def settled(bookie) -> None:
     """Until the Penciller has flushed and merged what it holds, and no rebuild runs."""
-    for _ in range(400):
-        stats = bookie.penciller.stats()
-        if not stats["merging"] and stats["tree"] != "rebuilding":
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"still busy: {stats}")
+    await until(lambda: not (stats := bookie.penciller.stats())["merging"]
+                and stats["tree"] != "rebuilding", timeout=4)
 
 
 def test_the_kept_tree_equals_the_folded_one_through_merges_compaction_bulk_and_reopens():

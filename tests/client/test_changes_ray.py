@@ -6,6 +6,7 @@ import threading
 
 import pytest
 from support.stores import SMALL
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.clock import ManualClock
@@ -220,11 +221,13 @@ def test_point_in_time_views_inside_the_history_window(ray_cluster, tmp_path):
 
 
 def clock_now(store) -> float:
-    """The store's time now, a moment after its last write (last_modified has ms)."""
+    """The store's time now, a moment after its last write (last_modified has ms): once the
+    clock has passed the millisecond after the one it was called in."""
     import time
 
-    time.sleep(0.002)
-    return time.time()
+    called = int(time.time() * 1000)
+    return wait_until(lambda: (now := time.time()) * 1000 >= called + 2 and now,
+                      interval=0.0005)
 
 
 @pytest.mark.parametrize("shards", [None, 2])

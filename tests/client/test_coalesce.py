@@ -7,6 +7,7 @@ import time
 from concurrent.futures import Future
 
 import pytest
+from support.waits import until, wait_until
 
 import leveled_ray as lr
 from leveled_ray.client.coalesce import WriteCoalescer
@@ -46,10 +47,7 @@ def coalescer(bookie, max_changes=100, max_bytes=1 << 20, linger_s=0.0, gap_s=0.
 
 
 def wait_for(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
+    wait_until(condition, timeout, interval=0.001)
 
 
 def test_a_lone_write_goes_at_once_and_later_ones_wait_for_the_next_call_in_order():
@@ -125,10 +123,8 @@ def test_asyncio_callers_in_order_and_a_cancelled_wait_is_never_sent():
         # The answer comes from another thread, as Ray's callbacks do.
         threading.Thread(target=bookie.answer, args=(0, 1)).start()
         assert await first == 1
-        for _ in range(1000):  # the next call goes once the answering thread has delivered
-            if len(bookie.calls) == 2:
-                break
-            await asyncio.sleep(0.001)
+        # the next call goes once the answering thread has delivered
+        await until(lambda: len(bookie.calls) == 2, timeout=1, interval=0.001)
         assert bookie.calls[1][0] == [["b"]]  # the cancelled part was dropped
         threading.Thread(target=bookie.answer, args=(1, 2)).start()
         assert await kept == 2

@@ -2,6 +2,7 @@
 server (``ray start --head --ray-client-server-port``) on 127.0.0.1, token auth on, and
 drivers in fresh processes. The test stops only the processes it started."""
 
+import contextlib
 import os
 import shutil
 import signal
@@ -9,10 +10,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 from support.s3 import free_port
+from support.waits import wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -27,12 +28,13 @@ def _driver(code: str, env: dict, cwd) -> str:
 
 
 def _wait_for_port(port: int, seconds: float, log: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    with contextlib.suppress(AssertionError):
+        wait_until(listening, timeout=seconds, interval=0.2)
+        return
     with open(log) as f:
         raise AssertionError(f"nothing listens on port {port} after {seconds}s: "
                              f"{f.read()[-2000:]}")

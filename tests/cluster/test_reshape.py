@@ -3,6 +3,7 @@ to the shard pause and go on, every handle follows the new layout (copies made b
 included, see leveled_ray.cluster.redirect), and every read agrees with a model."""
 
 import concurrent.futures
+import contextlib
 import pickle
 import random
 import threading
@@ -14,6 +15,7 @@ import pytest
 from support.model import check_model, write_rounds
 from support.s3 import QUICK_FAILURES, S3_BUCKET, s3_options
 from support.stores import SMALL
+from support.waits import wait_until
 
 import leveled_ray as lr
 from leveled_ray.bulk import sharded as bulk
@@ -57,9 +59,9 @@ class Writer(threading.Thread):
             self.error = exc
 
     def wait_for(self, puts: int, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.puts < puts and self.error is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        with contextlib.suppress(AssertionError):  # the assertions below say what is wrong
+            wait_until(lambda: self.puts >= puts or self.error is not None, timeout,
+                       interval=0.01)
         assert self.error is None, self.error
         assert self.puts >= puts
 

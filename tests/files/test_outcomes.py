@@ -338,7 +338,7 @@ def test_a_slow_request_is_hedged_and_the_losing_copy_leaves_no_error_behind():
             if len(sends) == 2:
                 return "second"
             try:
-                await asyncio.sleep(10)
+                await asyncio.Event().wait()  # a copy that never answers
             except asyncio.CancelledError:
                 raise AttemptError(Failure.UNKNOWN, TimeoutError("slow copy")) from None
 

@@ -19,6 +19,26 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05):
         time.sleep(interval)
 
 
+async def until(predicate, timeout: float = 30.0, interval: float = 0.01):
+    """:func:`wait_until` on the running event loop: poll ``predicate`` (a function, or one
+    returning an awaitable) until it is true, letting the loop run between looks; fail the
+    test after ``timeout`` seconds. Returns the true value."""
+    import asyncio
+    import inspect
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
 def run_until_ready_then_kill(script: str, *args: str) -> None:
     """Run ``script`` in a new Python process until it prints ``READY``, then kill it with
     SIGKILL (no cleanup of any kind): a client or driver that dies at a chosen point."""
