@@ -71,13 +71,13 @@ class LiveView:
     # -- adopting new files ---
 
     def reset(self, version: int, manifest: Manifest, journal: list[JournalInfo]) -> None:
-        """Start from manifest ``version`` and the Inker's journal files."""
+        """Start from manifest ``version`` and the Inker's journal files (the disk cache was
+        chosen for this store by :meth:`disk_cached`, with the same manifest)."""
         self.journal_version = version
         self.journal = JournalIndex(journal)
         self.history_sqn = manifest.history_sqn
         self.split_points = split_points(manifest)
         self.files = LedgerFiles.of(version, manifest)
-        self.host.use_disk(self.options, self.url, manifest.store_id)
 
     def adopt(self, files: LedgerFiles) -> None:
         """New Ledger files: retire the ones they replaced, drop the cache entries they hold."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+from support.waits import until
+
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
 from leveled_ray.actors.remote import ValueBatch, pack
@@ -29,17 +31,39 @@ def options(tmp_path, cache_size: int = 64 << 20) -> lr.Options:
                       journal={"compaction_interval_s": 0}, gc={"interval_s": 0})
 
 
+async def written_then_read(tmp_path, count: int, read: list, settle: bool = False) -> int:
+    """A Bookie writes ``KEYS[:count]`` and closes; the next one reads ``read`` (once the
+    Ledger is merged, with ``settle``) and closes, saving its hot list. How many footers and
+    blocks the list names."""
+    url = f"file://{tmp_path}/db"
+    bookie = Bookie(url, options(tmp_path), local=True)
+    await bookie.start()
+    for lo in range(0, count, 500):
+        pairs = [make_change(lr.Put("b", f"k{i:05d}", VALUES[i]), bookie.options, 0.0)
+                 for i in range(lo, min(lo + 500, count))]
+        await bookie.put_many(pack([c for c, _ in pairs]),
+                              ValueBatch(inline=[v for _, v in pairs]))
+    await bookie.close()
+    bookie = Bookie(url, options(tmp_path), local=True)
+    await bookie.start()
+    if settle:
+        await quiet(bookie)  # no merge replaces the files it reads before it closes
+    await bookie.get_many(read)  # what this Bookie holds in memory when it closes
+    held = len(warm_start.hot_list(bookie.view.host, None).blocks)
+    await bookie.close()
+    return held
+
+
 async def quiet(bookie) -> None:
     """Until the Ledger holds every write in merged files (no L0 file is left, so no merge
     will replace the files read before the Bookie closes), and the Bookie reads those."""
-    for _ in range(1000):
+    def merged() -> bool:
         stats = bookie.penciller.stats()
-        if (stats["ledger_sqn"] >= len(KEYS) and not stats["merging"]
+        return (stats["ledger_sqn"] >= len(KEYS) and not stats["merging"]
                 and not stats["l0_files"] and not stats["l0_memory_keys"]
-                and bookie.view.files.version == stats["manifest_id"]):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("merges went on for 10 s")
+                and bookie.view.files.version == stats["manifest_id"])
+
+    await until(merged, timeout=10)
 
 
 def test_a_hot_list_reads_back_and_anything_else_is_empty():
@@ -63,21 +87,7 @@ def test_an_open_loads_what_the_last_bookie_held_within_its_budget(tmp_path):
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, options(tmp_path), local=True)
-        await bookie.start()
-        for lo in range(0, len(KEYS), 500):
-            pairs = [make_change(lr.Put("b", f"k{i:05d}", VALUES[i]), bookie.options, 0.0)
-                     for i in range(lo, lo + 500)]
-            await bookie.put_many(pack([c for c, _ in pairs]),
-                                  ValueBatch(inline=[v for _, v in pairs]))
-        await bookie.close()
-        bookie = Bookie(url, options(tmp_path), local=True)
-        await bookie.start()
-        await quiet(bookie)  # no merge replaces the files it reads before it closes
-        await bookie.get_many(PICKED)  # what this Bookie holds in memory when it closes
-        held = len(warm_start.hot_list(bookie.view.host, None).blocks)
-        await bookie.close()
-
+        held = await written_then_read(tmp_path, len(KEYS), PICKED, settle=True)
         bookie = Bookie(url, options(tmp_path), local=True)
         await bookie.start()
         host, disk = bookie.view.host, bookie.view.host.disk
@@ -109,17 +119,7 @@ def test_a_damaged_block_on_disk_is_not_loaded_and_reads_stay_right(tmp_path):
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, options(tmp_path), local=True)
-        await bookie.start()
-        pairs = [make_change(lr.Put("b", f"k{i:05d}", VALUES[i]), bookie.options, 0.0)
-                 for i in range(1000)]
-        await bookie.put_many(pack([c for c, _ in pairs]),
-                              ValueBatch(inline=[v for _, v in pairs]))
-        await bookie.close()
-        bookie = Bookie(url, options(tmp_path), local=True)
-        await bookie.start()
-        await bookie.get_many(KEYS[:1000])
-        await bookie.close()
+        await written_then_read(tmp_path, 1000, KEYS[:1000])
         with diskcache.Cache(str(tmp_path / "cache")) as cache:  # each block: a wrong byte
             for key in cache.iterkeys():
                 if "@" in key and not key.endswith("hot-list"):
@@ -144,17 +144,7 @@ def test_a_warm_start_asks_the_object_store_for_nothing(tmp_path):
     url = f"file://{tmp_path}/db"
 
     async def run():
-        bookie = Bookie(url, options(tmp_path), local=True)
-        await bookie.start()
-        pairs = [make_change(lr.Put("b", f"k{i:05d}", VALUES[i]), bookie.options, 0.0)
-                 for i in range(1000)]
-        await bookie.put_many(pack([c for c, _ in pairs]),
-                              ValueBatch(inline=[v for _, v in pairs]))
-        await bookie.close()
-        bookie = Bookie(url, options(tmp_path), local=True)
-        await bookie.start()
-        await bookie.get_many(KEYS[:1000])
-        await bookie.close()
+        await written_then_read(tmp_path, 1000, KEYS[:1000])
         with diskcache.Cache(str(tmp_path / "cache")) as cache:
             footers = []
             for key in cache.iterkeys():
