@@ -31,7 +31,7 @@ import pickle
 import sys
 import warnings
 
-from ..errors import FencedError, StoreUnavailableError
+from ..errors import FencedError, StoreClosedError, StoreUnavailableError
 
 #: Methods a restarted Bookie answers before it has reopened its store: they read only what
 #: the constructor set, or wait for the reopen themselves.
@@ -187,13 +187,17 @@ def restartable(cls, actor: RayActor = RAY_ACTOR):
             self._started = asyncio.Event()
             self._reopen: asyncio.Future | None = None
             self._stood_down: FencedError | None = None
+            self._ended: StoreClosedError | None = None
             self.bookie = None
             if not args and not kwargs:
                 kept = assignment(actor)
-                if kept is None:
-                    return  # a spare, still waiting for its store
+                if kept is None:  # a spare, still waiting for its store...
+                    self._end_if_restarted()  # ...unless it had one and closed it
+                    return
                 args, kwargs = (), kept
             self._make(args, kwargs)
+            if self._reopen is None:
+                self._end_if_restarted()
 
         def _make(self, args, kwargs) -> None:
             self.bookie = cls(*args, **kwargs)
@@ -201,15 +205,26 @@ def restartable(cls, actor: RayActor = RAY_ACTOR):
             if self.bookie.lost_epoch is not None:  # the constructor runs in the actor's loop
                 self._reopen = asyncio.ensure_future(self._start_again())
 
+        def _end_if_restarted(self) -> None:
+            """Restarted with no epoch to reclaim the store with: its Bookie was closed before
+            its process died (a mover killed between the close and the actor's end), or died
+            inside its first start. Calls are answered so, not held for a start that no one
+            will call (an ``assign`` or ``start`` makes it a Bookie again)."""
+            if actor.restarted():
+                self._ended = StoreClosedError("this Bookie was closed, or died before it "
+                                               "opened; its restart does not open the store")
+
         def assign(self, kwargs: bytes) -> None:
             """A spare becomes the Bookie ``cls(**pickle.loads(kwargs))``; ``kwargs`` are kept
             in Ray's key-value store, for a restart."""
             if self.bookie is not None:
                 raise RuntimeError("this Bookie already has its store")
             keep_assignment(actor, kwargs)
+            self._ended = None
             self._make((), pickle.loads(kwargs))
 
         async def start(self) -> dict:
+            self._ended = None
             info = await self.bookie.start()
             remember_epoch(actor, self.bookie.epoch)
             self._started.set()
@@ -227,6 +242,8 @@ def restartable(cls, actor: RayActor = RAY_ACTOR):
                 actor.die()
 
         async def reopened(self) -> None:
+            if self._ended is not None:
+                raise self._ended
             if self._reopen is not None:
                 await asyncio.shield(self._reopen)
             else:
@@ -234,6 +251,8 @@ def restartable(cls, actor: RayActor = RAY_ACTOR):
             self.check_reopened()
 
         def check_reopened(self) -> None:
+            if self._ended is not None:
+                raise self._ended
             if self._reopen is not None and not self._reopen.done():
                 raise StoreUnavailableError("the store's Bookie is reopening after a restart")
             if self._reopen is None and not self._started.is_set():
@@ -245,7 +264,7 @@ def restartable(cls, actor: RayActor = RAY_ACTOR):
         async def close(self) -> None:
             if self._reopen is not None:  # whatever its outcome: a stood-down actor closes too
                 await asyncio.gather(asyncio.shield(self._reopen), return_exceptions=True)
-            if self.bookie is not None:  # a spare never assigned holds nothing
+            if self.bookie is not None and self._ended is None:  # else it holds nothing
                 await self.bookie.close()
             forget_epoch(actor)
 

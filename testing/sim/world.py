@@ -279,22 +279,26 @@ class World:
         actor.inc = made
         return self._client(actor, url)
 
-    async def failover(self, key: str) -> bool:
+    async def failover(self, key: str) -> str:
         """Ray's restart of the killed actor of the shard at ``key``: a new process, whose shell
         (``actors/failover.py``) reopens the store by itself, claiming it with the epoch it
-        held; the calls held meanwhile go on. Whether it reclaimed the store (``False``: it
-        stood down, fenced by a newer writer, and answers every call so)."""
+        held; the calls held meanwhile go on. What came of it: ``"reclaimed"``, ``"stood
+        down"`` (fenced by a newer writer, it answers every call so), ``"closed"`` (its
+        Bookie was closed before it was killed: the restart holds no store) or
+        ``"unanswered"``."""
         actor = self.actor_at(key)
         await self._restart(actor)
         for _ in range(600):
             try:
                 await SimHandle(self, actor).stats.remote()
-                return True
+                return "reclaimed"
             except FencedError:
-                return False
-            except StoreClosedError:  # reopening still, or its process died and restarts
+                return "stood down"
+            except StoreUnavailableError:  # a call fault, or its process died and restarts
                 await asyncio.sleep(0.5)
-        return False
+            except StoreClosedError:
+                return "closed"
+        return "unanswered"
 
     async def _restart(self, actor: SimActor) -> None:
         made = await self._shard_process(actor, restarted=True)

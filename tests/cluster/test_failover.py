@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+import ray
 from support.waits import wait_until
 
 import leveled_ray as lr
@@ -79,6 +80,37 @@ def test_with_no_restarts_a_killed_bookie_stays_down(ray_cluster, tmp_url):
         with pytest.raises(lr.StoreClosedError) as raised:
             store.get("b", "k")
         assert not isinstance(raised.value, lr.StoreUnavailableError)
+    finally:
+        store.close()
+    with lr.reader(tmp_url) as r:
+        assert r.get("b", "k") == b"v"
+
+
+def test_a_closed_bookie_whose_process_dies_is_not_reopened_and_answers_closed(ray_cluster,
+                                                                              tmp_url):
+    """A Bookie closed but not yet ended (a mover killed between the two) whose process then
+    dies: Ray restarts the actor, which has no epoch to reclaim the store with. It answers
+    every call with StoreClosedError (not "reopening"), instead of holding calls forever."""
+    store = lr.open(tmp_url)
+    try:
+        store.put("b", "k", b"v")
+        pid = bookie_pid(store)
+        ray.get(store._actor.close.remote())  # the close a move makes before its driver died
+        os.kill(pid, signal.SIGKILL)
+        answer: list = []
+
+        def call() -> None:
+            try:
+                answer.append(store.get("b", "k"))
+            except lr.LeveledError as exc:
+                answer.append(exc)
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        caller.join(timeout=60)
+        assert answer, "the call was held past a minute"
+        assert isinstance(answer[0], lr.StoreClosedError), answer
+        assert not isinstance(answer[0], lr.StoreUnavailableError)
     finally:
         store.close()
     with lr.reader(tmp_url) as r:
