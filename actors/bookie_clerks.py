@@ -64,8 +64,10 @@ class Clerks:
 
     # -- the merge clerk's calls on the Penciller ------------------------------------------------
 
-    def merge_work(self) -> MergeJob | None:
-        return self.penciller.merge_work()
+    async def merge_work(self, wait_s: float = 0.0) -> MergeJob | None:
+        """The next merge for the clerk, or ``None``; with ``wait_s``, a long poll (see
+        :meth:`.penciller.Penciller.wait_merge_work`)."""
+        return await self.penciller.wait_merge_work(wait_s)
 
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
         if self.closing:

@@ -40,6 +40,7 @@ class LedgerCache:
         #: unpushed rows, every change the Ledger files lack, in SQN order.
         self.pushed: deque[tuple[int, pa.RecordBatch]] = deque()
         self.wake_pusher = asyncio.Event()
+        self._pusher_idle = False  # the pusher waits for a change, with no timer
         self.persisted = asyncio.Event()  # set whenever the Ledger's files take entries
         self._push_lock = asyncio.Lock()  # one push in flight keeps pushes in SQN order
 
@@ -85,8 +86,8 @@ class LedgerCache:
         self.log.extend(zip(rows.sqn, rows.key))
         for name in LedgerRows.__slots__:
             getattr(self.unpushed, name).extend(getattr(rows, name))
-        if len(self.unpushed) >= self.push_keys:
-            self.wake_pusher.set()
+        if self._pusher_idle or len(self.unpushed) >= self.push_keys:
+            self.wake_pusher.set()  # a change starts an idle pusher's interval
 
     def drop_persisted(self, persisted_sqn: int) -> None:
         """The Ledger's files now hold every change up to ``persisted_sqn``."""
@@ -152,6 +153,14 @@ class LedgerCache:
         the persisted SQN past them): the owner stops it by flag and waits. An error ends it:
         the changes stay in the Journal, and reopening replays them."""
         while not stopping():
+            if not len(self.unpushed):  # idle: no timer runs until a change comes
+                self.wake_pusher.clear()
+                self._pusher_idle = True
+                try:
+                    await self.wake_pusher.wait()
+                finally:
+                    self._pusher_idle = False
+                continue
             await wait_set(self.wake_pusher, interval_s)
             self.wake_pusher.clear()
             if len(self.unpushed):

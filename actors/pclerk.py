@@ -33,6 +33,9 @@ from .remote import call, process_stats
 
 #: Pause after a failed merge before the next one is chosen.
 FAILURE_PAUSE_S = 1.0
+#: How long each ask for merge work waits for one to come due (a long poll: an idle clerk
+#: makes one call a second, and a merge that comes due starts at once).
+MERGE_POLL_S = 1.0
 
 #: The clerk's counters before its first merge (also a store's, before its clerk starts).
 NO_MERGES = {"merges": 0, "moves": 0, "files_written": 0, "bytes_written": 0, "bytes_read": 0,
@@ -70,18 +73,18 @@ class PencillerClerk:
         self.counters = dict(NO_MERGES)
         self.last_error: str | None = None
 
-    async def run(self, poll_s: float = 0.05) -> None:
-        """Poll the Penciller for merges until stopped. A merge that fails (an object-store
-        error that outlasted its retries, a commit the Penciller refused) is counted and
-        chosen again later; only a store that is gone, closing or fenced stops the clerk."""
+    async def run(self, wait_s: float = MERGE_POLL_S) -> None:
+        """Ask the Penciller for merges until stopped, each ask a long poll of ``wait_s``. A
+        merge that fails (an object-store error that outlasted its retries, a commit the
+        Penciller refused) is counted and chosen again later; only a store that is gone,
+        closing or fenced stops the clerk."""
         while not self.stopped:
             try:
-                job = await call(self.ledger.merge_work)
+                job = await call(self.ledger.merge_work, wait_s)
             except Exception as exc:  # the store is gone or fenced: stop
                 self.last_error = repr(exc)
                 return
             if job is None:
-                await asyncio.sleep(poll_s)
                 continue
             try:
                 outputs = await self.merge(job)

@@ -216,6 +216,16 @@ class Penciller(Owner):
             self._merge_upload = self.begin_upload()  # its outputs are written after this
         return self.merging
 
+    async def wait_merge_work(self, wait_s: float) -> MergeJob | None:
+        """:meth:`merge_work`, as a long poll: with none due, wait up to ``wait_s`` for the
+        levels to change (a flush, a merge's or a bulk install's commit: nothing else makes
+        work) and look again. An idle clerk so costs one call per ``wait_s``, and a merge
+        that comes due starts at once. ``None`` once the Penciller closes."""
+        job = self.merge_work()
+        if job is None and not self.closing and await wait_set(self._changed, wait_s):
+            job = None if self.closing else self.merge_work()
+        return job
+
     async def merge_done(self, job: MergeJob, outputs: tuple) -> int:
         """Commit a finished merge; returns the manifest version that removed its inputs."""
         try:
@@ -308,6 +318,7 @@ class Penciller(Owner):
         """Persist L0 memory so that a clean restart replays nothing."""
         self.closing = True
         self._merged.set()  # a flush waiting for merges goes ahead
+        self._notify()  # and a clerk's long poll for work returns
         if self._flush_task is not None:
             await asyncio.gather(self._flush_task, return_exceptions=True)
         await self.flush()

@@ -64,6 +64,22 @@ def passed(changes: list[Change], counts: list[int], failures: list,
             ValueBatch(inline=[v for v, k in zip(values.inline, keep) if k]))
 
 
+def without_checks(changes: list[Change], counts: list[int]) -> tuple[list[Change], list[int]]:
+    """The changes that write, and how many of them each part has: a transaction's checks
+    (the end of its part) are checked with the conditions, and written nowhere. Several
+    transactions' commits can come in one write (a client's coalesced commits)."""
+    ends = itertools.accumulate(counts)
+    if not any(count and is_check(changes[end - 1]) for end, count in zip(ends, counts)):
+        return changes, counts
+    kept, kept_counts, start = [], [], 0
+    for count in counts:
+        part = written(changes[start:start + count])
+        start += count
+        kept += part
+        kept_counts.append(len(part))
+    return kept, kept_counts
+
+
 #: Bytes of the newest changes kept in memory for listeners (see :mod:`.change_tail`).
 TAIL_BYTES = 16 << 20
 
@@ -233,13 +249,11 @@ class WritePath(KeyLocks):
             failures = check_parts(changes, counts, known, self.next_sqn, now_s)
             if all(failures):
                 return failures  # nothing to write
-            if any(failures):
-                changes, values = passed(changes, counts, failures, values)
-        if is_check(changes[-1]):  # a transaction (one part): its checks held
-            changes = written(changes)
-            counts = [len(changes)]
-            if not changes:
-                return [self.next_sqn]  # it wrote nothing
+        changes, counts = without_checks(changes, counts)
+        if any(failures):
+            changes, values = passed(changes, counts, failures, values)
+        if not changes:  # transactions that only checked, and held
+            return [failure or self.next_sqn for failure in failures]
         if self.indexed or any(c.indexes for c in changes):
             changes = resolve_all(changes, known, now_s)
             self.indexed = True

@@ -15,7 +15,9 @@ part) never lingers.
 
 The Bookie checks each part's conditions on its own (see
 :func:`leveled_ray.codec.conditions.check_parts`): a failed part fails alone, and an error of
-the whole call (fencing, a failed journal write) reaches every part of it.
+the whole call (fencing, a failed journal write) reaches every part of it. A transaction's
+commit is one part (its writes and checks); its reads of versions travel likewise, through a
+:class:`Coalescer` of their own (each part a transaction's keys, read as of one moment).
 """
 
 from __future__ import annotations
@@ -50,10 +52,10 @@ class Part(NamedTuple):
         return not self.future.cancelled()
 
 
-class WriteCoalescer:
+class Coalescer:
     """Queues parts and sends them with ``send(parts)``, which starts one call and returns a
-    :class:`concurrent.futures.Future` of each part's result: its first SQN, or the exception
-    that part alone raised."""
+    :class:`concurrent.futures.Future` of each part's result (a write's first SQN), or the
+    exception that part alone raised."""
 
     def __init__(self, send: Callable[[list[Part]], Future], *, max_changes: int,
                  max_bytes: int, linger_s: float = 0.01, gap_s: float = 0.001):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 from .. import roles
-from ..actors.remote import ValueBatch, call, call_read, pack
+from ..actors.remote import ValueBatch, pack
 from ..admin.backup import backup_version
 from ..admin.progress import progress_of
 from ..clock import Clock, system_clock
@@ -27,8 +27,6 @@ from ..codec import (
     heads_of,
     make_change,
     put_change,
-    range_check,
-    written,
 )
 from ..codec import head_only as head_only_mode
 from ..codec.tictac import DEFAULT_SIZE, TicTacTree, check_size
@@ -41,10 +39,10 @@ from ..options import Options, check_number
 from ..read.history_view import check_moment
 from ..read.queries import Queries, check_index_query
 from .calls import Answer, Call, Submitted, _await, _get, bookie_call, read_call
-from .coalesce import Part, WriteCoalescer
+from .coalesce import Coalescer, Part
 from .listen import Listener
 from .snapshot import Snapshot
-from .transactions import Transactions
+from .store_transactions import StoreTransactions
 
 #: Index queries with ``max_results`` up to this are answered by the Bookie in one round trip;
 #: larger or unbounded ones stream from a snapshot in the caller's process.
@@ -52,6 +50,9 @@ BOOKIE_QUERY_MAX = 10_000
 #: Limits of one call of coalesced puts and deletes (see :mod:`.coalesce`).
 COALESCE_MAX_CHANGES = 1000
 COALESCE_MAX_BYTES = 8 << 20
+#: How long a call of several parts waits for its callers' next parts (``0``: it never
+#: waits, and no helper thread runs, as in the deterministic simulation).
+COALESCE_LINGER_S = 0.01
 
 
 class _SnapshotReleaser:
@@ -72,7 +73,7 @@ class _SnapshotReleaser:
 
 
 @with_sync_twins
-class Store(Queries, Transactions, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
+class Store(Queries, StoreTransactions, roles.KeyReads, roles.Queries, roles.History, roles.Writes,
             roles.PointsInTime, roles.Transactions, roles.Checkpoints, roles.HistoryLeases,
             roles.Maintenance, roles.Backups):
     """A handle on an open store. Picklable: pass it to Ray tasks to use the store there.
@@ -95,9 +96,12 @@ class Store(Queries, Transactions, roles.KeyReads, roles.Queries, roles.History,
         self.name = name
         self.open_info = info
         self.head_only: str | None = info.get("head_only")
-        self._writes = WriteCoalescer(
+        self._writes = Coalescer(
             self._send_parts, max_changes=COALESCE_MAX_CHANGES,
-            max_bytes=min(COALESCE_MAX_BYTES, options.journal.max_file_bytes // 2))
+            max_bytes=min(COALESCE_MAX_BYTES, options.journal.max_file_bytes // 2),
+            linger_s=COALESCE_LINGER_S)
+        self._reads = Coalescer(self._send_reads, max_changes=COALESCE_MAX_CHANGES,
+                                max_bytes=COALESCE_MAX_BYTES, linger_s=COALESCE_LINGER_S)
 
     def __reduce__(self):
         return (Store, (self._actor, self.options, self.url, self.name, self.open_info,
@@ -150,23 +154,6 @@ class Store(Queries, Transactions, roles.KeyReads, roles.Queries, roles.History,
     def _put_many_ref(self, items: Iterable[Put | Delete]):
         changes, values, nbytes = self._changes(items)
         return self._actor.put_many.remote(pack(changes), ValueBatch.pack(values, nbytes))
-
-    async def _commit_changes_async(self, changes: list[Change], values: list,
-                                    ranges: list = ()) -> list[int]:
-        """A transaction's commit: its writes (conditional on their versions), its checks and
-        the key ranges it read (``(lo, hi, found, kind, owners)``, see
-        :func:`~leveled_ray.codec.range_check`), as one ``put_many``."""
-        changes = changes + [range_check(lo, hi, found, kind)
-                             for lo, hi, found, kind, _ in ranges]
-        nbytes = sum(c.size for c in written(changes))
-        return await call(self._actor.put_many, pack(changes), ValueBatch.pack(values, nbytes))
-
-    async def _read_versions_async(self, lkeys: list[bytes], values: bool
-                                   ) -> tuple[list[Head | None], list[bytes | None] | None]:
-        """A transaction's read of checked keys: their heads as of one moment (each SQN is
-        the key's version) and, with ``values``, each version's value. One round trip."""
-        entries, found = await call_read(self._actor.read_versions, lkeys, values)
-        return heads_of(entries), None if found is None else found.to_pylist()
 
     def _keys(self, pairs: Iterable[Sequence], what: str) -> list[bytes]:
         head_only_mode.refuse(self.head_only, what)

@@ -15,7 +15,8 @@ with the writes' conditions, written to no file), and every range it folded or q
 range check (``OP_RANGE``). The store applies the writes only if all of them hold, in one
 step:
 
-* on one shard, that is one ``put_many`` (one round trip, one journal write);
+* on one shard, that is one round trip and one journal write (on a plain store shared with
+  the process's concurrent commits: :mod:`.store_transactions`);
 * across shards, the cross-shard protocol (:mod:`leveled_ray.cluster.txn`): each shard locks
   the keys and ranges and checks them when it prepares its part, so none can change before
   the commit record decides.

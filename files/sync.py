@@ -34,6 +34,8 @@ async def gather_or_cancel(*aws) -> list:
     tasks = [asyncio.ensure_future(a) for a in aws]
     try:
         return await asyncio.gather(*tasks)
+    except GeneratorExit:  # this coroutine is discarded unfinished (its loop may be closed)
+        raise
     except BaseException:
         for task in tasks:
             task.cancel()

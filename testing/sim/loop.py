@@ -118,6 +118,10 @@ class _SimTask(asyncio.Task):
     def __hash__(self) -> int:
         return self._number
 
+    def future(self) -> _SimTask:
+        """As a Ray call's ``ObjectRef.future()`` (a call held for a restarting actor)."""
+        return self
+
 
 class _SimFuture(asyncio.Future):
     def __init__(self, *, loop, number: int):
@@ -126,6 +130,10 @@ class _SimFuture(asyncio.Future):
 
     def __hash__(self) -> int:
         return self._number
+
+    def future(self) -> _SimFuture:
+        """As a Ray call's ``ObjectRef.future()``: its answer, here this future itself."""
+        return self
 
 
 class Deadlock(RuntimeError):

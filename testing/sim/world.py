@@ -41,6 +41,7 @@ from leveled_ray.actors.bookie import Bookie
 from leveled_ray.actors.failover import restartable
 from leveled_ray.bulk import read as bulk_read
 from leveled_ray.bulk import write as bulk_write
+from leveled_ray.client import store as client_store
 from leveled_ray.client.store import Store
 from leveled_ray.clock import system_clock
 from leveled_ray.cluster import txn
@@ -454,6 +455,9 @@ class World:
         # thread of its own: here, in a task of the caller's process (no thread may race
         # the simulation).
         self._patches.enter_context(_patched(txn, "_RECORD_DELETES", _RecordDeletes()))
+        # A handle's coalesced writes send each next call as the one before returns, in the
+        # loop: no helper thread lingers for them.
+        self._patches.enter_context(_patched(client_store, "COALESCE_LINGER_S", 0.0))
         return self
 
     def __exit__(self, *exc) -> None:

@@ -10,7 +10,7 @@ import pytest
 from support.waits import until, wait_until
 
 import leveled_ray as lr
-from leveled_ray.client.coalesce import WriteCoalescer
+from leveled_ray.client.coalesce import Coalescer
 
 
 class FakeBookie:
@@ -42,7 +42,7 @@ class FakeBookie:
 
 
 def coalescer(bookie, max_changes=100, max_bytes=1 << 20, linger_s=0.0, gap_s=0.0):
-    return WriteCoalescer(bookie.send, max_changes=max_changes, max_bytes=max_bytes,
+    return Coalescer(bookie.send, max_changes=max_changes, max_bytes=max_bytes,
                           linger_s=linger_s, gap_s=gap_s)
 
 

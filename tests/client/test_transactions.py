@@ -123,6 +123,58 @@ def test_async_transactions_and_read_only_ones(store):
     assert balances(store, 4) == [100, 100, 1, 2]
 
 
+@pytest.mark.parametrize("isolation", ["serializable", "snapshot"])
+def test_concurrent_commits_that_share_a_call_lose_no_update(ray_cluster, tmp_url, isolation):
+    """Many transactions of one handle on a plain store read one counter at the same
+    version, then all commit at once, behind a put in flight: their commits travel together
+    (one call, each checked after those before it), so exactly one of them commits, and the
+    counter ends at the number of commits. Under serializable, each also checks a key it
+    read and left alone."""
+    with lr.open(tmp_url) as store:
+        commits_share_calls(store, isolation)
+
+
+def commits_share_calls(store, isolation: str) -> None:
+    store.put_many([lr.Put("ctr", "n", b"0"), lr.Put("ctr", "watched", b"w")])
+
+    async def read(i: int) -> lr.Transaction:
+        t = store.transaction(isolation)
+        n = int(await t.get_async("ctr", "n"))
+        await t.get_async("ctr", "watched")
+        t.put("ctr", "n", b"%d" % (n + 1))
+        t.put("ctr", f"{isolation}{i}", b"%d" % n)
+        return t
+
+    async def commit(t: lr.Transaction) -> bool:
+        try:
+            await t.commit_async()
+            return True
+        except lr.ConflictError:
+            return False
+
+    async def run() -> list[bool]:
+        done = []
+        for batch in range(4):
+            read_all = await asyncio.gather(*(read(32 * batch + i) for i in range(32)))
+            in_flight = asyncio.ensure_future(store.put_async("ctr", "other", b"x"))
+            await asyncio.sleep(0)  # sent: the commits queue behind it
+            done += await asyncio.gather(*(commit(t) for t in read_all))
+            await in_flight
+        return done
+
+    before, reads = dict(store._writes.counters), dict(store._reads.counters)
+    committed = sum(asyncio.run(run()))
+    assert committed == 4  # one of each batch: the others read what it changed
+    assert int(store.get("ctr", "n")) == committed
+    mine = store.get_many([("ctr", f"{isolation}{i}") for i in range(128)])
+    assert sorted(int(v) for v in mine if v is not None) == list(range(committed))
+    after = store._writes.counters  # the commits of a batch went in one call
+    assert after["parts"] - before["parts"] >= after["calls"] - before["calls"] + 4 * 30
+    if isolation == "serializable":  # their reads of the store as it is shared calls too
+        after = store._reads.counters
+        assert after["parts"] - reads["parts"] > after["calls"] - reads["calls"]
+
+
 def test_bad_input_is_refused_and_changes_nothing(store):
     store.put("acct", "a0", b"100")
     with pytest.raises(lr.InvalidArgumentError):

@@ -218,8 +218,9 @@ class Run:
         for i in range(config.stream_writers):
             self.drivers.append(world.spawn(f"stream{i}", self.stream_writer(i)))
         for i in range(config.transfers):
+            # A handle of its own, as a process has (its commits coalesce with its own).
             self.drivers.append(world.spawn(f"transfers{i}", self.transfers.client(
-                self.store, i, 2 * config.ops, self.pause)))
+                world.store(), i, 2 * config.ops, self.pause)))
         for i in range(config.backups):  # a driver: chaos may kill it
             self.drivers.append(world.spawn(f"backup{i}", self.backer(i)))
         others = [world.spawn("reader", self.reader())[1],

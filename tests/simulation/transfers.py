@@ -12,6 +12,7 @@ is in it once and whole, a refused one never.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 from model import Model, definite
@@ -32,6 +33,8 @@ OPENING = 100
 #: Two doctors on call (1) or not (0): a shift change reads both and writes one, so two at
 #: once skew their writes unless the isolation is serializable.
 DOCTORS = [("oncall", "d0"), ("oncall", "d1")]
+#: Transactions a client runs at once.
+AT_ONCE = 3
 
 
 def parse(value: bytes | None, on_call: int = OPENING) -> tuple[str, int]:
@@ -51,16 +54,33 @@ class Transfers:
         self.history: list[Txn] = []
 
     async def client(self, store, i: int, count: int, pause) -> None:
-        """``count`` transactions of client ``i``: mostly transfers, some audits."""
-        for k in range(count):
-            kind = self.rng.random()
-            if kind < 0.25:
-                await self.audit(store, f"audit{i}.{k}")
-            elif kind < 0.5:
-                await self.shift(store, f"shift{i}.{k}", pause)
-            else:
-                await self.transfer(store, f"x{i}.{k}", pause)
-            await pause(0.5)
+        """``count`` transactions of client ``i``, mostly transfers, some shift changes and
+        audits, in rounds of :data:`AT_ONCE` on its handle with the same thinking time: as a
+        process's concurrent transactions, their reads and commits share calls
+        (``client/coalesce.py``; counted as ``transaction calls shared``)."""
+        try:
+            for first in range(0, count, AT_ONCE):
+                delay = self.rng.random() * 0.5
+
+                async def think(_most_s: float) -> None:
+                    await asyncio.sleep(delay)
+                await asyncio.gather(*(self.one(store, f"{i}.{k}", think)
+                                       for k in range(first, min(first + AT_ONCE, count))))
+                await pause(0.5)
+        finally:
+            for shard in getattr(store, "_stores", [store]):
+                for counters in (shard._writes.counters, shard._reads.counters):
+                    self.model.checks["transaction calls shared"] += (counters["parts"]
+                                                                      - counters["calls"])
+
+    async def one(self, store, name: str, think) -> None:
+        kind = self.rng.random()
+        if kind < 0.25:
+            await self.audit(store, f"audit{name}")
+        elif kind < 0.5:
+            await self.shift(store, f"shift{name}", think)
+        else:
+            await self.transfer(store, f"x{name}", think)
 
     async def shift(self, store, tid: str, think) -> None:
         """Read both doctors; if both are on call one goes off, else the one off comes on."""
