@@ -317,6 +317,37 @@ def test_a_long_poll_passes_on_a_cancel_that_arrives_as_its_event_is_set():
     assert asyncio.run(run())
 
 
+def test_an_ask_for_merge_work_waits_for_the_levels_to_change(tmp_path):
+    """The merge clerk's ask is a long poll: with no merge due it waits, returns the merge a
+    flush made due as soon as the flush commits, and returns ``None`` when the Bookie closes.
+    (An idle clerk so makes one call per MERGE_POLL_S, not one every few milliseconds.)"""
+    async def idle_bookie(name: str) -> Bookie:
+        bookie = Bookie(f"file://{tmp_path / name}", TINY, local=True)
+        await bookie.start()
+        bookie._merge_clerk().local.stop()
+        await bookie._merges  # its own ask ended: the Penciller's work is ours
+        return bookie
+
+    async def run():
+        bookie = await idle_bookie("flushed")
+        asking = asyncio.ensure_future(bookie.penciller.wait_merge_work(60))
+        await asyncio.sleep(0.05)
+        assert not asking.done()  # nothing due: it waits
+        await write(bookie, [lr.Put("b", f"k{i:03d}", b"v") for i in range(40)])
+        job = await asyncio.wait_for(asking, 20)  # the flush's commit answers it
+        assert job is not None and job.source_level == 0
+        bookie.penciller.merge_failed(job, "handed back")
+        await bookie.close()
+
+        bookie = await idle_bookie("closed")
+        asking = asyncio.ensure_future(bookie.penciller.wait_merge_work(60))
+        await asyncio.sleep(0.05)
+        await bookie.close()
+        assert await asyncio.wait_for(asking, 20) is None
+
+    asyncio.run(run())
+
+
 def test_close_does_not_wait_for_merges_that_will_not_come(tmp_path):
     """L0 full and merges stalled: close still persists L0 memory and returns."""
     root = str(tmp_path / "db")
