@@ -5,7 +5,8 @@ The clients, each a process of its own:
 
 * **txn writers**: cross-shard ``put_many`` (prepare, commit record, apply);
 * **transfer clients**: transactions that move amounts between accounts, and audits that read
-  them all (:mod:`transfers`), their history checked for the isolation's anomalies;
+  them all (:mod:`transfers`), three at a time on a client's handle (their calls shared),
+  their history checked for the isolation's anomalies;
 * **bulk writers**: bulk writes through the running store (the Spark writer's path), some of
   unique keys and some contending for :data:`~model.SHARED_KEYS`, waiting a random while
   between writing and committing (so commits come out of begin order), calling ``abort``
