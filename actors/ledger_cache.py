@@ -160,6 +160,7 @@ class LedgerCache:
                     await self.wake_pusher.wait()
                 finally:
                     self._pusher_idle = False
+                self.wake_pusher.clear()  # that change starts the interval, it is not pushed alone
                 continue
             await wait_set(self.wake_pusher, interval_s)
             self.wake_pusher.clear()

@@ -162,6 +162,29 @@ def test_the_ledger_cache_sees_pending_then_durable_then_persisted():
     assert sent == [(2, 3)] and len(cache.overlay_batches()) == 1
     cache.drop_persisted(2)
     assert cache.get(b"k") is None and cache.get(b"m").sqn == 3 and cache.backlog == 1
+
+def test_a_change_to_an_idle_pusher_starts_its_interval_and_does_not_push_alone():
+    """The changes that follow one another within ``push_ms`` go to the Penciller together:
+    the first change after an idle spell starts the pusher's interval, it does not push
+    that change by itself (which cost a push, and its Arrow batch, per sequential put)."""
+    cache, sent = LedgerCache(push_keys=3), []
+
+    async def send(batch, upto):
+        sent.append((batch.num_rows, upto))
+
+    async def run():
+        pusher = asyncio.create_task(cache.run_pusher(
+            lambda: len(cache.unpushed), send, interval_s=3600, stopping=lambda: False))
+        await asyncio.sleep(0)  # idle: it waits for a change
+        for sqn in (1, 2, 3):
+            cache.add_durable(rows((b"k%d" % sqn, sqn)))
+            for _ in range(10):  # let the woken pusher run as far as it goes
+                await asyncio.sleep(0)
+        pusher.cancel()
+
+    asyncio.run(run())
+    assert sent == [(3, 3)]  # one push, when push_keys changes were waiting
+
     cache.drop_persisted(3)
     assert cache.backlog == 0 and cache.overlay_batches() == []
 
