@@ -13,6 +13,11 @@ the call after it. So the next call *lingers*: a helper thread sends it once ``n
 once no part has come for ``gap_s``, or after at most ``linger_s``. A lone writer (calls of one
 part) never lingers.
 
+A thread that finds no call in flight sends its part and, given ``wait`` (Ray's ``ray.get``),
+waits for that call itself rather than for a future that Ray's callback thread completes:
+a lone writer's answer comes about 0.2 ms sooner here. The parts that arrive meanwhile go in
+the next call, as above.
+
 The Bookie checks each part's conditions on its own (see
 :func:`leveled_ray.codec.conditions.check_parts`): a failed part fails alone, and an error of
 the whole call (fencing, a failed journal write) reaches every part of it. A transaction's
@@ -28,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..actors.remote import unwrap
 
@@ -57,9 +62,14 @@ class Coalescer:
     :class:`concurrent.futures.Future` of each part's result (a write's first SQN), or the
     exception that part alone raised."""
 
-    def __init__(self, send: Callable[[list[Part]], Future], *, max_changes: int,
-                 max_bytes: int, linger_s: float = 0.01, gap_s: float = 0.001):
-        self._send_call = send
+    def __init__(self, send: Callable[[list[Part]], Any], *, max_changes: int,
+                 max_bytes: int, linger_s: float = 0.01, gap_s: float = 0.001,
+                 future: Callable[[Any], Future] = lambda call: call,
+                 wait: Callable[[Any], list] | None = None):
+        """``send(parts)`` starts a call; ``future(call)`` is a future of its results (by
+        default the call is one), and ``wait(call)``, if given, waits for them in the
+        calling thread (see the module's docstring)."""
+        self._send_call, self._future, self._wait = send, future, wait
         self.max_changes, self.max_bytes = max_changes, max_bytes
         self.linger_s, self.gap_s = linger_s, gap_s
         self._lock = threading.Lock()
@@ -84,7 +94,10 @@ class Coalescer:
                 return part.future
             self._busy = True
             batch = self._take()
-        self._send(batch)
+        if loop is None and self._wait is not None:
+            self._send_and_wait(batch)
+        else:
+            self._send(batch)
         return part.future
 
     def _take(self) -> list[Part]:
@@ -101,25 +114,56 @@ class Coalescer:
                 nbytes += part.nbytes
         return batch
 
+    def _start(self, batch: list[Part]) -> Any:
+        """Start the call of ``batch``; ``None`` if it could not be sent (its parts failed,
+        and the next batch is the caller's to send)."""
+        self.counters["calls"] += 1
+        self.counters["parts"] += len(batch)
+        try:
+            return self._send_call(batch)
+        except BaseException as exc:  # nothing was sent: these parts fail
+            self._deliver(batch, None, exc)
+            return None
+
     def _send(self, batch: list[Part]) -> None:
         while batch:
-            self.counters["calls"] += 1
-            self.counters["parts"] += len(batch)
-            try:
-                call = self._send_call(batch)
-            except BaseException as exc:  # nothing was sent: these parts fail, the next go
-                self._deliver(batch, None, exc)
+            call = self._start(batch)
+            if call is None:
                 batch = self._next()
                 continue
-            call.add_done_callback(lambda done, sent=batch: self._complete(sent, done))
+            self._future(call).add_done_callback(
+                lambda done, sent=batch: self._complete(sent, done))
             return
         # Every part was cancelled: the queue is empty and nothing is in flight.
+
+    def _send_and_wait(self, batch: list[Part]) -> None:
+        """Send ``batch`` and wait for its call in this thread, then send what came meanwhile.
+        Interrupted (Ctrl-C), the call completes as any other, and the interrupt goes on."""
+        assert self._wait is not None
+        call = self._start(batch) if batch else None
+        if call is None:
+            self._send(self._next())
+            return
+        try:
+            results, error = self._wait(call), None
+        except Exception as exc:
+            results, error = None, unwrap(exc)
+        except BaseException:
+            self._future(call).add_done_callback(
+                lambda done, sent=batch: self._complete(sent, done))
+            raise
+        self._settled(batch, results, error)
 
     def _complete(self, batch: list[Part], done: Future) -> None:
         try:
             results, error = done.result(), None
         except BaseException as exc:
             results, error = None, unwrap(exc)
+        self._settled(batch, results, error)
+
+    def _settled(self, batch: list[Part], results: list | None,
+                 error: BaseException | None) -> None:
+        """A call's outcome: to its parts, then the next call goes (or lingers)."""
         self._deliver(batch, results, error)
         if len(batch) > 1 and self.linger_s > 0:
             with self._lock:

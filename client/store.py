@@ -99,7 +99,7 @@ class Store(Queries, StoreTransactions, roles.KeyReads, roles.Queries, roles.His
         self._writes = Coalescer(
             self._send_parts, max_changes=COALESCE_MAX_CHANGES,
             max_bytes=min(COALESCE_MAX_BYTES, options.journal.max_file_bytes // 2),
-            linger_s=COALESCE_LINGER_S)
+            linger_s=COALESCE_LINGER_S, future=lambda ref: ref.future(), wait=_get)
         self._reads = Coalescer(self._send_reads, max_changes=COALESCE_MAX_CHANGES,
                                 max_bytes=COALESCE_MAX_BYTES, linger_s=COALESCE_LINGER_S)
 
@@ -132,12 +132,12 @@ class Store(Queries, StoreTransactions, roles.KeyReads, roles.Queries, roles.His
         change, _ = delete_change(bucket, key, self.options, indexes=indexes, if_sqn=if_sqn)
         return self._writes.submit([change], [None], 0, loop=loop)
 
-    def _send_parts(self, parts: list[Part]) -> Future:
-        """One Bookie call for the coalesced puts and deletes of this process."""
+    def _send_parts(self, parts: list[Part]):
+        """One Bookie call for the coalesced puts and deletes of this process: its ref."""
         changes = [c for part in parts for c in part.changes]
         values = [v for part in parts for v in part.values]
         return self._actor.put_parts.remote(
-            pack((changes, [len(part.changes) for part in parts])), values).future()
+            pack((changes, [len(part.changes) for part in parts])), values)
 
     def _changes(self, items: Iterable[Put | Delete]) -> tuple[list[Change], list, int]:
         """A ``put_many``'s checked changes, their values, and its size in bytes."""

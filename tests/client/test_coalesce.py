@@ -190,3 +190,49 @@ def test_a_linger_ends_once_the_callers_stop_coming():
     c.submit(["d"], [b"v"], 1)  # only one comes back
     wait_for(lambda: len(bookie.calls) == 3)
     assert time.monotonic() - started < 5.0 and bookie.calls[2][0] == [["d"]]
+
+
+def test_a_thread_that_finds_no_call_in_flight_waits_for_its_own_and_sends_the_next():
+    """With ``wait``, the sending thread waits for its call itself (no future's callback);
+    parts that come meanwhile go in the next call, which completes as usual."""
+    bookie, waited = FakeBookie(), []
+
+    def wait(call):
+        waited.append(call)
+        return call.result(timeout=5)
+
+    c = Coalescer(bookie.send, max_changes=100, max_bytes=1 << 20, linger_s=0.0, gap_s=0.0,
+                  wait=wait)
+    sqns: list = []
+    writer = threading.Thread(target=lambda: sqns.append(c.submit(["a"], [b"1"], 1).result()))
+    writer.start()
+    wait_for(lambda: waited)
+    queued = []
+    other = threading.Thread(target=lambda: queued.append(c.submit(["b"], [b"2"], 1)))
+    other.start()
+    other.join()  # queued behind the call in flight: its own thread does not wait for it
+    assert len(bookie.calls) == 1
+    bookie.answer(0, sqn=1)
+    writer.join(5)
+    assert sqns == [1] and waited == [bookie.calls[0][1]]
+    assert bookie.calls[1][0] == [["b"]]  # sent by the first writer's thread, not waited
+    bookie.answer(1, sqn=2)
+    assert queued[0].result(timeout=5) == 2 and len(waited) == 1
+
+
+def test_an_interrupted_wait_leaves_the_call_to_complete_as_any_other():
+    bookie = FakeBookie()
+
+    def interrupted(call):
+        raise KeyboardInterrupt
+
+    c = Coalescer(bookie.send, max_changes=100, max_bytes=1 << 20, linger_s=0.0, gap_s=0.0,
+                  wait=interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        c.submit(["a"], [b"1"], 1)
+    queued = c.submit(["b"], [b"2"], 1)  # the interrupted call is still in flight
+    assert len(bookie.calls) == 1
+    bookie.answer(0, sqn=1)  # its outcome lands, and the next call goes
+    assert bookie.calls[1][0] == [["b"]]
+    bookie.answer(1, sqn=2)
+    assert queued.result(timeout=5) == 2
