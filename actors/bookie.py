@@ -135,7 +135,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
                                    self.clock, self.epoch, latest, journal=self.inker)
         self.penciller.tree.host = self.view.host  # its reads' files stay while read
         await self.penciller.tree.open(m)
-        if any(m.levels):
+        if self.penciller.merge_due():
             self._merge_clerk()
         opened = await self.inker.open()
         self.inker.attach_clerk(self._compaction_clerk)
@@ -252,7 +252,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
     def _adopt(self, files: LedgerFiles) -> None:
         advanced = files.persisted_sqn > self.view.files.persisted_sqn
         self.view.adopt(files)
-        if any(files.levels):
+        if self.penciller.merge_due():
             self._merge_clerk()
         if self.head_only and advanced:  # the Inker deletes the journal files now in SSTs
             self.tasks.start(self._start_compaction(), "journal trim")

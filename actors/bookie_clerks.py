@@ -16,9 +16,10 @@ class Clerks:
     """Part of :class:`.bookie.Bookie`: starting its clerks, and the merge clerk's calls."""
 
     def _merge_clerk(self):
-        """The Penciller's merge clerk, started when the Ledger first holds a file: until then
-        there is nothing to merge (a store's first file comes after ``push_keys`` changes, or
-        with a bulk write)."""
+        """The Penciller's merge clerk, started when a merge first comes due: until then its
+        process would wait (a store's first file comes after ``push_keys`` changes, or with a
+        bulk write; a store reopened with its levels within their sizes has nothing to merge
+        until a flush)."""
         if self.pclerk is None and not self.closing:
             self.pclerk = spawn(PencillerClerk, "pclerk", self.local, self.name, self.store,
                                 self.options, self.clock, self_handle(self, self.local))

@@ -27,7 +27,7 @@ from ..files.clerk import write_sst
 from ..files.store import ObjectStore
 from ..manifest import checkpoints
 from ..manifest.ingest import ingest
-from ..manifest.levels import MergeJob, apply_merge, choose_work, inherited_work
+from ..manifest.levels import MergeJob, apply_merge, choose_work, inherited_work, merge_due
 from ..manifest.store import Versioned
 from ..manifest.transitions import add_l0, persist_ledger_sqn, save_tree
 from ..options import Options
@@ -199,6 +199,10 @@ class Penciller(Owner):
         return self.files() if self.latest.id != known_version else None
 
     # -- merges (done by the Penciller's clerk) --
+
+    def merge_due(self) -> bool:
+        """Whether a merge is due (see :func:`~leveled_ray.manifest.levels.merge_due`)."""
+        return merge_due(self.latest.manifest.levels, self.files().owns)
 
     def merge_work(self) -> MergeJob | None:
         """The next merge for the clerk, or ``None`` (also while one is in flight)."""

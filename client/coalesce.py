@@ -15,8 +15,8 @@ part) never lingers.
 
 A thread that finds no call in flight sends its part and, given ``wait`` (Ray's ``ray.get``),
 waits for that call itself rather than for a future that Ray's callback thread completes:
-a lone writer's answer comes about 0.2 ms sooner here. The parts that arrive meanwhile go in
-the next call, as above.
+a lone writer's answer comes about 0.1 ms sooner here (docs: "The time of one call"). The
+parts that arrive meanwhile go in the next call, as above.
 
 The Bookie checks each part's conditions on its own (see
 :func:`leveled_ray.codec.conditions.check_parts`): a failed part fails alone, and an error of

@@ -105,6 +105,13 @@ def choose_work(levels: tuple[tuple[SstInfo, ...], ...], rng: random.Random,
     return None
 
 
+def merge_due(levels: tuple[tuple[SstInfo, ...], ...], owns: Owns | None) -> bool:
+    """Whether a merge is due: what :func:`choose_work`, or for a split shard's child
+    :func:`inherited_work`, would give a clerk (whose process need not run until then)."""
+    return (choose_work(levels, random.Random(0)) is not None
+            or (owns is not None and inherited_work(levels, owns) is not None))
+
+
 def inherited_work(levels: tuple[tuple[SstInfo, ...], ...], owns: Owns) -> MergeJob | None:
     """For a split shard's child, when no merge is due: its shallowest inherited file goes
     down a level, rewritten without the keys the child does not own, so that in time it

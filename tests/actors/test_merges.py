@@ -438,3 +438,34 @@ def test_a_write_waiting_for_a_cut_when_the_store_closes_is_refused(tmp_path):
             await asyncio.wait_for(held, timeout=5)
 
     asyncio.run(run())
+
+
+def test_the_merge_clerk_starts_when_a_merge_comes_due_not_at_every_open(tmp_path):
+    """A store reopened with its levels within their sizes starts no merge clerk (a process
+    each, on a cluster): the first flush that makes a merge due starts it."""
+    url = f"file://{tmp_path / 'db'}"
+
+    async def run():
+        bookie = Bookie(url, TINY, local=True)
+        await bookie.start()
+        await write(bookie, [lr.Put("b", f"k{i:03d}", b"v") for i in range(40)])
+        await settle(bookie)
+        assert bookie.pclerk is not None and any(bookie.penciller.latest.manifest.levels)
+        await bookie.close()
+
+        bookie = Bookie(url, TINY, local=True)
+        await bookie.start()
+        assert (bookie.pclerk is not None) == bookie.penciller.merge_due()
+        await settle(bookie)
+        await bookie.close()  # settled, and nothing written since: nothing due
+
+        bookie = Bookie(url, TINY, local=True)
+        await bookie.start()
+        assert bookie.pclerk is None and any(bookie.penciller.latest.manifest.levels)
+        assert await bookie.get_many([object_key("b", "k007")]) == [b"v"]
+        await write(bookie, [lr.Put("b", f"n{i:03d}", b"v") for i in range(40)])
+        await until(lambda: bookie.pclerk is not None, 20)  # a flush made a merge due
+        await settle(bookie)
+        await bookie.close()
+
+    asyncio.run(run())

@@ -97,3 +97,6 @@ def test_a_split_child_rewrites_its_inherited_files_when_no_merge_is_due():
     alone = lv.MergeJob(2, (inherited,), (), True, owns)
     assert not alone.move_only and lv.MergeJob(2, (own,), (), True, owns).move_only
     assert lv.inherited_work(((), (own,), (below,)), owns) is None  # nothing inherited
+    assert lv.merge_due(levels, owns) and not lv.merge_due(levels, None)  # a clerk is needed
+    assert not lv.merge_due(((), (own,), (below,)), owns)
+    assert lv.merge_due(((own,), (), ()), None)  # an L0 file
