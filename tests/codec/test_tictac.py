@@ -2,6 +2,7 @@
 
 import random
 
+import lz4.block
 import numpy as np
 import pytest
 from hypothesis import given
@@ -94,7 +95,13 @@ def test_sizes_shapes_and_an_encoded_tree():
     assert len(large.leaves.tobytes()) == 4 << 20 and len(large.branch(0)) == 4 * BRANCH_WIDTH
     assert len(large.encode()) < 64 << 10  # compressed: a store's tree is mostly zeros at first
     tree = tree_of({b"x": 1, b"y": 2}, "xsmall")
+    assert tree.encode()[0] == 3 and len(tree.encode()) < 64  # its two segments
     assert TicTacTree.decode(tree.encode()) == tree
+    assert TicTacTree.decode(TicTacTree("large").encode()) == TicTacTree("large")
+    half = TicTacTree("xsmall", np.arange(1 << 14, dtype=np.uint32) % 2)
+    assert half.encode()[0] == 2 and TicTacTree.decode(half.encode()) == half
+    packed = b"\x02" + b"xsmall".ljust(8, b"\0") + lz4.block.compress(tree.leaves.tobytes())
+    assert TicTacTree.decode(packed) == tree  # trees saved in format 2 still load
     format_1 = b"\x01" + b"xsmall".ljust(8, b"\0") + tree.leaves.astype("<u4").tobytes()
     assert TicTacTree.decode(format_1) == tree  # trees saved before compression still load
     full = TicTacTree("small", np.random.default_rng(1).integers(0, 2**32, 1 << 16,
@@ -115,3 +122,7 @@ def test_sizes_shapes_and_an_encoded_tree():
         TicTacTree.decode(b"\x09junk")
     with pytest.raises(lr.InvalidArgumentError):
         TicTacTree.decode(tree.encode()[:-3])  # damaged
+    for at in ([5, 3], [3, 3], [0, 1 << 14]):  # out of order, twice, past the last segment
+        sparse = np.array(at, dtype="<u4").tobytes() + np.array([1, 2], dtype="<u4").tobytes()
+        with pytest.raises(lr.InvalidArgumentError):
+            TicTacTree.decode(b"\x03" + b"xsmall".ljust(8, b"\0") + lz4.block.compress(sparse))

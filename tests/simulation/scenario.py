@@ -80,9 +80,14 @@ async def answered(call, tries: int = 20):
 
 #: Virtual seconds a run may take before it counts as hung.
 LIMIT_S = 3600.0
-OPTIONS = lr.Options(ledger=dict(l0_max_keys=40, push_keys=10, push_ms=50, sst_max_keys=30),
+#: Trees of ``small`` size (not the default ``large``: a 4 MiB tree made, copied and saved at
+#: every open and close was a tenth of a run's time), checked at ``xsmall`` (a resize).
+OPTIONS = lr.Options(ledger=dict(l0_max_keys=40, push_keys=10, push_ms=50, sst_max_keys=30,
+                                 tree_size="small"),
                      journal=dict(compaction_interval_s=2.0, small_files=8), txn_timeout_s=5.0,
                      gc=dict(min_age_s=60.0, interval_s=0))
+
+CHECKED_TREE = "xsmall"
 
 
 @dataclass
@@ -739,14 +744,14 @@ class Run:
         tree being folded again (after a crash or a bulk write) is waited for."""
         store = self.world.store()
         for _ in range(60):
-            kept = await store.kept_tree_async("small")
+            kept = await store.kept_tree_async(CHECKED_TREE)
             if kept is not None:
                 break
             await asyncio.sleep(1.0)
         else:
             self.model.violated("a store keeps its tree", f"{where}: none after 60 s")
             return
-        if kept != await FoldedSide("small", [store], (None, None, None))._fold_tree(store):
+        if kept != await FoldedSide(CHECKED_TREE, [store], (None, None, None))._fold_tree(store):
             self.model.violated("the kept tree is the folded one", where)
         self.model.checks["kept tree"] += 1
 
