@@ -326,6 +326,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self._check_readable(lkeys)
         if self.writes.locks:
             await self.writes.wait_unlocked(lkeys)
+        await self.writes.written_before_read(lkeys)
         entries, found = await self.view.read_versions(lkeys, values)
         return entries, None if found is None else pa.array(found, pa.binary())
 

@@ -178,3 +178,26 @@ def test_a_part_whose_apply_was_in_doubt_and_landed_is_not_applied_again(tmp_url
         await bookie.close()
 
     asyncio.run(run())
+
+
+def test_a_transaction_reads_a_key_being_written_once_that_write_is_durable(tmp_url):
+    """A transaction's read of a key whose change has its SQN but is not yet durable waits
+    for that write and reads it, not the version before it, with which its commit would
+    conflict for certain (a hot key under Zipf-skewed transfers)."""
+    async def run():
+        bookie = await _open(tmp_url)
+        await write(bookie, [lr.Put("b", "k", b"1")], OPTIONS)
+        gate, create = asyncio.Event(), bookie.store.create_or_seal_async
+
+        async def held(*args, **kwargs):  # the next journal file waits for the gate
+            await gate.wait()
+            return await create(*args, **kwargs)
+        bookie.store.create_or_seal_async = held
+        lkey = object_key("b", "k")
+        second = asyncio.create_task(write(bookie, [lr.Put("b", "k", b"2")], OPTIONS))
+        await until(lambda: lkey in bookie.writes.cache.pending)
+        asyncio.get_running_loop().call_later(0.3, gate.set)  # the longest the write is held
+        entries, found = await bookie.read_versions([lkey])
+        assert found.to_pylist() == [b"2"] and entries[0][0] == (await second)[0]
+        await bookie.close()
+    asyncio.run(run())
