@@ -11,7 +11,10 @@ Measures (1 KiB values):
 - a cross-shard ``put_many`` of 1 000 items against a single-shard one of the same size;
 - a consistent checkpoint of 4 shards against a plain store's checkpoint, and the longest
   write pause a cut caused;
-- a fold of every key, 4 shards against plain.
+- a fold of every key, 4 shards against plain;
+- a reopen after every actor of the store was killed (``ray.kill``: no close, the Ledger's
+  memory lost, the Journal replayed), to the first read answered by every shard: 4 shards
+  against plain (median of ``--reopens``, alternating).
 
 Prints each figure with its ratio and writes ``docs/img/shards.png``.
 Run: ``python bench/shards.py`` (``--quick`` for a smaller run).
@@ -98,16 +101,34 @@ def keys_in(store, shard: int, count: int, prefix: str) -> list[str]:
     return out
 
 
+def killed_then_reopened(url: str, shards: int | None, round_: int) -> float:
+    """Seconds from ``lr.open`` of a store whose every actor was killed with unpersisted
+    changes (its Journal replayed) to the first read answered by each shard."""
+    store = lr.open(url, shards=shards) if shards else lr.open(url)
+    store.put_many([lr.Put("z", f"r{round_}-{i}", VALUE) for i in range(2000)])
+    for actor in store.actors():
+        ray.kill(actor, no_restart=True)
+    started = time.perf_counter()
+    store = lr.open(url, shards=shards) if shards else lr.open(url)
+    keys = [keys_in(store, s, 1, "k")[0] for s in range(shards)] if shards else ["k0"]
+    assert all(store.get_many([("x", k) for k in keys]))
+    took = time.perf_counter() - started
+    assert store.get("z", f"r{round_}-1999") == VALUE  # replayed
+    store.close()
+    return took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=10, help="put_many calls per task")
     parser.add_argument("--puts", type=int, default=1500, help="single puts per task")
     parser.add_argument("--ops", type=int, default=1000, help="single gets/puts for p50")
     parser.add_argument("--rounds", type=int, default=10, help="timed put_many/checkpoints")
+    parser.add_argument("--reopens", type=int, default=5, help="kills and reopens of each")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.calls, args.puts, args.ops, args.rounds = 3, 300, 300, 4
+        args.calls, args.puts, args.ops, args.rounds, args.reopens = 3, 300, 300, 4, 3
     tmp = tempfile.mkdtemp(prefix="lr-shards-")
     ray.init(include_dashboard=False, logging_level="ERROR", _temp_dir=tmp)
     echo = Echo.remote()
@@ -171,6 +192,14 @@ def main() -> None:
         plain.close()
         four.close()
 
+    reopens: dict[str, list[float]] = {"plain": [], "four": []}
+    for r in range(args.reopens):
+        reopens["plain"].append(killed_then_reopened(f"file://{tmp}/plain", None, r))
+        reopens["four"].append(killed_then_reopened(f"file://{tmp}/four", 4, r))
+    print(f"reopen after every actor was killed (s): plain {reopens['plain']}, "
+          f"4 shards {reopens['four']}")
+    rows.append(("reopen after a kill, 4 shards / plain", statistics.median(reopens["four"]),
+                 statistics.median(reopens["plain"]), "s"))
     print(f"bare Ray round trip p50: {rtt:.3f} ms; longest write pause of a cut: "
           f"{pause:.2f} ms")
     plots.report_ratios("shards", "sharded against one shard / plain, same run", rows,
