@@ -8,12 +8,12 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
+# The package is compiled once here, as pip compiles an installed wheel: else, where
+# PYTHONDONTWRITEBYTECODE is set, every process (each Bookie's) compiles what it imports.
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test,spark]"
-	# Compiled once here, as pip compiles an installed wheel: else, where
-	# PYTHONDONTWRITEBYTECODE is set, every process (each Bookie's) compiles what it imports.
 	$(BIN)/python -m compileall -q -j 0 -x '/(\.venv|build|data|site)/' .
 	touch $(STAMP)
 

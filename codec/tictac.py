@@ -264,11 +264,12 @@ class TicTacTree:
         try:
             body = memoryview(data)[9:]
             if data[0] == SPARSE:
-                return cls(size, _scattered(lz4.block.decompress(body), SIZES[size]))
-            leaves = body if data[0] == DENSE else lz4.block.decompress(
-                body, return_bytearray=True)
-            return cls(size, np.frombuffer(leaves, dtype="<u4").copy() if data[0] == DENSE
-                       else np.frombuffer(leaves, dtype="<u4"))
+                leaves = _scattered(lz4.block.decompress(body), SIZES[size])
+            elif data[0] == PACKED:  # a bytearray: the leaves use it as it is
+                leaves = np.frombuffer(lz4.block.decompress(body, return_bytearray=True), "<u4")
+            else:
+                leaves = np.frombuffer(body, "<u4").copy()
+            return cls(size, leaves)
         except (lz4.block.LZ4BlockError, ValueError):
             raise InvalidArgumentError(f"a damaged {size} tictac tree") from None
 
