@@ -322,11 +322,16 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
     async def read_versions(self, lkeys: list[bytes], values: bool = True
                             ) -> tuple[list[tuple | None], pa.Array | None]:
         """A transaction's read: the keys' live entries as of one moment (their SQNs are
-        their versions), and with ``values`` each version's value, as one Arrow array."""
+        their versions), and with ``values`` each version's value, as one Arrow array. A key
+        whose change has its SQN but is not durable yet is read once the writes given SQNs
+        so far are done: the version before it would make the commit conflict for certain."""
         self._check_readable(lkeys)
         if self.writes.locks:
             await self.writes.wait_unlocked(lkeys)
-        await self.writes.written_before_read(lkeys)
+        last = self.writes.last_group
+        if last is not None and not last.future.done() and any(
+                k in self.cache.pending for k in lkeys):
+            await asyncio.wait([last.future])
         entries, found = await self.view.read_versions(lkeys, values)
         return entries, None if found is None else pa.array(found, pa.binary())
 

@@ -300,14 +300,6 @@ class WritePath(KeyLocks):
         entries = [self.cache.known_entry(k, stored) for k in lkeys]
         return [None if e is None else e[0] for e in entries]
 
-    async def written_before_read(self, lkeys: list[bytes]) -> None:
-        """While a change to any of these keys has its SQN but is not durable yet, wait for
-        the writes given SQNs so far: a transaction's read then sees that change (or, if it
-        fails, the version before it), not the version its commit would conflict with."""
-        last, pending = self.last_group, self.cache.pending
-        if last is not None and not last.future.done() and any(k in pending for k in lkeys):
-            await asyncio.wait([last.future])
-
     async def check(self, changes: list[Change]) -> Exception | None:
         """The failure of ``changes``' conditions against every change before them, durable
         or pending, or ``None``: a prepared part's check (its keys and ranges are locked
