@@ -126,3 +126,14 @@ def test_sizes_shapes_and_an_encoded_tree():
         sparse = np.array(at, dtype="<u4").tobytes() + np.array([1, 2], dtype="<u4").tobytes()
         with pytest.raises(lr.InvalidArgumentError):
             TicTacTree.decode(b"\x03" + b"xsmall".ljust(8, b"\0") + lz4.block.compress(sparse))
+
+
+@pytest.mark.parametrize("big, small", [("small", "xsmall"), ("medium", "xsmall"),
+                                        ("large", "xxsmall")])
+def test_a_resized_tree_is_the_tree_made_at_that_size(big, small):
+    """Runs of 4 and 16 segments are halved pairwise, of 256 reduced: both give the tree the
+    same entries make at the smaller size, and its root."""
+    entries = {b"k%d" % i: i * 7919 for i in range(2000)}
+    resized = tree_of(entries, big).resized(small)
+    assert resized == tree_of(entries, small)
+    assert resized.root() == tree_of(entries, small).root()
