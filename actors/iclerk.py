@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..codec import OP_KEY_DELTA
 from ..codec.owned import Owns
@@ -29,6 +29,8 @@ from .remote import call, process_stats
 
 #: Journal files read at once while rewriting a run.
 READ_AHEAD = 16
+#: About what one sampled entry holds in memory besides its key.
+SAMPLE_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -84,16 +86,28 @@ class InkerClerk:
                     protect: int | None, owns: Owns | None = None) -> float:
         """100 x the share of a sample of the file's entries that a rewrite would keep with
         its value."""
-        clerk = self.host.journal(info)
-        sqns = (await clerk.footer()).sqns.tolist()
-        sample = self.rng.sample(sqns, min(len(sqns), self.options.journal.compaction_sample))
-        records = sorted((await clerk.fetch_many(sample)).values(), key=lambda r: r.sqn)
+        records = await self._sample(info)
         taken = len(records)
         records = _owned(records, info, owns)  # the others' count as dead
         fates, _ = await self._plan(records, persisted_sqn, protect)
         live = sum(1 for r, f in zip(records, fates)
                    if r.op != OP_KEY_DELTA and f.op is not None and f.keep_value)
         return file_score(live, taken)
+
+    async def _sample(self, info: jfmt.JournalInfo) -> list[jfmt.JournalRecord]:
+        """A sample of the file's entries, by SQN, without their values: drawn and read once
+        per file, and kept in the host's cache. A file never changes, so a later score of it
+        only asks which of these are still current, and reads nothing from the store."""
+        key = (info.name, "sample")
+        records = self.host.cache.get(key)
+        if records is None:
+            clerk = self.host.journal(info)
+            sqns = (await clerk.footer()).sqns.tolist()
+            picked = self.rng.sample(sqns, min(len(sqns), self.options.journal.compaction_sample))
+            records = sorted((replace(r, value=None) for r in
+                              (await clerk.fetch_many(picked)).values()), key=lambda r: r.sqn)
+            self.host.cache.put(key, records, sum(SAMPLE_BYTES + len(r.lkey) for r in records))
+        return records
 
     async def compact(self, candidates: list, persisted_sqn: int, epoch: int,
                       protect: int | None = None, owns: Owns | None = None) -> CompactionResult:

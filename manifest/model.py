@@ -25,6 +25,7 @@ from ..codec.tictac import TREE_KEYS
 from ..errors import CorruptObjectError
 from ..files.framing import CODEC_LZ4, Reader, checksum, compress, decompress
 from ..files.journal import JournalInfo
+from ..files.lru import LruCache
 from ..files.names import manifest_name
 from ..files.sst import SstInfo
 
@@ -196,8 +197,25 @@ def encode(manifest: Manifest, manifest_id: int, codec: int = CODEC_LZ4) -> byte
     return _HEAD.pack(MAGIC, VERSION, used, len(raw), checksum(token + payload), token) + payload
 
 
+#: Manifests decoded lately, by their bytes: a process's parts read the same versions again
+#: and again (every shard's lookups, GC, compaction), and decoding is most of a read's CPU.
+#: A manifest is immutable, so identical bytes decode to the same one.
+_DECODED = LruCache(4 << 20)
+
+
 def decode(data: bytes, path: str, expect_id: int | None = None) -> Manifest:
     """Validate and decode a manifest object."""
+    if not isinstance(data, bytes):
+        return _decode(data, path, expect_id)
+    key = (data, expect_id)
+    manifest = _DECODED.get(key)
+    if manifest is None:
+        manifest = _decode(data, path, expect_id)
+        _DECODED.put(key, manifest, 4 * len(data))  # its bytes, and about what it decodes to
+    return manifest
+
+
+def _decode(data: bytes, path: str, expect_id: int | None) -> Manifest:
     r = Reader(data, path)
     if len(data) < _HEAD.size:
         raise CorruptObjectError(path, 0, "too short to be a manifest")

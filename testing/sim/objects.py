@@ -1,7 +1,7 @@
 """The simulation's object store: every object of a world in one dict, reached through
 requests that the world's scheduler interleaves and that fail as a network does.
 
-Each request travels as a task of the *network*, not of the process that sent it: a request
+Each request travels as a step of the *network*, not of the process that sent it: a request
 sent by a process that dies still lands (or not) as it would have, and only its answer is lost.
 A request meets at most one fault, drawn from the world's seeded ``rng`` at ``fault_rate``:
 
@@ -21,9 +21,11 @@ import asyncio
 import random
 from collections import Counter
 
+from sortedcontainers import SortedDict
+
 from leveled_ray.files.backends import ObjectMeta
 
-from .loop import EPOCH, run_in
+from .loop import EPOCH, call_in
 
 #: Kinds of faults, and the longest a late request waits.
 FAULTS = ("refused", "dropped", "lost", "late")
@@ -38,7 +40,8 @@ class SimObjects:
     def __init__(self, rng: random.Random, loop):
         self.rng = rng
         self.loop = loop
-        self.objects: dict[str, tuple[bytes, float]] = {}
+        #: By path, in order: a listing reads only the paths under its prefix.
+        self.objects: SortedDict[str, tuple[bytes, float]] = SortedDict()
         self.fault_rate = 0.0
         self.faults: Counter = Counter()
         self.requests = 0
@@ -47,7 +50,16 @@ class SimObjects:
         return SimBackend(self, location.strip("/"))
 
     def paths(self, prefix: str = "") -> list[str]:
-        return sorted(p for p in self.objects if p.startswith(prefix))
+        return list(self.under(prefix))
+
+    def under(self, prefix: str, after: str | None = None):
+        """The paths that start with ``prefix`` (and come after ``after``), in order."""
+        past = after is not None and after >= prefix
+        for path in self.objects.irange(minimum=after if past else prefix,
+                                        inclusive=(not past, True)):
+            if not path.startswith(prefix):
+                return
+            yield path
 
     def _fault(self) -> str | None:
         self.requests += 1
@@ -62,22 +74,29 @@ class SimObjects:
         fault = self._fault()
         delay = self.rng.random() * LATENCY_S + (self.rng.random() * LATE_S
                                                   if fault == "late" else 0.0)
-        landed = run_in("network", self._deliver(apply, fault, delay))
-        # Its caller may have stopped waiting (a timeout): the store's answer is then heard
-        # by no one, as on a network, and is not an error of the run's.
-        landed.add_done_callback(lambda task: task.cancelled() or task.exception())
-        result = await asyncio.shield(landed)
+        answer = self.loop.create_future()
+        call_in("network", delay, self._deliver, apply, fault, answer)
+        # A caller that stops waiting (a timeout) cancels only ``answer``: the request still
+        # lands, and its answer is heard by no one, as on a network.
+        result = await answer
         if fault == "lost":
             raise TimeoutError("simulated fault: the answer was lost (the request landed)")
         return result
 
-    async def _deliver(self, apply, fault: str | None, delay: float):
-        await asyncio.sleep(delay)
-        if fault == "refused":
-            raise ConnectionRefusedError("simulated fault: connection refused (not sent)")
-        if fault == "dropped":
-            raise TimeoutError("simulated fault: timed out before it reached the store")
-        return apply()
+    @staticmethod
+    def _deliver(apply, fault: str | None, answer: asyncio.Future) -> None:
+        try:
+            if fault == "refused":
+                raise ConnectionRefusedError("simulated fault: connection refused (not sent)")
+            if fault == "dropped":
+                raise TimeoutError("simulated fault: timed out before it reached the store")
+            result = apply()
+        except Exception as exc:  # noqa: BLE001 - the store's answer, handed to its caller
+            if not answer.done():
+                answer.set_exception(exc)
+        else:
+            if not answer.done():
+                answer.set_result(result)
 
 
 class SimBackend:
@@ -130,12 +149,10 @@ class SimBackend:
 
     async def list(self, prefix, offset):
         def listing():
-            start = self._full(prefix)
-            after = None if offset is None else self._full(offset)
             objects = self.world.objects
+            after = None if offset is None else self._full(offset)
             return [ObjectMeta(p[len(self.base):], len(objects[p][0]), objects[p][1])
-                    for p in sorted(p for p in objects if p.startswith(start))
-                    if after is None or p > after]
+                    for p in self.world.under(self._full(prefix), after)]
 
         return await self.world.request(listing)
 

@@ -266,3 +266,32 @@ def test_a_compaction_asked_for_while_one_runs_runs_again_after_it(tmp_path):
         await within("close", bookie.close())
 
     asyncio.run(run())
+
+
+def test_a_file_is_read_once_for_its_scores_which_follow_later_writes(tmp_path):
+    """Journal compaction samples a file once: a later score of it reads nothing from the
+    store, and still counts the sampled entries that later writes replaced as dead."""
+    from leveled_ray.actors.iclerk import InkerClerk
+    from leveled_ray.actors.remote import self_handle
+
+    root = str(tmp_path / "db")
+
+    async def run():
+        bookie = Bookie(f"file://{root}", OPTIONS, local=True)
+        await bookie.start()
+        await _load_rounds(bookie, rounds=1)  # every entry current
+        store = ObjectStore.from_url(f"file://{root}")
+        clerk = InkerClerk(store, OPTIONS, self_handle(bookie, True))
+        persisted = bookie.view.files.persisted_sqn
+        files = bookie.inker.data_files()
+        assert files and max(f.max_sqn for f in files) <= persisted, (files, persisted)
+        assert [await clerk.score(f, persisted, None) for f in files] == [100.0] * len(files)
+        reads = store.stats.gets
+        assert reads > 0
+        await _load_rounds(bookie, rounds=1)  # every entry of those files replaced
+        persisted = bookie.view.files.persisted_sqn
+        assert [await clerk.score(f, persisted, None) for f in files] == [0.0] * len(files)
+        assert store.stats.gets == reads
+        await bookie.close()
+
+    asyncio.run(run())

@@ -546,13 +546,13 @@ class Run:
         """A shard that :meth:`pick` could give, whose Penciller has a merge in flight, if
         one comes up within ``most_s``: a close then races the merge's commit."""
         world = self.world
-        for _ in range(int(most_s / 0.002)):
+        for _ in range(int(most_s / 0.005)):
             for key in world.shard_map.prefixes if world.sharded else [""]:
                 inc = world.running_at(key)
                 if (inc is not None and not world.is_busy(key) and inc.bookie.penciller is not None
                         and getattr(inc.bookie.penciller.merging, "sources", ())):
                     return key
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(0.005)
         return None
 
     async def failover(self, key: str) -> None:
