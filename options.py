@@ -326,7 +326,8 @@ class GcOptions(_Group):
     snapshot_timeout_s: float = 900.0
     long_snapshot_timeout_s: float = 43_200.0
     #: A running store renews its snapshot lease (the oldest manifest version its snapshots
-    #: and reads may use, which GC keeps) this often, and whenever that version moves.
+    #: and reads may use, which GC keeps) this often, and within a second when that version
+    #: moves.
     lease_renew_s: float = 10.0
     #: Garbage collection runs inside the store every this many seconds (0: never; ``lr.gc``
     #: runs it on demand) ...

@@ -139,8 +139,11 @@ async def hedged(call: Callable[[], Awaitable], after: float):
         raise error
     finally:  # (the caller's cancellation too)
         for task in copies:  # a losing copy's outcome is no one's: not an unretrieved error
-            task.add_done_callback(_retrieved)
-            task.cancel()
+            if task.done():  # most requests: no callback, no step of the loop for it
+                _retrieved(task)
+            else:
+                task.add_done_callback(_retrieved)
+                task.cancel()
 
 
 def _retrieved(task: asyncio.Future) -> None:

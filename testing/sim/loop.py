@@ -152,19 +152,16 @@ class Livelock(RuntimeError):
     """Steps keep running, and virtual time does not move."""
 
 
+def process_context(process: str | None) -> contextvars.Context:
+    """A context whose tasks and callbacks belong to ``process``."""
+    context = contextvars.copy_context()
+    context.run(PROCESS.set, process)
+    return context
+
+
 def run_in(process: str | None, coro) -> asyncio.Task:
     """``coro`` as a task of ``process`` (its tasks inherit the process)."""
-    context = contextvars.copy_context()
-    context.run(PROCESS.set, process)
-    return asyncio.get_running_loop().create_task(coro, context=context)
-
-
-def call_in(process: str | None, delay: float, callback, *args) -> asyncio.TimerHandle:
-    """``callback(*args)`` as one step of ``process``, ``delay`` seconds from now: cheaper than
-    a task (one step, no coroutine) for work that never waits."""
-    context = contextvars.copy_context()
-    context.run(PROCESS.set, process)
-    return asyncio.get_running_loop().call_later(delay, callback, *args, context=context)
+    return asyncio.get_running_loop().create_task(coro, context=process_context(process))
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from sortedcontainers import SortedDict
 
 from leveled_ray.files.backends import ObjectMeta
 
-from .loop import EPOCH, call_in
+from .loop import EPOCH, process_context
 
 #: Kinds of faults, and the longest a late request waits.
 FAULTS = ("refused", "dropped", "lost", "late")
@@ -45,6 +45,7 @@ class SimObjects:
         self.fault_rate = 0.0
         self.faults: Counter = Counter()
         self.requests = 0
+        self._network = process_context("network")  # its steps run in turn: one context serves
 
     def backend(self, location: str) -> SimBackend:
         return SimBackend(self, location.strip("/"))
@@ -75,7 +76,8 @@ class SimObjects:
         delay = self.rng.random() * LATENCY_S + (self.rng.random() * LATE_S
                                                   if fault == "late" else 0.0)
         answer = self.loop.create_future()
-        call_in("network", delay, self._deliver, apply, fault, answer)
+        # One step of the network (a callback: cheaper than a task, and it never waits).
+        self.loop.call_later(delay, self._deliver, apply, fault, answer, context=self._network)
         # A caller that stops waiting (a timeout) cancels only ``answer``: the request still
         # lands, and its answer is heard by no one, as on a network.
         result = await answer

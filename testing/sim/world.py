@@ -124,6 +124,8 @@ class World:
         self.shells = restartable(Bookie, SimActorContext(self))
         self.busy: set[str] = set()  # shards a client is closing, restarting or reshaping
         self.in_flight: dict[str, set[asyncio.Future]] = {}
+        #: Every Bookie process made, in order (a run's counters are summed over them).
+        self.incarnations: list[Incarnation] = []
         self._numbers = itertools.count()
         self.trace: list[str] = []
         #: Errors of a live process that no caller saw: an exception a task never handed to
@@ -335,7 +337,9 @@ class World:
         async def construct():
             return self.shells(url, options, actor.name, local=True, head_only=head_only,
                                clock=clock, shard=shard)
-        return Incarnation(pid, await run_in(pid, construct()))
+        made = Incarnation(pid, await run_in(pid, construct()))
+        self.incarnations.append(made)
+        return made
 
     def client(self, shard: int) -> Store:
         return self._client(self.actor_at(self.key(shard)), self.shard_url(shard))
@@ -544,30 +548,41 @@ class _SimMethod:
             return future
         world.in_flight.setdefault(inc.pid, set()).add(future)
 
-        async def run():
-            result = getattr(inc.shell, self.name)(*args, **kwargs)
-            if asyncio.iscoroutine(result):
-                result = await result
-            return result
-
-        def answered(task: asyncio.Task) -> None:
+        def answer(exc: BaseException | None, result=None, cancelled: bool = False) -> None:
             world.in_flight.get(inc.pid, set()).discard(future)
             if future.done():
                 return
-            if task.cancelled():
-                future.set_exception(StoreClosedError("the call was cancelled"))
+            if cancelled:
+                exc = StoreClosedError("the call was cancelled")
             elif fault == "lost":
-                future.set_exception(StoreUnavailableError(f"simulated fault: {self.name} ran "
-                                                           "and its answer was lost"))
-            elif task.exception() is not None:
-                future.set_exception(task.exception())
-            else:
+                exc = StoreUnavailableError(f"simulated fault: {self.name} ran and its answer "
+                                            "was lost")
+            if exc is None:
                 try:
-                    future.set_result(_copy(task.result()))
-                except UnpicklableError as exc:  # the caller sees it: an untyped error
-                    future.set_exception(exc)
+                    result = _copy(result)
+                except UnpicklableError as unsent:  # the caller sees it: an untyped error
+                    exc = unsent
+            if exc is None:
+                future.set_result(result)
+            else:
+                future.set_exception(exc)
 
-        run_in(inc.pid, run()).add_done_callback(answered)
+        async def run():
+            # The answer is sent in the call's last step (no done callback, no step of its
+            # own), and the task ends without an error of its own to retrieve.
+            try:
+                result = getattr(inc.shell, self.name)(*args, **kwargs)
+                if asyncio.iscoroutine(result):
+                    result = await result
+            except asyncio.CancelledError:
+                answer(None, cancelled=True)
+                raise
+            except Exception as exc:  # noqa: BLE001 - the callee's answer, handed to its caller
+                answer(exc)
+            else:
+                answer(None, result)
+
+        run_in(inc.pid, run())
         return future
 
     async def _held(self, args, kwargs):

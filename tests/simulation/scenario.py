@@ -619,11 +619,9 @@ class Run:
         model, world = self.model, self.world
         if world.sharded and self.store.shard_map.count != 2:  # its calls found the split
             model.checks["a handle followed a split"] += 1
-        for shard in range(world.shard_count):
-            inc = world.running(shard)
-            if inc is not None and inc.bookie.penciller is not None:
-                model.checks["parts installed past their window"] += (
-                    inc.bookie.penciller.counters["late_ingests"])
+        model.checks["parts installed past their window"] += sum(
+            inc.bookie.penciller.counters["late_ingests"] for inc in world.incarnations
+            if inc.bookie is not None and inc.bookie.penciller is not None)
         final = await self.read_all("final state")
         await self.check_tree("final state")
         await self.check_past_views()
