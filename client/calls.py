@@ -47,6 +47,8 @@ class Call(NamedTuple):
         try:
             return self.finish(_get(self.ref))
         except StoreClosedError as exc:
+            if self._closes_again(exc):
+                return self.again().run()
             if not self._resends(exc):
                 return self._gone(exc)
             return self.finish(run_sync(resent(lambda: _await(self.again().ref), exc)))
@@ -55,13 +57,23 @@ class Call(NamedTuple):
         try:
             return self.finish(await _await(self.ref))
         except StoreClosedError as exc:
+            if self._closes_again(exc):
+                return await self.again().run_async()
             if not self._resends(exc):
                 return self._gone(exc)
             return self.finish(await resent(lambda: _await(self.again().ref), exc))
 
     def _resends(self, exc: StoreClosedError) -> bool:
         """Whether this is a read whose Bookie was lost during it (sent again)."""
-        return isinstance(exc, StoreUnavailableError) and self.again is not None
+        return (isinstance(exc, StoreUnavailableError) and self.again is not None
+                and not self.closing)
+
+    def _closes_again(self, exc: StoreClosedError) -> bool:
+        """Whether this is a close the Bookie may not have had (lost during it): it is sent
+        again (``again``, while tries are left), not taken as done. The end of the actor
+        that follows a close would also end the writes it took and has not answered, and
+        their callers would take that error for "nothing written"."""
+        return isinstance(exc, StoreUnavailableError) and self.again is not None and self.closing
 
     def _gone(self, exc: StoreClosedError):
         if not self.closing:

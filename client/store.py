@@ -53,6 +53,9 @@ COALESCE_MAX_BYTES = 8 << 20
 #: How long a call of several parts waits for its callers' next parts (``0``: it never
 #: waits, and no helper thread runs, as in the deterministic simulation).
 COALESCE_LINGER_S = 0.01
+#: Sends of a close whose Bookie is lost during it (Ray's "actor unavailable": it may be
+#: restarting, or unreachable for a moment) before its actor is ended all the same.
+CLOSE_TRIES = 5
 
 
 class _SnapshotReleaser:
@@ -454,7 +457,13 @@ class Store(Queries, StoreTransactions, roles.KeyReads, roles.Queries, roles.His
         A clean close means the next open replays nothing. Closing twice is harmless. Cost:
         one round trip, the writes of the Ledger's memory as SSTs, and the actors' exits.
         """
-        return Call(self._actor.close.remote(), self._killed, closing=True)
+        return self._close_call(CLOSE_TRIES)
+
+    def _close_call(self, tries: int) -> Call:
+        """The close, sent again while the Bookie is lost during it (``tries`` in all): its
+        actor is ended only once it has closed, or is gone."""
+        return Call(self._actor.close.remote(), self._killed, closing=True,
+                    again=(lambda: self._close_call(tries - 1)) if tries > 1 else None)
 
     def _killed(self, _result=None) -> None:
         import ray

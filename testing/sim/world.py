@@ -219,7 +219,7 @@ class World:
         closed (by a split or move whose driver died before it ended the actor)."""
         actor = self.actor_at(key)
         inc = None if actor is None else actor.inc
-        return None if inc is None or inc.bookie.closing else inc
+        return None if inc is None or inc.bookie.close_begun else inc
 
     def running(self, shard: int) -> Incarnation | None:
         return self.running_at(self.key(shard))
@@ -262,7 +262,7 @@ class World:
             self.pointers.pop(self._name_of(key), None)
             actor = self.actors[self._name_of(key)] = self.new_actor(self._name_of(key), key)
         for _ in range(600):  # a closing Bookie finishes its close first (its process runs)
-            if actor.inc is None or not actor.inc.bookie.closing or actor.inc.bookie.closed:
+            if actor.inc is None or not actor.inc.bookie.close_begun or actor.inc.bookie.closed:
                 break
             await asyncio.sleep(0.1)
         made = await self._shard_process(actor)
@@ -462,6 +462,9 @@ class World:
         # A handle's coalesced writes send each next call as the one before returns, in the
         # loop: no helper thread lingers for them.
         self._patches.enter_context(_patched(client_store, "COALESCE_LINGER_S", 0.0))
+        # A closed store's actor ends as Ray's ray.kill ends it.
+        self._patches.enter_context(_patched(client_store.Store, "_killed",
+                                             lambda store, _result=None: self._kill(store)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -488,6 +491,10 @@ class World:
         sys.unraisablehook = hook
         gc.unfreeze()
         gc.enable()
+
+    def _kill(self, store: Store) -> None:
+        if store._actor._actor is not None:
+            self.end_actor(store._actor._actor)
 
     def _unhandled(self, loop, context: dict) -> None:
         """The loop's exception handler: an error no one retrieved, kept unless its process
@@ -675,12 +682,8 @@ class SimRuntime:
             self.world.end_actor(actor)
 
     async def close_bookie(self, store: Store) -> None:
-        """A close call, then the actor's end (as :meth:`Store.close` ends it)."""
-        actor = store._actor._actor
-        with contextlib.suppress(StoreClosedError):  # gone already: closed
-            await store._actor.close.remote()
-        if actor is not None:
-            self.world.end_actor(actor)
+        """The product's close (:meth:`Store.close`), whose end of the actor ends it here."""
+        await store.close_async()
 
     def resolve(self, name: str) -> str:
         return self.world.pointers.get(name, name)

@@ -107,7 +107,9 @@ def test_a_committed_part_left_offline_is_installed_when_the_store_opens(ray_clu
     store = lr.open(tmp_url, lr.Options(gc={"min_age_s": 2 * window}))
     try:
         assert store.get_many(KEYS) == [b"new"] * N
-        assert [s["txn_recovered"] for s in store.stats()["shards"]] == [1, 1]
+        stats = store.stats()["shards"]
+        assert [s["txn_recovered"] for s in stats] == [1, 1]
+        assert [s["penciller"]["late_ingests"] for s in stats] == [1, 1]  # past its window
         assert parts_left(tmp_url) == 0
     finally:
         store.close()

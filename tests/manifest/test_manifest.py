@@ -274,3 +274,19 @@ def test_a_tree_saved_under_an_earlier_key_rule_is_not_used():
     assert dataclasses.replace(m, tree=saved).kept_tree() == saved
     old = KeptTree(*list(dataclasses.astuple(saved))[:5])  # as an older manifest decodes
     assert old.keys == 0 and dataclasses.replace(m, tree=old).kept_tree() is None
+
+
+def test_a_manifest_decoded_again_is_the_one_kept_and_damage_is_still_found():
+    """Decoded manifests are kept by their bytes: the same bytes give the same manifest, and
+    other bytes (damaged, or under another id) are decoded and checked as ever."""
+    from leveled_ray.manifest.model import decode, encode
+
+    data = encode(Manifest(store_id="s", writer_epoch=3), 7)
+    first = decode(data, "manifest/7", 7)
+    assert decode(bytes(data), "manifest/7", 7) is first and first.writer_epoch == 3
+    with pytest.raises(lr.CorruptObjectError):
+        decode(data, "manifest/8", 8)  # its body says 7
+    damaged = bytearray(data)
+    damaged[-1] ^= 1
+    with pytest.raises(lr.CorruptObjectError):
+        decode(bytes(damaged), "manifest/7", 7)

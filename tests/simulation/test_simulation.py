@@ -118,8 +118,8 @@ REGRESSIONS = {
     # A shard was down (its mover killed) while a bulk write across shards committed; when it
     # reopened, its part's files were older than the publish window, and the install refused
     # them, so every open failed ("a shard reopens"). GC keeps what a part names: it is now
-    # installed however late. Found by make simulate SEEDS=1700 (seed 2246; seed 216, with two
-    # kills, takes the path since the simulated network and calls take fewer steps).
+    # installed however late. Found by make simulate SEEDS=1700 (seed 2246; no seed near this
+    # one takes the path since the timing moved: see PATHS).
     "a committed part installed past its window": (216, Config(
         True, 0, 3, 1, 4, 0.05, 2, 0, failover=True, moves=2, backups=2, replica=True)),
     # A view of a split store at a past time had to leave out a cross-shard batch that one
@@ -146,10 +146,20 @@ REGRESSIONS = {
     "a part's start that only one child held": (3388, Config(
         True, 2, 2, 0, 3, 0.02, 0, 2, failover=True, splits=1, moves=2, backups=2,
         replica=True, transfers=0, skew_s=0.5)),
+    # A split's close of its shard's Bookie was not delivered (a fault on the call); the
+    # handle took that for "gone already", and ended the actor, with a transaction's commit
+    # applied and not yet answered. The commit failed as "closed" (nothing written), was sent
+    # again on the new layout, and conflicted with its own writes: an aborted transaction
+    # whose writes were in ("transactions are serializable"). A close lost on its way is now
+    # sent again. Found by make simulate SEEDS=10000.
+    "a close that was not delivered": (7904, Config(
+        True, 0, 2, 0, 4, 0.05, 0, 1, splits=2, moves=1, backups=1, replica=True,
+        transfers=2)),
 }
-#: The counter that shows a regression's run took its bug's path.
-PATHS = {"a transaction that only reads on a shard": "shift changes committed",
-         "a committed part installed past its window": "parts installed past their window"}
+#: The counter that shows a regression's run took its bug's path. (The path of "a committed
+#: part installed past its window" came up in 4 of 10 000 seeds, and now in none of 2 000
+#: near its seed: tests/bulk/test_sharded_bulk.py takes it in every run, and counts it.)
+PATHS = {"a transaction that only reads on a shard": "shift changes committed"}
 
 #: How a split can end in a run (each counted in the run's checks), and that a handle of the
 #: old layout followed it.
