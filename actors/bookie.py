@@ -20,7 +20,6 @@ merge or compaction replaced are deleted by the reaper (:mod:`.reaper`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 
@@ -43,6 +42,7 @@ from .bookie_points import PointsInTime
 from .bookie_shard_calls import ShardCalls
 from .bookie_stats import bookie_stats
 from .failover import restartable
+from .in_flight import InFlight
 from .inker import Inker
 from .ledger_cache import LedgerCache
 from .live_view import LiveView
@@ -74,9 +74,10 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
                  shard: tuple[str, str] | None = None):
         self.url, self.options, self.name = url, options, name
         self.close_begun = False
-        self._writing = 0  # write calls taken and not yet answered (see _answering)
-        self._answered = asyncio.Event()
-        self._answered.set()
+        # Write calls taken and not yet answered: a close returns only once each has answered.
+        # A call whose answer the end of the process lost would fail as closed, which says that
+        # nothing was written, and its caller would send it again (see redirect.followed).
+        self._write_calls = InFlight()
         # When this Bookie was made (wall time: after its process began and imported the
         # package), how long its start took and when it ended (served_at): a failover's
         # parts, in stats().
@@ -223,27 +224,12 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         if (owns := self.view.files.owns) is not None:  # a split shard: its own keys only
             owns.refuse_others(lkeys, self.url)
 
-    @contextlib.contextmanager
-    def _answering(self):
-        """A write call in progress: :meth:`close` returns only once each has answered. A
-        call whose answer the end of the process lost would fail as closed, which says that
-        nothing was written, and its caller would send it again (see
-        :func:`~leveled_ray.cluster.redirect.followed`)."""
-        self._writing += 1
-        self._answered.clear()
-        try:
-            yield
-        finally:
-            self._writing -= 1
-            if not self._writing:
-                self._answered.set()
-
     @timed("leveled_put_latency_seconds")
     async def put_many(self, packed_changes: bytes, values: ValueBatch) -> list[int]:
         """Write changes (a :func:`~.remote.pack`-ed list of :class:`Change`) as one atomic,
         durable group; returns their SQNs in order."""
         self.writes.check_usable()
-        with self._answering():
+        with self._write_calls.one():
             return await self.writes.put_many(unpack(packed_changes), values)
 
     @timed("leveled_put_latency_seconds")
@@ -254,7 +240,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         first SQN, or its error (see :meth:`.write_path.WritePath.put_parts`)."""
         self.writes.check_usable()
         changes, counts = unpack(packed)
-        with self._answering():
+        with self._write_calls.one():
             return await self.writes.put_parts(changes, counts, ValueBatch(inline=values))
 
     # -- keeping up with the Penciller and the Inker --------------------------------------------
@@ -438,7 +424,7 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
         self.writes.begin_close()  # writers held by a cut, a bulk install or a lock give up
         self.cache.persisted.set()  # and so do those held by backpressure
         await self.writes.writer.idle.wait()
-        await self._answered.wait()  # the writes it took are durable: each has answered too
+        await self._write_calls.none()  # the writes it took are durable: each has answered too
         self.cache.wake_pusher.set()
         if self._pusher_task is not None:
             await asyncio.gather(self._pusher_task, return_exceptions=True)

@@ -63,6 +63,7 @@ from ..manifest.txn_records import (
     txn_of_part,
 )
 from ..options import Options
+from .in_flight import InFlight
 from .remote import ValueBatch
 from .tasks import Tasks
 from .write_path import WritePath
@@ -114,9 +115,7 @@ class Participant:
                          "txn_swept": 0, "txn_applied_before": 0, "txn_delete_retries": 0}
         #: The first SQN of the highest bulk write whose install began (see settle_lower).
         self.installing = 0
-        self._preparing = 0  # prepares under way
-        self._no_prepares = asyncio.Event()
-        self._no_prepares.set()
+        self._prepares = InFlight()
         self.closing = False  # settling before a close: no part is prepared any more
         self._releases: set[asyncio.Task] = set()
 
@@ -132,19 +131,12 @@ class Participant:
         freezes are all it will hold until it thaws. Else a batch could be prepared here
         during a cut, decided, and applied by the cut in the other shards only."""
         await self.writes.admitted()
-        self._preparing += 1
-        self._no_prepares.clear()
-        try:
+        with self._prepares.one():
             yield
-        finally:
-            self._preparing -= 1
-            if not self._preparing:
-                self._no_prepares.set()
 
     async def prepares_done(self) -> None:
         """Wait until no prepare is under way."""
-        while self._preparing:
-            await self._no_prepares.wait()
+        await self._prepares.none()
 
     async def prepare(self, txn: str, root_url: str, changes: list[Change],
                       values: list) -> Exception | str | tuple[int, int]:
