@@ -112,7 +112,8 @@ class Participant:
         self._roots: dict[str, ObjectStore] = {}
         self.counters = {"txn_prepared": 0, "txn_committed": 0, "txn_aborted": 0,
                          "txn_busy": 0, "txn_decided_here": 0, "txn_recovered": 0,
-                         "txn_swept": 0, "txn_applied_before": 0, "txn_delete_retries": 0}
+                         "txn_swept": 0, "txn_applied_before": 0, "txn_delete_retries": 0,
+                         "txn_refused_stopped": 0, "txn_record_gone": 0}
         #: The first SQN of the highest bulk write whose install began (see settle_lower).
         self.installing = 0
         self._prepares = InFlight()
@@ -198,6 +199,8 @@ class Participant:
         # (a moved shard's, or a reopen's) may have listed the parts before this one landed,
         # and would answer its commit as done. The client aborts the batch on the refusal,
         # and a writer that finds the part settles it by that decision.
+        if self.writes.closing or self.writes.broken is not None:
+            self.counters["txn_refused_stopped"] += 1
         self.writes.check_usable()
         held = self.parts[txn] = Prepared(part)
         self.prepared += 1
@@ -304,6 +307,7 @@ class Participant:
         except NotFound:
             # Its record existed, then went: a client deletes its record once every part is
             # in, and GC keeps a record while a part is held. So this part is (going) in.
+            self.counters["txn_record_gone"] += 1
             return COMMIT
 
     async def _release(self, txn: str, part: Prepared, decision: str) -> None:

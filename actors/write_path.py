@@ -13,7 +13,6 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable
-from itertools import repeat
 
 from ..codec import (
     NO_CONDITION,
@@ -93,8 +92,7 @@ class WritePath(KeyLocks):
                  head_only: str | None, observations: Observations):
         self.options, self.cache, self.view, self.head_only = options, cache, view, head_only
         self.writer = GroupCommit(options, self)
-        #: Close began (no write is admitted), close ended; what stopped the store (fencing,
-        #: the loss of the Inker, a failed push), if anything did.
+        #: Close began (no write is admitted), ended; what stopped the store, if anything did.
         self.closing = self.closed = False
         self.broken: BaseException | None = None
         self.next_sqn = 1
@@ -130,13 +128,15 @@ class WritePath(KeyLocks):
         self.frozen: tuple[str, float] | None = None
         self.observations = observations
         self.counters = {"changes": 0, "put_bytes": 0, "throttled_writes": 0, "throttle_ms": 0,
-                         "cuts": 0, "cut_pause_ms_max": 0.0}
+                         "cuts": 0, "cut_pause_ms_max": 0.0, "refused_while_waiting": 0}
 
     # -- whether writes are accepted --
 
-    def check_usable(self) -> None:
+    def check_usable(self, waited: bool = False) -> None:
         """Raise if writes are refused: after close, fencing, or the loss of the store's
-        actors."""
+        actors. ``waited``: for a write taken before, and waiting since (counted if refused)."""
+        if waited and (self.broken is not None or self.closing or self.closed):
+            self.counters["refused_while_waiting"] += 1
         if isinstance(self.broken, FencedError):
             raise self.broken.again()
         if self.broken is not None:
@@ -199,7 +199,7 @@ class WritePath(KeyLocks):
         keys = [c.lkey for c in keyed(changes)]
         ranges = [(c.lkey, c.extra) for c in changes if c.op == OP_RANGE]
         while not self.lock(keys, txn, ranges):
-            self.check_usable()
+            self.check_usable(waited=True)
             await self._unlocked.wait()
         try:
             failure = await self.check(changes)
@@ -230,17 +230,17 @@ class WritePath(KeyLocks):
         while True:
             await self._admission(txn)
             await self.wait_unlocked(lkeys if self.locking else (), txn,
-                                     refused=self.check_usable)
+                                     refused=lambda: self.check_usable(waited=True))
             await self._backpressure()
             stored: dict[bytes, tuple | None] = {}
             if conditional or self.indexed:
                 stored = await self.view.current_entries(
                     {c.lkey for c in changes} if self.indexed else set(conditional))
-                self.check_usable()
+                self.check_usable(waited=True)
             if self._admits(txn) and not (self.locking and self.locked(lkeys, txn)):
                 break  # else a bulk write or a cut holds writes, or a key was locked: again
         # A close that began while it waited refuses it: its writer takes no more groups.
-        self.check_usable()
+        self.check_usable(waited=True)
         # From here to the allocation nothing awaits, so no other change can slip in.
         now_s = self.view.clock()
         known = lambda k: self.cache.known_entry(k, stored)  # noqa: E731
@@ -277,7 +277,7 @@ class WritePath(KeyLocks):
 
     async def _admission(self, txn: str | None) -> None:
         while not self._admits(txn):
-            self.check_usable()  # a close wakes the waiters (begin_close): refused then
+            self.check_usable(waited=True)  # a close wakes the waiters (begin_close)
             await self._gate.wait()
 
     def _wake_waiters(self) -> None:
@@ -353,7 +353,7 @@ class WritePath(KeyLocks):
         ops, lkeys, sizes, hashes, indexes, expiries, extras, _ = zip(*changes)
         rows = LedgerRows.from_changes(sqns, ops, lkeys, sizes, hashes, indexes, expiries,
                                        extras, lm)
-        self.cache.add_pending(lkeys, map(change_entry, changes, sqns, repeat(lm)))
+        self.cache.add_pending(lkeys, map(change_entry, changes, sqns, itertools.repeat(lm)))
         group = Group(sqns, JournalColumns(first, lm, ops, lkeys, indexes, expiries, extras,
                                            batch),
                       values, rows, sum(sizes) + sum(map(len, lkeys)))

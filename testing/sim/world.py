@@ -27,6 +27,7 @@ then on.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import itertools
@@ -503,6 +504,21 @@ class World:
         process = getattr(task, "_context", None)
         if exc is not None and (process is None or process.get(PROCESS) not in self.loop.dead):
             self.unseen.append(exc)
+
+    def counters(self) -> dict[str, int]:
+        """Every Bookie process's counters, summed over the run, each named for its part
+        (``participant.txn_prepared``): what shows that a run took a path."""
+        summed: collections.Counter = collections.Counter()
+        for inc in self.incarnations:
+            bookie = inc.bookie
+            if bookie is None:
+                continue
+            for part in ("bookie", "participant", "writes", "view", "inker", "penciller"):
+                owner = bookie if part == "bookie" else getattr(bookie, part, None)
+                for name, value in getattr(owner, "counters", {}).items():
+                    if type(value) is int:
+                        summed[f"{part}.{name}"] += value
+        return dict(summed)
 
     def untyped_errors(self) -> list[str]:
         """The errors of :attr:`unseen` that are not leveled-ray's typed ones."""

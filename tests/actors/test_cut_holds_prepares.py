@@ -2,12 +2,14 @@
 listed when it froze are all it holds for that cut. (Else a batch prepared here after the
 freeze, then decided, would be applied by the cut in the other shards only.) With the other
 answers of a shard to a cross-shard batch: a resent prepare, a busy key, a restart after an
-apply, a late commit. One local Bookie, without Ray."""
+apply, a late commit, a part that lands after its Bookie was fenced. Local Bookies, without
+Ray."""
 
 import asyncio
 import contextlib
 import time
 
+import pytest
 from support.waits import until
 
 import leveled_ray as lr
@@ -223,5 +225,72 @@ def test_a_resent_prepare_gets_its_part_and_another_batch_is_told_busy(tmp_path)
             assert isinstance(await bookie.prepare("txn-2", url, pack([other]), [value2]),
                               tuple)  # the key is free again
             await bookie.abort_part("txn-2")
+
+    asyncio.run(run())
+
+
+def test_a_part_that_lands_after_its_bookie_learned_it_was_fenced_is_refused(tmp_path):
+    """A shard opened again elsewhere lists its parts when it opens: a part of the old Bookie
+    that lands after that is unknown to it, and would be answered "done" at commit without
+    being applied. So the old Bookie, fenced while the part's object was on its way, refuses
+    the part (the client aborts the batch, and the new writer settles the object by that
+    decision) and holds nothing."""
+    from leveled_ray.actors.remote import ValueBatch
+
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        first = Bookie(url, OPTIONS, local=True)
+        await first.start()
+        gate, create = asyncio.Event(), first.participant.store.put_if_absent_async
+
+        async def held(name, *args, **kwargs):  # the part's object waits for the gate
+            if name.startswith("txn/"):
+                await gate.wait()
+            return await create(name, *args, **kwargs)
+        first.participant.store.put_if_absent_async = held
+        change, value = make_change(lr.Put("b", "k", b"v"), OPTIONS, time.time())
+        prepare = asyncio.ensure_future(first.prepare("txn-1", url, pack([change]), [value]))
+        await until(lambda: first.writes.locked([change.lkey]))  # its object is on its way
+        async with local_bookie(url) as second:  # the shard opened again: it fences the first
+            assert second.participant.pending() == []
+            other, value2 = make_change(lr.Put("b", "other", b"w"), OPTIONS, time.time())
+            with pytest.raises(lr.FencedError):  # the first learns it at its next write
+                await first.put_many(pack([other]), ValueBatch(inline=[value2]))
+            gate.set()
+            with pytest.raises(lr.FencedError):
+                await prepare
+            assert first.participant.pending() == [] and not first.writes.locked([change.lkey])
+            assert first.participant.counters["txn_refused_stopped"] == 1
+        await first.close()
+
+    asyncio.run(run())
+
+
+def test_a_clean_close_decides_and_settles_the_parts_it_holds(tmp_path):
+    """A clean close leaves no part behind: an undecided batch is aborted (its client is told
+    it conflicted), a committed one applied, and their objects deleted, so a split or a move
+    that follows need not wait for them."""
+    from leveled_ray.files.store import ObjectStore
+    from leveled_ray.manifest.txn_records import ABORT, COMMIT, decide
+
+    url = f"file://{tmp_path}/db"
+
+    async def run():
+        root = ObjectStore.from_url(url, OPTIONS)
+        bookie = Bookie(url, OPTIONS, local=True)
+        await bookie.start()
+        undecided, v1 = make_change(lr.Put("b", "k1", b"1"), OPTIONS, time.time())
+        committed, v2 = make_change(lr.Put("b", "k2", b"2"), OPTIONS, time.time())
+        assert isinstance(await bookie.prepare("txn-1", url, pack([undecided]), [v1]), tuple)
+        assert isinstance(await bookie.prepare("txn-2", url, pack([committed]), [v2]), tuple)
+        assert await decide(root, "txn-2", COMMIT) == COMMIT
+        assert len(await parts(url)) == 2
+        await bookie.close()
+        assert await parts(url) == []
+        assert await decide(root, "txn-1", COMMIT) == ABORT  # its late client is refused
+        async with local_bookie(url) as again:
+            assert again.participant.counters["txn_recovered"] == 0
+            assert await again.get_many([undecided.lkey, committed.lkey]) == [None, b"2"]
 
     asyncio.run(run())

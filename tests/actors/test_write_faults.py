@@ -9,7 +9,8 @@ from support.waits import until
 
 import leveled_ray as lr
 from leveled_ray.actors.bookie import Bookie
-from leveled_ray.codec import object_key
+from leveled_ray.actors.remote import ValueBatch, pack
+from leveled_ray.codec import make_change, object_key, range_check
 from leveled_ray.testing.faults import Fault, FaultInjectingStore
 
 from test_merges import write
@@ -199,5 +200,33 @@ def test_a_transaction_reads_a_key_being_written_once_that_write_is_durable(tmp_
         asyncio.get_running_loop().call_later(0.3, gate.set)  # the longest the write is held
         entries, found = await bookie.read_versions([lkey])
         assert found.to_pylist() == [b"2"] and entries[0][0] == (await second)[0]
+        await bookie.close()
+    asyncio.run(run())
+
+
+def test_a_range_check_sees_a_write_into_its_range_that_is_not_yet_durable(tmp_url):
+    """A transaction's range check waits for the writes given SQNs before it, so one into
+    the range whose journal write is still in flight makes the check fail (a phantom), rather
+    than being missed because the check read only what was durable."""
+    async def run():
+        bookie = await _open(tmp_url)
+        await write(bookie, [lr.Put("b", "k1", b"1")], OPTIONS)
+        lo, hi = object_key("b", "k"), object_key("b", "l")
+        read = await bookie.view.live_range(lo, hi, bookie.writes.durable_sqn)  # one key
+        gate, create = asyncio.Event(), bookie.store.create_or_seal_async
+
+        async def held(*args, **kwargs):  # the next journal file waits for the gate
+            await gate.wait()
+            return await create(*args, **kwargs)
+        bookie.store.create_or_seal_async = held
+        phantom = asyncio.create_task(write(bookie, [lr.Put("b", "k2", b"2")], OPTIONS))
+        await until(lambda: object_key("b", "k2") in bookie.writes.cache.pending)
+        asyncio.get_running_loop().call_later(0.3, gate.set)  # the longest the write is held
+        check, value = make_change(lr.Put("b", "other", b"x"), OPTIONS, time.time())
+        with pytest.raises(lr.ConditionFailedError):
+            await bookie.put_many(pack([range_check(lo, hi, read), check]),
+                                  ValueBatch(inline=[value]))
+        await phantom
+        assert await _values(bookie, ["k2", "other"]) == [b"2", None]  # nothing of it written
         await bookie.close()
     asyncio.run(run())

@@ -51,24 +51,27 @@ MUTANTS = [
            "            if failure is not None:\n                self.writes.unlock(txn)",
            "            if failure is not None and False:\n                self.writes.unlock(txn)",
            (CROSS,)),
-    Mutant("a part prepared during a close is kept", "actors/participant.py",
-           "        # and a writer that finds the part settles it by that decision.\n"
+    Mutant("a part written while its Bookie stopped is kept", "actors/participant.py",
+           "            self.counters[\"txn_refused_stopped\"] += 1\n"
            "        self.writes.check_usable()",
-           "        # and a writer that finds the part settles it by that decision.\n"
+           "            self.counters[\"txn_refused_stopped\"] += 1\n"
            "        pass",
-           (TXN_CRASH,),
-           unreached="a close that begins while the part's object is written: neither the "
-           "simulation's closer nor a test times a close into a prepare's upload yet"),
+           (HELD + "::test_a_part_that_lands_after_its_bookie_learned_it_was_fenced_is_refused",
+            TXN_CRASH)),
     Mutant("an applied part is applied again after a restart", "actors/participant.py",
            "                elif (part.found or part.attempted) and applied_already(",
            "                elif False and applied_already(",
            (HELD, TXN_CRASH)),
     Mutant("a vanished commit record is an abort", "actors/participant.py",
-           "So this part is (going) in.\n            return COMMIT",
-           "So this part is (going) in.\n            return ABORT",
+           "self.counters[\"txn_record_gone\"] += 1\n            return COMMIT",
+           "self.counters[\"txn_record_gone\"] += 1\n            return ABORT",
            (TXN_CRASH,),
-           unreached="a client deletes its record between a shard's failed create of abort "
-           "and its read: a race no scenario makes yet (issue 53: seed 2637)"),
+           equivalent="a client deletes its record only once every part answered its commit, "
+           "so a part whose record is gone is applied already (found again after a restart: "
+           "applied_already) or being applied by its client's call, whose settling the "
+           "shard's then joins (Participant._settle): either decision leaves the same data "
+           "(the regression 'a record deleted during a settling' takes the path, and keeps "
+           "every invariant with this mutant)"),
     Mutant("a commit of an unknown part answers nothing", "actors/participant.py",
            "            return self.applied_sqns.get(txn, [])",
            "            return []",
@@ -267,16 +270,14 @@ MUTANTS = [
     Mutant("a range check misses what is not yet durable", "actors/write_path.py",
            "            await asyncio.wait([last.future])  # so once these are durable",
            "            pass  # so once these are durable",
-           (TRANSACTIONS,),
-           unreached="a write into the range still pending when a range check runs: no "
-           "test or scenario times one yet"),
+           ("tests/actors/test_write_faults.py::"
+            "test_a_range_check_sees_a_write_into_its_range_that_is_not_yet_durable",
+            TRANSACTIONS)),
     Mutant("a clean close leaves its parts unsettled", "actors/participant.py",
            "        self.closing = True\n        await self.prepares_done()",
            "        return\n        await self.prepares_done()",
-           ("tests/cluster/test_transfers.py",),
-           unreached="a clean close while a part is prepared: the transfers test's split "
-           "meets one only by chance, and the next open's recovery settles what a close left, "
-           "so only a test that reads the parts a close leaves behind would see it"),
+           (HELD + "::test_a_clean_close_decides_and_settles_the_parts_it_holds",
+            "tests/cluster/test_transfers.py")),
     Mutant("a shard that only checks is named in the commit record", "cluster/txn.py",
            "               if written(parts[s][0])}",
            "               if True}",

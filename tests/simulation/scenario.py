@@ -163,6 +163,8 @@ class Report:
     faults: dict
     trace: list[str] = field(repr=False, default_factory=list)
     digest: int = 0
+    #: The product's counters, summed over every Bookie process of the run (World.counters).
+    counters: dict = field(repr=False, default_factory=dict)
 
 
 def replay_command(seed: int, config: Config) -> str:
@@ -188,7 +190,7 @@ def run(seed: int, config: Config | None = None) -> Report:
         digest = hash(tuple(sorted((p, v[0]) for p, v in world.objects.objects.items())))
         return Report(seed, config, model.violations, dict(model.checks), world.loop.steps,
                       round(world.loop.now, 3), dict(world.objects.faults), world.trace,
-                      digest)
+                      digest, world.counters())
 
 
 class Run:
@@ -619,9 +621,6 @@ class Run:
         model, world = self.model, self.world
         if world.sharded and self.store.shard_map.count != 2:  # its calls found the split
             model.checks["a handle followed a split"] += 1
-        model.checks["parts installed past their window"] += sum(
-            inc.bookie.penciller.counters["late_ingests"] for inc in world.incarnations
-            if inc.bookie is not None and inc.bookie.penciller is not None)
         final = await self.read_all("final state")
         await self.check_tree("final state")
         await self.check_past_views()

@@ -4,18 +4,29 @@ regressions; and a seed replayed twice, which must run the same. ``make simulate
 runs as many seeds as asked (:mod:`run`)."""
 
 import dataclasses
+import inspect
 import os
+from collections.abc import Callable
 
 import pytest
 import scenario
 from scenario import Config
 
 import leveled_ray as lr
+from leveled_ray.actors import participant
+from leveled_ray.actors.bookie_shard_calls import ShardCalls
+from leveled_ray.bulk import sharded as bulk_sharded
+from leveled_ray.bulk import write as bulk_write
+from leveled_ray.client.calls import Call
 from leveled_ray.cluster import past
+from leveled_ray.errors import LeveledError
+from leveled_ray.manifest import ingest as ingest_rules
+from leveled_ray.manifest.ingest import IngestConflictError
+from leveled_ray.manifest.txn_records import COMMIT
 from leveled_ray.testing.sim.world import World
 
 #: Seeds per ``make test`` run (``SIM_SEEDS`` overrides it).
-SEEDS = int(os.environ.get("SIM_SEEDS", "40"))
+SEEDS = int(os.environ.get("SIM_SEEDS", "200"))
 
 #: Runs that broke an invariant before a fix, each with the invariant it broke then.
 REGRESSIONS = {
@@ -38,15 +49,17 @@ REGRESSIONS = {
     # visible"). Found by the simulation itself.
     "a write during a bulk install": (397, Config(True, 1, 2, 0, 3, 0.1, 0)),
     # A part whose writer died while writing it landed after the shard's successor listed
-    # its parts ("every part is settled"). Found by the simulation itself.
-    "a part that lands late": (203, Config(True, 1, 3, 0, 1, 0.1, 1)),
+    # its parts ("every part is settled"). Found by the simulation itself (seed 203; seed 7
+    # of this config sweeps such a part now).
+    "a part that lands late": (7, Config(True, 2, 3, 0, 2, 0.1, 2, 0)),
     # A view at a past time held a change written after that time: it was resolved to the
     # newest change written by then, and a change written later can come before it ("a
     # past view holds nothing sent after its time").
     "a past view and a later write": (21, Config(True, 2, 2, 1, 4, 0.0, 2)),
     # A view at a past time held one shard's part of a cross-shard batch and not the other's,
-    # applied later by a shard that was killed ("nothing visible in part").
-    "a past view and a batch applied apart": (19, Config(True, 2, 1, 0, 4, 0.02, 1)),
+    # applied later by a shard that was killed ("nothing visible in part"). (Seed 19 then;
+    # seed 2 lowers a view's positions for such a batch now.)
+    "a past view and a batch applied apart": (2, Config(True, 2, 1, 0, 4, 0.02, 1)),
     # A view at a past time, after a split, looked for an older cross-shard batch in the
     # child that held none of its keys, down to the start of its history, and was refused
     # ("no call raises an untyped error"). Found by the simulation itself.
@@ -80,9 +93,10 @@ REGRESSIONS = {
     # installing there at the same time; that client, done in every shard, deleted its record
     # in between, and the settling raised NotFound. The failed install left a streaming
     # batch committed but invisible in that shard, and its retry was told it was in ("every
-    # acknowledged write is visible"). Found by make simulate SEEDS=10000.
-    "a record deleted during a settling": (2637, Config(True, 2, 2, 1, 2, 0.05, 2, 2,
-                                                        splits=2)),
+    # acknowledged write is visible"). Found by make simulate SEEDS=10000 (seed 2637, whose
+    # path moved; seed 620 takes it now).
+    "a record deleted during a settling": (620, Config(
+        True, 2, 2, 0, 4, 0.0, 1, 0, failover=True, backups=1, replica=True, skew_s=0.25)),
     # A split's commit (the shard's retire), in flight when its process was killed, landed
     # after the handle had read that the split had not committed; its reopen of the shard then
     # failed for good ("a shard reopens"). Found by make simulate SEEDS=10000.
@@ -91,9 +105,10 @@ REGRESSIONS = {
     # A mover was killed while the shard's Bookie closed, so nothing ended that process; a
     # cross-shard part's apply, waiting for a cut's thaw when the close began, then queued a
     # write for the stopped writer and was never answered ("every run ends"). Found by make
-    # simulate SEEDS=10000, once moves were simulated.
-    "a write waiting when its Bookie closed": (1989, Config(True, 1, 1, 1, 3, 0.1, 1, 0,
-                                                           failover=True, moves=2)),
+    # simulate SEEDS=10000 (seed 1989), once moves were simulated. (Seed 9 has a waiting
+    # write refused by a close now.)
+    "a write waiting when its Bookie closed": (9, Config(True, 1, 1, 1, 3, 0.1, 1, 0,
+                                                        failover=True, moves=2)),
     # The same closing Bookie finished writing a bulk part after the shard's reopen had
     # listed the parts, and answered it prepared; the reopened shard answered its commit as
     # done, never having seen it ("contending bulk writes never mix"). Found likewise.
@@ -156,10 +171,95 @@ REGRESSIONS = {
         True, 0, 2, 0, 4, 0.05, 0, 1, splits=2, moves=1, backups=1, replica=True,
         transfers=2)),
 }
-#: The counter that shows a regression's run took its bug's path. (The path of "a committed
-#: part installed past its window" came up in 4 of 10 000 seeds, and now in none of 2 000
-#: near its seed: tests/bulk/test_sharded_bulk.py takes it in every run, and counts it.)
-PATHS = {"a transaction that only reads on a shard": "shift changes committed"}
+@dataclasses.dataclass(frozen=True)
+class Spy:
+    """A call of the product's that shows a path was taken: ``owner.attribute`` raised
+    ``raised``, or returned a value for which ``returned(value, args)`` is true."""
+
+    owner: object
+    attribute: str
+    raised: type[BaseException] | tuple = ()
+    returned: Callable | None = None
+
+    def install(self, monkeypatch) -> list:
+        """Wrap the call for the test; returns the list of what showed the path."""
+        seen: list = []
+        original = getattr(self.owner, self.attribute)
+
+        def check(out, args):
+            if self.returned is not None and self.returned(out, args):
+                seen.append(out)
+            return out
+
+        if inspect.iscoroutinefunction(original):
+            async def wrapped(*args, **kwargs):
+                try:
+                    return check(await original(*args, **kwargs), args)
+                except self.raised as exc:
+                    seen.append(exc)
+                    raise
+        else:
+            def wrapped(*args, **kwargs):
+                try:
+                    return check(original(*args, **kwargs), args)
+                except self.raised as exc:
+                    seen.append(exc)
+                    raise
+        monkeypatch.setattr(self.owner, self.attribute, wrapped)
+        return seen
+
+
+#: What shows that a regression's run took its bug's path: a check the run counts, a counter
+#: of the product's (summed over its Bookie processes), or a :class:`Spy`. (The path of "a
+#: committed part installed past its window" came up in 4 of 10 000 seeds, and now in none of
+#: 2 000 near its seed: tests/bulk/test_sharded_bulk.py takes it in every run, and counts it.)
+PATHS = {
+    "a transaction that only reads on a shard": "shift changes committed",
+    "a split's children cutting their shared history apart": Spy(
+        past, "one_history", returned=lambda out, args: out != list(args[0])),
+    "a past view and a batch applied apart": Spy(
+        past, "whole_batches", returned=lambda out, args: out[0] != list(args[0])),
+    "a record deleted during a settling": "participant.txn_record_gone",
+    "a write waiting when its Bookie closed": "writes.refused_while_waiting",
+    "a part that lands late": "participant.txn_swept",
+    "a close that was not delivered": Spy(Call, "_closes_again",
+                                          returned=lambda out, args: out),
+    "listener position": "listener",  # a listener was stopped, resumed and compared
+    "stream batch sent again": Spy(ingest_rules, "applied", returned=lambda out, args: out),
+    "bulk windows in opposite orders": Spy(bulk_sharded, "begin_shards",
+                                           raised=bulk_write.WindowTaken),
+    "an aborted batch's record and a late commit": Spy(
+        bulk_sharded, "decide", returned=lambda out, args: args[2] == COMMIT != out),
+    "prepare during an install": Spy(participant, "check_install_order",
+                                     raised=IngestConflictError),
+    "bulk writes out of order": Spy(participant, "settle_before",
+                                    returned=lambda out, args: bool(out)),
+    "an abort after a commit whose install lands late": Spy(
+        bulk_write, "committing", returned=lambda out, args: out),
+    "a failed bulk install and min_age=0": Spy(ShardCalls, "_install_files",
+                                               raised=LeveledError),
+    "a move beside a split": lambda report: report.checks.get("moves done") and any(
+        report.checks.get(k) for k in ("splits done, split", "splits killed, split")),
+}
+#: Regressions whose path nothing above shows yet: a view at a past time resolved past a bulk
+#: write's reserved SQNs, or looking for a batch across a split's children (pure rules in
+#: read/history_view.py and manifest/batch_tags.py, each with its own tests); a shared file
+#: load whose reader was cancelled (files/clerk.py); GC with min_age=0 and a closed lease's
+#: pending bulk write; a committed part installed past its window (see above); a write held
+#: by a bulk install under a cut (WritePath._admits), which no seed near its own takes now; a
+#: part that lands after its Bookie stopped (``participant.txn_refused_stopped``): a clean
+#: close now waits for the prepares under way, so only a Bookie fenced during the part's
+#: upload takes that path, which tests/actors/test_cut_holds_prepares.py makes; a split's
+#: retire that lands after its failed step read the shard map (``reshape._start`` raising
+#: ``WrongShardError``): none of 2 900 seeds of their own configs, or 1 500 of one with faults
+#: and two splits, takes it now (the mutant "a split's late commit is taken for a failure"
+#: survives for it).
+UNPROBED = {"a part prepared as its Bookie closed", "a split's commit that landed late",
+            "a past view and a later write",
+            "a past view across a split", "a child that read its whole history before its sibling",
+            "a part's start that only one child held", "a shared load whose reader was cancelled",
+            "a bulk write's files and min_age=0", "a committed part installed past its window",
+            "a write during a bulk install"}
 
 #: How a split can end in a run (each counted in the run's checks), and that a handle of the
 #: old layout followed it.
@@ -186,21 +286,22 @@ def test_seeds_keep_every_invariant(first):
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_runs_that_found_protocol_bugs_keep_every_invariant(name, monkeypatch):
     seed, config = REGRESSIONS[name]
-    lowered = []  # past views whose split children took one position in their shared history
-    one_history = past.one_history
-
-    def spied(positions, points, labels):
-        out = one_history(positions, points, labels)
-        lowered.extend([out] if out != list(positions) else [])
-        return out
-    monkeypatch.setattr(past, "one_history", spied)
+    path = PATHS.get(name)
+    spied = path.install(monkeypatch) if isinstance(path, Spy) else None
     report = scenario.run(seed, config)
     assert not report.violations, failures(report)
     assert {"feed", "listener", "manifest files", "shared", "past"} <= set(report.checks)
-    if name in PATHS:
-        assert report.checks.get(PATHS[name]), (PATHS[name], report.checks)
-    if name == "a split's children cutting their shared history apart":
-        assert lowered  # the bug's path was taken
+    if isinstance(path, str):
+        assert {**report.checks, **report.counters}.get(path), (path, report.checks,
+                                                                 report.counters)
+    elif callable(path):
+        assert path(report), report.checks
+    if spied is not None:
+        assert spied, f"the run did not take its bug's path: {path}"
+
+
+def test_every_regression_says_what_shows_its_path():
+    assert set(REGRESSIONS) == set(PATHS) | UNPROBED and not set(PATHS) & UNPROBED
 
 
 def outcomes_come_up(outcomes: set[str], **config) -> None:
