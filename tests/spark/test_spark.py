@@ -299,14 +299,21 @@ def test_a_failed_write_job_leaves_no_shard_changed(spark, ray_cluster, tmp_url)
     with lr.reader(tmp_url) as r:
         assert r.get_many([("b9", "k0000001"), ("b9", "k0000002")]) == [None, None]
         assert sum(1 for _ in r.fold_keys()) == 1000
-    lr.gc(tmp_url, min_age=0)  # only what the manifests name is left in either shard
-    for shard in range(2):
-        url = f"{tmp_url}/shard-{shard:03d}"
-        latest = run_sync(ManifestStore(ObjectStore.from_url(url)).latest())[1]
-        named = referenced(latest)  # its files, and its saved tictac tree
-        files = ObjectStore.from_url(url)
-        assert {m.path for m in files.list("ledger/")} | {
-            m.path for m in files.list("journal/c/")} <= named
+    def unnamed() -> list[str]:
+        """The files of either shard that its newest manifest does not name."""
+        left = []
+        for shard in range(2):
+            url = f"{tmp_url}/shard-{shard:03d}"
+            latest = run_sync(ManifestStore(ObjectStore.from_url(url)).latest())[1]
+            named = referenced(latest)  # its files, and its saved tictac tree
+            files = ObjectStore.from_url(url)
+            left += [m.path for m in files.list("ledger/") + files.list("journal/c/")
+                     if m.path not in named]
+        return left
+
+    # GC leaves only what the manifests name (passes again while a task of the failed job,
+    # still running when it failed, may yet land its files).
+    wait_until(lambda: lr.gc(tmp_url, min_age=0) is not None and not unnamed(), timeout=60)
 
 
 def test_bad_options_and_columns_are_refused(spark, tmp_url):
