@@ -199,9 +199,11 @@ class Participant:
         # (a moved shard's, or a reopen's) may have listed the parts before this one landed,
         # and would answer its commit as done. The client aborts the batch on the refusal,
         # and a writer that finds the part settles it by that decision.
-        if self.writes.closing or self.writes.broken is not None:
+        try:
+            self.writes.check_usable()
+        except LeveledError:
             self.counters["txn_refused_stopped"] += 1
-        self.writes.check_usable()
+            raise
         held = self.parts[txn] = Prepared(part)
         self.prepared += 1
         held.number = self.began()

@@ -237,6 +237,23 @@ def write_a_job_that_fails(spark, url: str) -> None:
         bad.write.format("leveled").option("url", url).mode("append").save()
 
 
+def gc_leaves_only_what_manifests_name(url: str, stores: list[str]) -> None:
+    """GC passes on ``url`` until every Ledger and journal file of each of ``stores`` (the
+    store, or its shards) is named by that store's newest manifest. One pass may not do: a task
+    of a failed job, still running when the job failed, can land its files after it."""
+    def unnamed() -> list[str]:
+        left = []
+        for store_url in stores:
+            latest = run_sync(ManifestStore(ObjectStore.from_url(store_url)).latest())[1]
+            named = referenced(latest)  # its files, and its saved tictac tree
+            files = ObjectStore.from_url(store_url)
+            left += [m.path for m in files.list("ledger/") + files.list("journal/c/")
+                     if m.path not in named]
+        return left
+
+    wait_until(lambda: lr.gc(url, min_age=0) is not None and not unnamed(), timeout=60)
+
+
 def test_a_failed_write_job_leaves_nothing_visible(spark, tmp_url):
     generated(spark, 1000).write.format("leveled").option("url", tmp_url).mode(
         "append").save()
@@ -249,15 +266,8 @@ def test_a_failed_write_job_leaves_nothing_visible(spark, tmp_url):
     with lr.reader(tmp_url) as r:
         assert r.get("b9", "k0000001") is None
         assert sum(1 for _ in r.fold_keys()) == 1000
-    # What the finished partition wrote was deleted by abort(); anything else is GC's (passes
-    # again while a task still running when the job failed may yet land its files).
-    store = ObjectStore.from_url(tmp_url)
-    named = {f.name for f in after[1].sst_files()} | {j.name for j in after[1].journal}
-
-    def unnamed() -> set[str]:
-        return ({m.path for m in store.list("ledger/")}
-                | {m.path for m in store.list("journal/c/")}) - named
-    wait_until(lambda: lr.gc(tmp_url, min_age=0) is not None and not unnamed(), timeout=60)
+    # What the finished partition wrote was deleted by abort(); anything else is GC's.
+    gc_leaves_only_what_manifests_name(tmp_url, [tmp_url])
 
 
 def test_a_sharded_store_is_read_per_shard_and_written_to_every_shard_at_once(spark, tmp_url):
@@ -302,21 +312,8 @@ def test_a_failed_write_job_leaves_no_shard_changed(spark, ray_cluster, tmp_url)
     with lr.reader(tmp_url) as r:
         assert r.get_many([("b9", "k0000001"), ("b9", "k0000002")]) == [None, None]
         assert sum(1 for _ in r.fold_keys()) == 1000
-    def unnamed() -> list[str]:
-        """The files of either shard that its newest manifest does not name."""
-        left = []
-        for shard in range(2):
-            url = f"{tmp_url}/shard-{shard:03d}"
-            latest = run_sync(ManifestStore(ObjectStore.from_url(url)).latest())[1]
-            named = referenced(latest)  # its files, and its saved tictac tree
-            files = ObjectStore.from_url(url)
-            left += [m.path for m in files.list("ledger/") + files.list("journal/c/")
-                     if m.path not in named]
-        return left
-
-    # GC leaves only what the manifests name (passes again while a task of the failed job,
-    # still running when it failed, may yet land its files).
-    wait_until(lambda: lr.gc(tmp_url, min_age=0) is not None and not unnamed(), timeout=60)
+    gc_leaves_only_what_manifests_name(
+        tmp_url, [f"{tmp_url}/shard-{shard:03d}" for shard in range(2)])
 
 
 def test_bad_options_and_columns_are_refused(spark, tmp_url):
