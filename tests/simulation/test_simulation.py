@@ -249,9 +249,10 @@ def test_a_move_killed_at_any_moment_leaves_the_shard_whole():
 def test_a_merge_that_finishes_after_a_close_began_is_refused():
     """A clean close while the merge clerk works: the merge's commit is refused (its files
     are left to GC), and every invariant holds, a reopen's reads included. Seeds until it
-    has come up: the closer closes a shard while its merge runs, and the merge ends within the
-    close in about one seed of four."""
-    for seed in range(1, 41):
+    has come up (the closer closes a shard while its merge runs, and the merge ends within the
+    close): seed 29 first, the first of this config to take it, then the others, should an
+    edit move it."""
+    for seed in (29, *range(1, 41)):
         report = scenario.run(seed, Config(True, 0, 3, 0, 4, 0.1, 0, 2))
         assert not report.violations, failures(report)
         if report.checks["merges refused at close"]:
