@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import random
 import statistics
 import tempfile
@@ -30,8 +31,10 @@ def zipf_picker(n: int, skew: float, rng: random.Random):
     """Draws account numbers: uniform (``skew`` 0) or Zipf-skewed."""
     if not skew:
         return lambda: rng.randrange(n)
-    weights = [1 / (i + 1) ** skew for i in range(n)]
-    return lambda: rng.choices(range(n), weights)[0]
+    # Cumulative weights, summed once: given plain weights, each draw sums all n of them,
+    # which took a quarter of the client's event loop at 32 in flight.
+    cum_weights = list(itertools.accumulate(1 / (i + 1) ** skew for i in range(n)))
+    return lambda: rng.choices(range(n), cum_weights=cum_weights)[0]
 
 
 def pair(pick) -> tuple[int, int]:
