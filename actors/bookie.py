@@ -235,13 +235,15 @@ class Bookie(ShardCalls, PointsInTime, Clerks):
     @timed("leveled_put_latency_seconds")
     async def put_parts(self, packed: bytes, values: list) -> list:
         """Write several callers' changes at once (a client's coalesced puts and deletes):
-        ``packed`` is the :func:`~.remote.pack`-ed ``(changes, counts)``, ``values`` their
-        values in order. Each part's conditions hold or fail on its own; returns each part's
-        first SQN, or its error (see :meth:`.write_path.WritePath.put_parts`)."""
+        ``packed`` is the :func:`~.remote.pack`-ed ``(changes, counts)``, or ``(changes,
+        counts, deps)`` with transactions' reads of writes in flight, ``values`` their values
+        in order. Each part's conditions hold or fail on its own; returns each part's first
+        SQN, or its error (see :meth:`.write_path.WritePath.put_parts`)."""
         self.writes.check_usable()
-        changes, counts = unpack(packed)
+        changes, counts, *deps = unpack(packed)
         with self._write_calls.one():
-            return await self.writes.put_parts(changes, counts, ValueBatch(inline=values))
+            return await self.writes.put_parts(changes, counts, ValueBatch(inline=values),
+                                               deps=deps[0] if deps else None)
 
     # -- keeping up with the Penciller and the Inker --------------------------------------------
 

@@ -50,6 +50,8 @@ class Group:
     nbytes: int
     future: asyncio.Future = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
+    #: Keys its transactions checked without writing them: it depends on them as much.
+    checked: frozenset[bytes] = frozenset()
 
     @property
     def keys(self) -> tuple[bytes, ...]:
@@ -58,14 +60,15 @@ class Group:
 
 def split_queue(failed: Iterable[Group], queued: Iterable[Group]) -> tuple[list[Group],
                                                                              list[Group]]:
-    """``(still to write, to fail)``: the queued groups, in order, that touch no key of a
-    failed group or of a queued group failed before them, and the rest."""
+    """``(still to write, to fail)``: the queued groups, in order, that touch (write or
+    check) no key written by a failed group or by a queued group failed before them, and the
+    rest."""
     touched: set[bytes] = set()
     for group in failed:
         touched.update(group.keys)
     keep, drop = [], []
     for group in queued:
-        if touched.isdisjoint(group.keys):
+        if touched.isdisjoint(group.keys) and touched.isdisjoint(group.checked):
             keep.append(group)
         else:
             drop.append(group)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from ..codec import (
     NO_CONDITION,
+    OP_CHECK,
     OP_PUT,
     OP_RANGE,
     PACKED_EXTRA,
@@ -23,12 +24,11 @@ from ..codec import (
     Change,
     LedgerRows,
     holds_index_entries,
-    is_check,
     keyed,
     range_digest,
     written,
 )
-from ..codec.conditions import check_parts
+from ..codec.conditions import Depends, check_parts
 from ..codec.index_terms import change_entry, resolve_all
 from ..codec.keys import split_object_key
 from ..errors import ConditionFailedError, FencedError, InvalidArgumentError, StoreClosedError
@@ -50,34 +50,7 @@ from .ledger_cache import LedgerCache
 from .live_view import LiveView
 from .metrics import Observations
 from .remote import ValueBatch
-
-
-def passed(changes: list[Change], counts: list[int], failures: list,
-           values: ValueBatch) -> tuple[list[Change], ValueBatch]:
-    """The changes and values of the parts that did not fail. Only a write of several parts
-    (a client's coalesced puts, whose values always travel inline) has some of each."""
-    if values.inline is None:
-        raise InvalidArgumentError("the values of a write of several parts travel inline")
-    keep = [not failure for count, failure in zip(counts, failures) for _ in range(count)]
-    return ([c for c, k in zip(changes, keep) if k],
-            ValueBatch(inline=[v for v, k in zip(values.inline, keep) if k]))
-
-
-def without_checks(changes: list[Change], counts: list[int]) -> tuple[list[Change], list[int]]:
-    """The changes that write, and how many of them each part has: a transaction's checks
-    (the end of its part) are checked with the conditions, and written nowhere. Several
-    transactions' commits can come in one write (a client's coalesced commits)."""
-    ends = itertools.accumulate(counts)
-    if not any(count and is_check(changes[end - 1]) for end, count in zip(ends, counts)):
-        return changes, counts
-    kept, kept_counts, start = [], [], 0
-    for count in counts:
-        part = written(changes[start:start + count])
-        start += count
-        kept += part
-        kept_counts.append(len(part))
-    return kept, kept_counts
-
+from .write_parts import WrittenBy, passed, without_checks
 
 #: Bytes of the newest changes kept in memory for listeners (see :mod:`.change_tail`).
 TAIL_BYTES = 16 << 20
@@ -123,6 +96,7 @@ class WritePath(KeyLocks):
         self.range_locks: dict[str, list[tuple[bytes, bytes]]] = {}
         self._range_ids = itertools.count()
         self.last_group: Group | None = None  # the newest group given SQNs
+        self.written_by = WrittenBy()  # what recent transactions' parts wrote, by token
         self._unlocked = asyncio.Event()
         #: The cut that froze admissions (see leveled_ray.cluster.cut), and since when.
         self.frozen: tuple[str, float] | None = None
@@ -210,13 +184,14 @@ class WritePath(KeyLocks):
             self.unlock(txn)
 
     async def put_parts(self, changes: list[Change], counts: list[int], values: ValueBatch,
-                        txn: str | None = None, batch: bytes | None = None
-                        ) -> list[int | Exception]:
+                        txn: str | None = None, batch: bytes | None = None,
+                        deps: list[Depends | None] | None = None) -> list[int | Exception]:
         """Write several callers' parts (``counts`` changes each, in order) in one step. Each
         part's conditions are checked on its own; the parts that pass are written as one
         durable group. Returns each part's first SQN, or the error of that part alone. A
         transaction's checks (``OP_CHECK``, with no value: they come after its writes) are
-        checked with the conditions and not written."""
+        checked with the conditions and not written. ``deps``: each transaction part's
+        :class:`~leveled_ray.codec.conditions.Depends` (its reads of writes in flight)."""
         if self.head_only and any(c.op == OP_PUT and c.extra[:1] != PACKED_EXTRA
                                   for c in changes):
             raise InvalidArgumentError("this store is head_only: write to it through a "
@@ -246,9 +221,11 @@ class WritePath(KeyLocks):
         known = lambda k: self.cache.known_entry(k, stored)  # noqa: E731
         failures: list = [None] * len(counts)
         if conditional:
-            failures = check_parts(changes, counts, known, self.next_sqn, now_s)
+            failures = check_parts(changes, counts, known, self.next_sqn, now_s, deps,
+                                   self.written_by)
             if all(failures):
                 return failures  # nothing to write
+        checked = frozenset(c.lkey for c in changes if c.op == OP_CHECK)
         changes, counts = without_checks(changes, counts)
         if any(failures):
             changes, values = passed(changes, counts, failures, values)
@@ -257,7 +234,9 @@ class WritePath(KeyLocks):
         if self.indexed or any(c.indexes for c in changes):
             changes = resolve_all(changes, known, now_s)
             self.indexed = True
-        group = self._allocate(changes, values, batch)
+        group = self._allocate(changes, values, batch, checked)
+        if deps:
+            self.written_by.remember(changes, counts, failures, deps, group.sqns.start)
         await group.future
         results, sqn = [], group.sqns.start
         for count, failure in zip(counts, failures):
@@ -343,8 +322,10 @@ class WritePath(KeyLocks):
             self.check_usable()
 
     def _allocate(self, changes: list[Change], values: ValueBatch,
-                  batch: bytes | None = None) -> Group:
-        """Give the changes SQNs and queue them for the next journal file."""
+                  batch: bytes | None = None, checked: frozenset[bytes] = frozenset()
+                  ) -> Group:
+        """Give the changes SQNs and queue them for the next journal file (``checked``: the
+        keys its transactions checked, unwritten)."""
         lm = int(self.view.clock() * 1000)
         first = self.next_sqn
         self.next_sqn += len(changes)
@@ -356,7 +337,7 @@ class WritePath(KeyLocks):
         self.cache.add_pending(lkeys, map(change_entry, changes, sqns, itertools.repeat(lm)))
         group = Group(sqns, JournalColumns(first, lm, ops, lkeys, indexes, expiries, extras,
                                            batch),
-                      values, rows, sum(sizes) + sum(map(len, lkeys)))
+                      values, rows, sum(sizes) + sum(map(len, lkeys)), checked=checked)
         self.writer.add(group)
         self.last_group = group
         return group

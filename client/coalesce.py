@@ -48,6 +48,8 @@ class Part(NamedTuple):
     nbytes: int
     future: Future | asyncio.Future
     loop: asyncio.AbstractEventLoop | None
+    #: A transaction's :class:`~leveled_ray.codec.conditions.Depends`, sent with the call.
+    deps: Any = None
 
     def take(self) -> bool:
         """Mark the part sent, unless its caller gave up waiting (a cancelled asyncio wait):
@@ -81,11 +83,12 @@ class Coalescer:
         self.counters = {"calls": 0, "parts": 0, "lingered": 0}
 
     def submit(self, changes: list, values: list, nbytes: int, *,
-               loop: asyncio.AbstractEventLoop | None = None) -> Future | asyncio.Future:
+               loop: asyncio.AbstractEventLoop | None = None,
+               deps: Any = None) -> Future | asyncio.Future:
         """Queue one caller's changes; the future gives their first SQN. With ``loop``, an
         asyncio future of that loop (the caller's running loop), else a thread's future."""
         future = Future() if loop is None else loop.create_future()
-        part = Part(changes, values, nbytes, future, loop)
+        part = Part(changes, values, nbytes, future, loop, deps)
         with self._lock:
             self._queue.append(part)
             if self._busy:

@@ -40,6 +40,7 @@ from ..read.history_view import check_moment
 from ..read.queries import Queries, check_index_query
 from .calls import Answer, Call, Submitted, _await, _get, bookie_call, read_call
 from .coalesce import Coalescer, Part
+from .in_flight_writes import InFlightWrites
 from .listen import Listener
 from .snapshot import Snapshot
 from .store_transactions import StoreTransactions
@@ -103,6 +104,7 @@ class Store(Queries, StoreTransactions, roles.KeyReads, roles.Queries, roles.His
             self._send_parts, max_changes=COALESCE_MAX_CHANGES,
             max_bytes=min(COALESCE_MAX_BYTES, options.journal.max_file_bytes // 2),
             linger_s=COALESCE_LINGER_S, future=lambda ref: ref.future(), wait=_get)
+        self._in_flight_writes = InFlightWrites()
         self._reads = Coalescer(self._send_reads, max_changes=COALESCE_MAX_CHANGES,
                                 max_bytes=COALESCE_MAX_BYTES, linger_s=COALESCE_LINGER_S)
 
@@ -139,8 +141,10 @@ class Store(Queries, StoreTransactions, roles.KeyReads, roles.Queries, roles.His
         """One Bookie call for the coalesced puts and deletes of this process: its ref."""
         changes = [c for part in parts for c in part.changes]
         values = [v for part in parts for v in part.values]
+        counts = [len(part.changes) for part in parts]
+        deps = [part.deps for part in parts]
         return self._actor.put_parts.remote(
-            pack((changes, [len(part.changes) for part in parts])), values)
+            pack((changes, counts, deps) if any(deps) else (changes, counts)), values)
 
     def _changes(self, items: Iterable[Put | Delete]) -> tuple[list[Change], list, int]:
         """A ``put_many``'s checked changes, their values, and its size in bytes."""

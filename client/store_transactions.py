@@ -11,8 +11,10 @@ from typing import Any
 
 from ..actors.remote import ValueBatch, call, call_read, pack
 from ..codec import Change, Head, heads_of, range_check, written
-from ..errors import StoreUnavailableError
+from ..codec.conditions import UNKNOWN_WRITE, Depends
+from ..errors import ConflictError, StoreUnavailableError
 from .coalesce import Coalescer, Part
+from .in_flight_writes import InFlightRead, InFlightWrites
 from .transactions import Transactions
 
 
@@ -23,6 +25,7 @@ class StoreTransactions(Transactions):
     _actor: Any
     _writes: Coalescer
     _reads: Coalescer
+    _in_flight_writes: InFlightWrites
 
     def _send_reads(self, parts: list[Part]) -> Future:
         """One Bookie call for the coalesced reads of versions of this process's transactions:
@@ -46,20 +49,37 @@ class StoreTransactions(Transactions):
         return out
 
     async def _commit_changes_async(self, changes: list[Change], values: list,
-                                    ranges: list = ()) -> list[int]:
+                                    ranges: list = (),
+                                    reads: dict[int, InFlightRead] | None = None) -> list[int]:
         """A transaction's commit: its writes (conditional on their versions), its checks and
         the key ranges it read (``(lo, hi, found, kind, owners)``, see
-        :func:`~leveled_ray.codec.range_check`), applied all or none. Without ranges it is one
-        part of the handle's coalesced writes (:mod:`.coalesce`): concurrent commits share a
-        call and a journal write, each checked on its own after those before it. Ranges
-        (whose keys the Bookie locks) and large commits go alone, as one ``put_many``."""
+        :func:`~leveled_ray.codec.range_check`), applied all or none. ``reads``: the changes
+        (by index) whose keys it read from this process's commits in flight (see
+        :mod:`.in_flight_writes`). Without ranges it is one part of the handle's coalesced
+        writes (:mod:`.coalesce`): concurrent commits share a call and a journal write, each
+        checked on its own after those before it, and later transactions of this process may
+        read its writes meanwhile. Ranges (whose keys the Bookie locks) and large commits go
+        alone, as one ``put_many``, once the writes they read landed."""
         nbytes = sum(c.size for c in written(changes))
+        reads = reads or {}
         if not ranges and nbytes <= self._writes.max_bytes:
-            first = await self._writes.submit(changes, values, nbytes,
-                                              loop=asyncio.get_running_loop())
+            in_flight = self._in_flight_writes
+            token = in_flight.begin(changes, values, (r.token for r in reads.values()))
+            if token is None:
+                raise ConflictError("not committed: a write it read in flight did not land")
+            first = None
+            try:
+                deps = Depends(token, tuple((i, r.token) for i, r in reads.items()))
+                first = await self._writes.submit(changes, values, nbytes, deps=deps,
+                                                  loop=asyncio.get_running_loop())
+            finally:
+                in_flight.end(token, first)
             return list(range(first, first + len(written(changes))))
-        changes = changes + [range_check(lo, hi, found, kind)
-                             for lo, hi, found, kind, _ in ranges]
+        changes = list(changes)
+        for i, read in reads.items():
+            sqn = await self._in_flight_writes.sqn_of(read)
+            changes[i] = changes[i]._replace(condition=UNKNOWN_WRITE if sqn is None else sqn)
+        changes += [range_check(lo, hi, found, kind) for lo, hi, found, kind, _ in ranges]
         return await call(self._actor.put_many, pack(changes), ValueBatch.pack(values, nbytes))
 
     async def _read_versions_async(self, lkeys: list[bytes], values: bool

@@ -6,6 +6,9 @@ a *version*: its SQN, or absent.
 
 * ``serializable`` reads the store as it is: each read is one call to each shard involved,
   which answers the keys' values and versions as of one moment (``Bookie.read_versions``).
+  On a plain store, a key that a commit of this process writes, that commit still in flight,
+  is read from that write instead (:mod:`.in_flight_writes`): its version is that write,
+  which the commit names, and which must land for the commit to.
 * ``snapshot`` reads one snapshot of the store (a consistent cut on a sharded store), taken at
   its first read.
 
@@ -55,6 +58,7 @@ from ..codec import (
     make_change,
     written,
 )
+from ..codec.conditions import UNKNOWN_WRITE
 from ..codec.entries import live_entries
 from ..codec.index_terms import change_entry
 from ..codec.keys import split_object_key
@@ -66,6 +70,7 @@ from ..errors import (
 )
 from ..files.sync import with_sync_twins
 from ..options import check_number
+from .in_flight_writes import InFlightRead, InFlightWrites
 from .transaction_ranges import SERIALIZABLE, SNAPSHOT, RangeReads
 
 ISOLATIONS = (SNAPSHOT, SERIALIZABLE)
@@ -100,7 +105,8 @@ class Transaction(RangeReads):
         self.deadline = time.monotonic() + self.lifetime_s
         self.state = "open"  # then "committed" or "rolled back"
         self._snapshot: Any = None
-        self._reads: dict[bytes, Head | None] = {}  # key -> its head as read: its version
+        #: Key -> its head as read (its version), or its read of a write in flight.
+        self._reads: dict[bytes, Head | InFlightRead | None] = {}
         self._values: dict[bytes, bytes | None] = {}  # key -> its value as read
         self._writes: dict[bytes, tuple] = {}  # key -> (change, value), the last one
         #: Key ranges read (serializable), each as ``((lo, hi, [(key, SQN)], kind, each
@@ -110,6 +116,10 @@ class Transaction(RangeReads):
         #: one moment only, and wrote nothing, commits with no call.
         self._moments = 0
         self._one_shard = getattr(store, "shards", 1) == 1
+        #: The writes in flight of its process's commits, which it reads (``serializable`` on
+        #: a plain store: :mod:`.in_flight_writes`).
+        self._flight: InFlightWrites | None = (
+            getattr(store, "_in_flight_writes", None) if isolation == SERIALIZABLE else None)
         self._user = threading.Lock()
         #: Whether its writes were sent: until then a failure leaves nothing written.
         self.commit_sent = False
@@ -151,6 +161,7 @@ class Transaction(RangeReads):
         try:
             lkeys = self._lkeys(pairs)
             await self._read(lkeys, values=False)
+            await self._settle_in_flight(lkeys)
             return [self._own_head(self._writes[k][0]) if k in self._writes else self._reads[k]
                     for k in lkeys]
         finally:
@@ -190,22 +201,65 @@ class Transaction(RangeReads):
 
     async def _read(self, lkeys: list[bytes], values: bool) -> None:
         """Read the keys it has not read yet (or not their values, if ``values``): each read
-        key's head (its version) goes into ``_reads``, its value into ``_values``. A key
-        read again at another version is a conflict at once: the commit would refuse it."""
+        key's head (its version) goes into ``_reads``, its value into ``_values``. Under
+        ``serializable`` on a plain store, the values of keys that this process's commits
+        in flight write are read from the newest of them (:mod:`.in_flight_writes`), as are
+        those that such a commit sent during the read writes. A key read again at another
+        version is a conflict at once: the commit would refuse it."""
         await self._expired()
         wanted = list(dict.fromkeys(
             k for k in lkeys if k not in self._writes
             and (k not in self._reads or values and k not in self._values)))
         if not wanted:
             return
-        heads, found = await self._fetch(wanted, values)
-        for i, (lkey, head) in enumerate(zip(wanted, heads)):
+        in_flight = self._in_flight(wanted) if values else {}
+        rest = [k for k in wanted if k not in in_flight]
+        heads, found = await self._fetch(rest, values) if rest else ([], None)
+        read = {k: (h, None if found is None else found[i])
+                for i, (k, h) in enumerate(zip(rest, heads))}
+        if values and self._flight is not None:  # what changed while it read:
+            newest = self._in_flight(wanted)  # writes sent meanwhile are newer
+            failed = [k for k, (r, _) in in_flight.items()  # read in flight, then failed
+                      if k not in newest and not self._flight.landed(r.token)]
+            missed = [k for k, h in zip(rest, heads)  # a write landed meanwhile
+                      if k not in newest and self._flight.missed(k, None if h is None else h.sqn)]
+            for lkey in failed:
+                del in_flight[lkey]
+            in_flight.update(newest)
+            if again := failed + missed:
+                heads_again, found_again = await self._fetch(again, values)
+                read.update(zip(again, zip(heads_again, found_again)))
+        read.update(in_flight)
+        if in_flight:
+            self._moments = 2  # a read-only commit checks that those writes landed
+            self._flight.note_reads(len(in_flight))
+        for lkey, (head, value) in read.items():
             if lkey in self._reads and _version(self._reads[lkey]) != _version(head):
                 await self._end("rolled back")
                 raise ConflictError("not committed: a key it read changed while it ran")
             self._reads[lkey] = head
-            if found is not None:
-                self._values[lkey] = found[i]
+            if values:
+                self._values[lkey] = value
+
+    def _in_flight(self, lkeys: list[bytes]) -> dict[bytes, tuple[InFlightRead, bytes]]:
+        """The keys of ``lkeys`` that its process's commits in flight write, each read from
+        the newest (none if it reads no writes in flight)."""
+        return {} if self._flight is None else self._flight.reads(lkeys)
+
+    async def _settle_in_flight(self, lkeys: Iterable[bytes]) -> None:
+        """Each of ``lkeys`` read from a write in flight: once that write's commit answered,
+        read its head; a conflict unless it is that write's (then it is the key's version)."""
+        reads = {k: r for k in lkeys if isinstance(r := self._reads.get(k), InFlightRead)}
+        if not reads:
+            return
+        assert self._flight is not None  # it read writes in flight
+        sqns = [await self._flight.sqn_of(r) for r in reads.values()]
+        heads, _ = await self.store._read_versions_async(list(reads), False)
+        if any(sqn is None or _version(head) != sqn for sqn, head in zip(sqns, heads)):
+            await self._end("rolled back")
+            raise ConflictError("not committed: a write it read in flight did not land, or "
+                                "was overwritten")
+        self._reads.update(zip(reads, heads))
 
     async def _fetch(self, lkeys: list[bytes], values: bool) -> tuple[list, list | None]:
         """Heads (and values) of ``lkeys``: from the snapshot, or as they are now."""
@@ -268,6 +322,7 @@ class Transaction(RangeReads):
             if self._writes:
                 await self._write()
             elif self.isolation == SERIALIZABLE and self._moments > 1:
+                await self._settle_in_flight(list(self._reads))
                 await self._validate()
             await self._end("committed")
         finally:
@@ -284,20 +339,23 @@ class Transaction(RangeReads):
             heads, _ = await self._fetch(blind, values=False)
             self._reads.update(zip(blind, heads))
         changes, values = [], []
+        in_flight: dict[int, InFlightRead] = {}  # index -> its key's read of a write in flight
         for lkey, (change, value) in self._writes.items():
             if lkey in self._reads:  # serializable: a key written unread depends on nothing
-                head = self._reads[lkey]
-                change = change._replace(condition=IF_ABSENT if head is None else head.sqn)
+                change = change._replace(condition=self._condition(
+                    self._reads[lkey], len(changes), in_flight))
             changes.append(change)
             values.append(value)
         if self.isolation == SERIALIZABLE:
-            changes += [check_change(k, _version(h))
-                        for k, h in self._reads.items() if k not in self._writes]
+            changes += [check_change(k, self._condition(h, len(changes) + i, in_flight))
+                        for i, (k, h) in enumerate(
+                            (k, h) for k, h in self._reads.items() if k not in self._writes)]
         check_put_size(written(changes), self.store.options)
         self.commit_sent = True
         try:
             await self.store._commit_changes_async(changes, values,
-                                                   [r for r, _ in self._ranges])
+                                                   [r for r, _ in self._ranges],
+                                                   *((in_flight,) if in_flight else ()))
         except ConditionFailedError as exc:
             await self._end("rolled back")
             raise ConflictError(f"not committed: {len(exc.failures)} key(s) changed since the "
@@ -305,6 +363,16 @@ class Transaction(RangeReads):
         except ConflictError:
             await self._end("rolled back")
             raise
+
+    @staticmethod
+    def _condition(read: Head | InFlightRead | None, index: int,
+                   in_flight: dict[int, InFlightRead]) -> int:
+        """The condition of a key read as ``read``, by the commit's change ``index``: absent,
+        its SQN, or (noted in ``in_flight``) the SQN of the write in flight it read."""
+        if isinstance(read, InFlightRead):
+            in_flight[index] = read
+            return UNKNOWN_WRITE
+        return IF_ABSENT if read is None else read.sqn
 
     async def _validate(self) -> None:
         """A read-only transaction that read at several moments: its keys and ranges, read
@@ -366,6 +434,6 @@ class Transaction(RangeReads):
     def rollback(self) -> None: ...
 
 
-def _version(head: Head | None) -> int | None:
-    """A key's version: its SQN, or ``None`` when absent."""
-    return None if head is None else head.sqn
+def _version(head: Head | InFlightRead | None) -> int | InFlightRead | None:
+    """A key's version: its SQN, ``None`` when absent, or the write in flight it read."""
+    return head if head is None or isinstance(head, InFlightRead) else head.sqn

@@ -18,7 +18,10 @@ wrote (an aborted or unknown one: then it committed after all, see below), and a
 value never written.
 
 A transaction whose outcome its client never learnt counts as committed if anyone read what
-it wrote, and as aborted otherwise: either, never both.
+it wrote, and as aborted otherwise: either, never both. A read of a write still in flight (a
+transaction of the same process reads a commit's writes before that commit answered) proves
+nothing by itself: the write may still fail, and its reader with it. It counts only once its
+reader counts as committed.
 """
 
 from __future__ import annotations
@@ -40,15 +43,32 @@ class Txn:
     reads: dict = field(default_factory=dict)
     writes: tuple = ()
     outcome: str = UNKNOWN
+    #: The keys it read from writes still in flight.
+    in_flight: frozenset = frozenset()
+
+
+def committed_of(history: list[Txn], aborted_readers: bool = False) -> set[str]:
+    """The ids of the transactions that count as committed: those whose client learnt so, and
+    those whose outcome it never learnt but whose writes were read, from the store (by a
+    transaction that did not abort, or by any with ``aborted_readers``) or in flight by one
+    that counts as committed."""
+    committed = {t.id for t in history if t.outcome == COMMITTED}
+    unknown = {t.id for t in history if t.outcome == UNKNOWN}
+    while True:
+        more = {writer for t in history for key, writer in t.reads.items()
+                if writer in unknown and writer not in committed
+                and (t.id in committed if key in t.in_flight
+                     else aborted_readers or t.outcome != ABORTED)}
+        if not more:
+            return committed
+        committed |= more
 
 
 def anomalies(history: list[Txn], isolation: str = "serializable") -> list[str]:
     """What ``history`` shows that ``isolation`` forbids (``[]``: nothing)."""
     found: list[str] = []
     by_id = {t.id: t for t in history}
-    seen = {w for t in history if t.outcome != ABORTED for w in t.reads.values()}
-    committed = {t.id for t in history
-                 if t.outcome == COMMITTED or (t.outcome == UNKNOWN and t.id in seen)}
+    committed = committed_of(history)
     for t in history:
         if t.outcome == COMMITTED or t.id in committed:
             for key, writer in t.reads.items():

@@ -5,12 +5,14 @@ from types import SimpleNamespace
 
 import pytest
 
+import leveled_ray as lr
 from leveled_ray.actors.group_commit import Group, GroupCommit, JournalColumns, split_queue
 from leveled_ray.actors.ledger_cache import LedgerCache
 from leveled_ray.actors.reaper import Reaper
 from leveled_ray.actors.remote import ValueBatch
-from leveled_ray.actors.write_path import passed
-from leveled_ray.codec import ACTIVE, LedgerEntry, LedgerRows
+from leveled_ray.actors.write_parts import WrittenBy, passed
+from leveled_ray.codec import ACTIVE, LedgerEntry, LedgerRows, put_change
+from leveled_ray.codec.conditions import Depends
 from leveled_ray.errors import FencedError, InvalidArgumentError, ObjectStoreError
 from leveled_ray.options import Options
 
@@ -113,6 +115,14 @@ def test_a_failed_write_fails_its_groups_and_the_queued_ones_on_their_keys():
         return keep == [other] and drop == [dependent, later]
 
     assert asyncio.run(split())  # z was touched by a dropped group, so "later" fails too
+
+    async def checked():  # a group that only checked a failed group's key read that write
+        failed, reader = group(1, [b"a"]), group(2, [b"b"])
+        reader.checked = frozenset([b"a"])
+        return split_queue([failed], [reader, group(3, [b"c"])])
+
+    keep, drop = asyncio.run(checked())
+    assert [g.keys for g in drop] == [(b"b",)] and [g.keys for g in keep] == [(b"c",)]
     results, log, _ = run_commit(Journal(["fail"]), [[b"a"], [b"b"]], concurrent=False)
     assert isinstance(results[0], ObjectStoreError) and results[0].definite
     assert results[1] == [2] and log["released"] == [[1]]
@@ -251,3 +261,21 @@ def test_only_the_parts_that_passed_are_written():
     assert changes == ["a", "c"] and values.inline == [b"a", b"c"]
     with pytest.raises(InvalidArgumentError):  # values by reference come only as one part
         passed(["a", "b"], [1, 1], [None, failed], ValueBatch(ref=[object()]))
+
+
+def test_the_bookie_remembers_what_recent_transaction_parts_wrote_by_token():
+    """Each passed part's writes, by its token, for the parts that read them in flight; only
+    the newest ``most`` parts are kept."""
+    keys = [put_change("b", k, b"v", lr.Options(), 0.0)[0] for k in ("a", "b", "c")]
+    written_by = WrittenBy(most=2)
+    failed = InvalidArgumentError("its conditions failed")
+    # Three parts from SQN 10: the second failed (left out of the changes), the third has
+    # no token (a plain put).
+    written_by.remember([keys[0], keys[1], keys[2]], [2, 1, 1], [None, failed, None],
+                        [Depends(7), Depends(8), None], 10)
+    assert (written_by(7, keys[0].lkey), written_by(7, keys[1].lkey)) == (10, 11)
+    assert written_by(8, keys[0].lkey) is None and written_by(7, keys[2].lkey) is None
+    written_by.remember(keys[:1], [1], [None], [Depends(9)], 20)
+    written_by.remember(keys[:1], [1], [None], [Depends(10)], 21)
+    assert written_by(7, keys[0].lkey) is None and written_by(10, keys[0].lkey) == 21
+    assert written_by(9, keys[0].lkey) == 20

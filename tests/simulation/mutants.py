@@ -34,6 +34,7 @@ GC = "tests/admin/test_gc.py"
 CHANGES = "tests/client/test_changes_ray.py"
 TRANSITIONS = "tests/manifest"
 TRANSACTIONS = "tests/client/test_transactions.py"
+IN_FLIGHT = "tests/client/test_in_flight_reads.py"
 
 MUTANTS = [
     # -- participant decisions (actors/participant.py) --
@@ -239,8 +240,8 @@ MUTANTS = [
            ("tests/client/test_name_identity.py",)),
     # -- transactions (client/transaction.py, actors/write_path.py) --
     Mutant("a transaction's write does not carry its version", "client/transaction.py",
-           "                change = change._replace(condition=IF_ABSENT if head is None "
-           "else head.sqn)",
+           "                change = change._replace(condition=self._condition(\n"
+           "                    self._reads[lkey], len(changes), in_flight))",
            "                change = change",
            (TRANSACTIONS,)),
     Mutant("a serializable transaction's reads are not checked", "client/transaction.py",
@@ -257,6 +258,15 @@ MUTANTS = [
            "sqn))",
            "        pass",
            (TRANSACTIONS,)),
+    Mutant("a read of a write in flight that the Bookie does not know holds",
+           "codec/conditions.py",
+           "        part[index] = change._replace(condition=UNKNOWN_WRITE if sqn is None else sqn)",
+           "        part[index] = change._replace(condition=NO_CONDITION if sqn is None else sqn)",
+           ("tests/codec/test_conditions.py", IN_FLIGHT)),
+    Mutant("a group that checked a failed write's key is written", "actors/group_commit.py",
+           "        if touched.isdisjoint(group.keys) and touched.isdisjoint(group.checked):",
+           "        if touched.isdisjoint(group.keys):",
+           ("tests/actors/test_bookie_parts.py",)),
     Mutant("a transaction's checks in a shared call are written", "actors/write_path.py",
            "        changes, counts = without_checks(changes, counts)\n",
            "",

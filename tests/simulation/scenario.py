@@ -116,6 +116,9 @@ class Config:
     #: at this isolation.
     transfers: int = 0
     isolation: str = "serializable"
+    #: A client's transactions begin one after another, each as the one before it commits,
+    #: rather than all at once (see :class:`transfers.Transfers`).
+    staggered: bool = False
     #: Each process's wall clock is off by up to this many seconds, either way (its own
     #: amount, drawn from its name; the object store's clock is right).
     skew_s: float = 0.0
@@ -139,7 +142,20 @@ def config_of(seed: int) -> Config:
     # two processes' clocks differ by up to twice this: at most CLOCK_SKEW_S, the most the
     # product allows (manifest/snapshot_leases.py)
     config.skew_s = rng.choice([0.0, 0.0, CLOCK_SKEW_S / 4, CLOCK_SKEW_S / 2])
+    config.staggered = rng.random() < 0.5
     return config
+
+
+def in_flight_config(seed: int) -> Config:
+    """The seed's config on a plain store, with two clients of ``serializable`` transactions
+    that begin one after another (``staggered``): they read each other's writes in flight."""
+    return dataclasses.replace(config_of(seed), sharded=False, splits=0, moves=0, backups=0,
+                               transfers=2, isolation="serializable", staggered=True)
+
+
+def run_in_flight(seed: int) -> Report:
+    """:func:`run` of :func:`in_flight_config`."""
+    return run(seed, in_flight_config(seed))
 
 
 @dataclass
@@ -203,7 +219,7 @@ class Run:
         self.respellings = 0  # the source's URL spelled otherwise, checked as a target
         self.position = 0
         self.writing_done = False
-        self.transfers = Transfers(model, self.rng, config.isolation)
+        self.transfers = Transfers(model, self.rng, config.isolation, config.staggered)
 
     def now(self) -> float:
         return self.world.loop.now

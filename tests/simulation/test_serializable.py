@@ -11,11 +11,12 @@ from leveled_ray.testing.sim.serializable import (
     UNKNOWN,
     Txn,
     anomalies,
+    committed_of,
 )
 
 
-def txn(tid: str, reads: dict, writes=(), outcome: str = COMMITTED) -> Txn:
-    return Txn(tid, dict(reads), tuple(writes), outcome)
+def txn(tid: str, reads: dict, writes=(), outcome: str = COMMITTED, in_flight=()) -> Txn:
+    return Txn(tid, dict(reads), tuple(writes), outcome, frozenset(in_flight))
 
 
 def test_a_serial_history_has_no_anomaly():
@@ -84,3 +85,25 @@ def test_aborted_reads_and_unknown_outcomes():
     both = [txn("t1", {"x": INITIAL}, ["x"], UNKNOWN), txn("t2", {"x": "t1"}, ["x"]),
             txn("t3", {"x": INITIAL}, ["x"])]
     assert any("lost update" in f for f in anomalies(both))
+
+
+def test_a_read_in_flight_proves_a_commit_only_once_its_reader_counts_as_committed():
+    """A transaction reads another's write in flight: if that write failed, so did the
+    reader, and the write counts as aborted; once the reader committed, it counts as
+    committed (and through a chain of such reads)."""
+    def history(reader_outcome: str, last_outcome: str = COMMITTED) -> list:
+        return [txn("w", {"x": INITIAL}, ["x"], UNKNOWN),
+                txn("r", {"x": "w"}, ["x"], reader_outcome, in_flight={"x"}),
+                txn("s", {"x": "r"}, ["x"], last_outcome, in_flight={"x"})]
+    assert committed_of(history(ABORTED, ABORTED)) == set()
+    assert committed_of(history(ABORTED, ABORTED), aborted_readers=True) == set()
+    assert committed_of(history(UNKNOWN, ABORTED)) == set()  # read in flight, then failed
+    assert committed_of(history(UNKNOWN)) == {"w", "r", "s"}  # s committed: r and w landed
+    assert anomalies(history(UNKNOWN)) == []
+    read_from_store = [txn("w", {"x": INITIAL}, ["x"], UNKNOWN),
+                       txn("r", {"x": "w"}, ["x"], ABORTED)]
+    assert committed_of(read_from_store, aborted_readers=True) == {"w"}
+    # A committed transaction that read a failed write in flight: an aborted read.
+    failed = [txn("w", {"x": INITIAL}, ["x"], ABORTED),
+              txn("r", {"x": "w"}, ["x"], COMMITTED, in_flight={"x"})]
+    assert any("aborted" in f for f in anomalies(failed))

@@ -6,6 +6,7 @@ runs as many seeds as asked (:mod:`run`)."""
 import dataclasses
 import multiprocessing
 import os
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -18,6 +19,8 @@ from leveled_ray.testing.sim.world import World
 
 #: Seeds per ``make test`` run (``SIM_SEEDS`` overrides it).
 SEEDS = int(os.environ.get("SIM_SEEDS", "200"))
+#: Seeds of :func:`scenario.in_flight_config`, in make test.
+IN_FLIGHT_SEEDS = 60
 
 #: Runs that broke an invariant before a fix, each with the invariant it broke then.
 REGRESSIONS = {
@@ -190,6 +193,19 @@ def test_seeds_keep_every_invariant(first, seed_runners):
         assert report.checks.get("whole", 0) + report.checks.get("shared", 0) > 0
         checked += 1
     assert checked
+
+
+def test_transactions_that_read_writes_in_flight_keep_every_invariant(seed_runners):
+    """Seeds of a plain store whose transactions begin one after another, so that each reads
+    the writes of the commits before it in flight (``client/in_flight_writes.py``), with the
+    seed's faults and kills: the history stays serializable, and some commits are refused
+    before they are sent because a write they read failed."""
+    checks: Counter = Counter()
+    for report in seed_runners.map(scenario.run_in_flight, range(1, IN_FLIGHT_SEEDS + 1)):
+        assert not report.violations, failures(report)
+        checks.update(report.checks)
+    assert checks["reads of writes in flight"] > IN_FLIGHT_SEEDS
+    assert checks["commits refused, a write read in flight failed"]
 
 
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))

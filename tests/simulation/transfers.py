@@ -17,6 +17,8 @@ from collections import Counter
 
 from model import Model, definite
 
+from leveled_ray.client.in_flight_writes import InFlightRead
+from leveled_ray.codec.keys import object_key
 from leveled_ray.errors import ConflictError, LeveledError
 from leveled_ray.testing.sim.serializable import (
     ABORTED,
@@ -25,6 +27,7 @@ from leveled_ray.testing.sim.serializable import (
     UNKNOWN,
     Txn,
     anomalies,
+    committed_of,
 )
 
 ACCOUNTS = [("acct", f"a{j}") for j in range(5)]
@@ -49,8 +52,11 @@ def parse(value: bytes | None, on_call: int = OPENING) -> tuple[str, int]:
 class Transfers:
     """The transfers and audits of one run, and their checks."""
 
-    def __init__(self, model: Model, rng, isolation: str):
+    def __init__(self, model: Model, rng, isolation: str, staggered: bool = False):
         self.model, self.rng, self.isolation = model, rng, isolation
+        #: Each transaction of a round begins as the one before it commits: so it reads the
+        #: writes of the commits before it in flight (``client/in_flight_writes.py``).
+        self.staggered = staggered
         self.history: list[Txn] = []
 
     async def client(self, store, i: int, count: int, pause) -> None:
@@ -61,17 +67,33 @@ class Transfers:
         try:
             for first in range(0, count, AT_ONCE):
                 delay = self.rng.random() * 0.5
+                names = [f"{i}.{k}" for k in range(first, min(first + AT_ONCE, count))]
+                committing = [asyncio.Event() for _ in names]
 
-                async def think(_most_s: float) -> None:
-                    await asyncio.sleep(delay)
-                await asyncio.gather(*(self.one(store, f"{i}.{k}", think)
-                                       for k in range(first, min(first + AT_ONCE, count))))
+                async def one(n: int) -> None:
+                    async def think(_most_s: float) -> None:
+                        # Staggered, the others think or not: so they commit as the writes
+                        # they read are in flight, or once those answered.
+                        if not (self.staggered and n and self.rng.random() < 0.5):
+                            await asyncio.sleep(delay)
+                        committing[n].set()  # it commits now: the next one begins
+                    if self.staggered and n:
+                        await committing[n - 1].wait()
+                    try:
+                        await self.one(store, names[n], think)
+                    finally:
+                        committing[n].set()
+                await asyncio.gather(*(one(n) for n in range(len(names))))
                 await pause(0.5)
         finally:
             for shard in getattr(store, "_stores", [store]):
                 for counters in (shard._writes.counters, shard._reads.counters):
                     self.model.checks["transaction calls shared"] += (counters["parts"]
                                                                       - counters["calls"])
+                in_flight = shard._in_flight_writes.counters
+                self.model.checks["reads of writes in flight"] += in_flight["read"]
+                self.model.checks["commits refused, a write read in flight failed"] += (
+                    in_flight["refused"])
 
     async def one(self, store, name: str, think) -> None:
         kind = self.rng.random()
@@ -90,6 +112,7 @@ class Transfers:
         try:
             seen = [parse(v, on_call=1) for v in await t.get_many_async(DOCTORS)]
             record.reads = {d: writer for d, (writer, _) in zip(DOCTORS, seen)}
+            record.in_flight = read_in_flight(t, DOCTORS)
             if all(on for _, on in seen):
                 changed = self.rng.choice(DOCTORS)
                 t.put(*changed, f"{tid}:0".encode())
@@ -114,6 +137,7 @@ class Transfers:
         try:
             seen = [parse(v) for v in await t.get_many_async([a, b])]
             record.reads = {a: seen[0][0], b: seen[1][0]}
+            record.in_flight = read_in_flight(t, [a, b])
             t.put(*a, f"{tid}:{seen[0][1] - amount}".encode())
             t.put(*b, f"{tid}:{seen[1][1] + amount}".encode())
         except LeveledError:
@@ -141,11 +165,13 @@ class Transfers:
         t = store.transaction(self.isolation)
         try:
             seen = [parse(v) for v in await t.get_many_async(ACCOUNTS)]
+            in_flight = read_in_flight(t, ACCOUNTS)
             await t.commit_async()
         except LeveledError:
             await t.rollback_async()
             return
         record.reads = {key: writer for key, (writer, _) in zip(ACCOUNTS, seen)}
+        record.in_flight = in_flight
         record.outcome = COMMITTED
         self.history.append(record)
         self.check_total([balance for _, balance in seen], tid)
@@ -167,16 +193,21 @@ class Transfers:
             self.model.violated(f"transactions are {self.isolation}", found)
         self.model.checks["histories"] += 1
         in_feed = Counter((c.bucket, c.key, c.value) for c in changes)
-        seen = {w for t in self.history for w in t.reads.values()}
+        committed = committed_of(self.history, aborted_readers=True)
         for t in self.history:
             if not t.writes:
                 continue
             count = sum(in_feed[(b, k, _value_of(changes, t.id, (b, k)))] for b, k in t.writes)
-            committed = t.outcome == COMMITTED or (t.outcome == UNKNOWN and t.id in seen)
-            if committed and count != len(t.writes) or t.outcome == ABORTED and count:
+            if t.id in committed and count != len(t.writes) or t.outcome == ABORTED and count:
                 self.model.violated("a transaction is in the feed once and whole if committed",
                                     f"{t.id} ({t.outcome}): {count} of {len(t.writes)} "
                                     "changes in the feed")
+
+
+def read_in_flight(t, keys: list[tuple]) -> frozenset:
+    """The keys of ``keys`` that ``t`` read from a write in flight (the product's record of
+    its reads: ``Transaction._reads``)."""
+    return frozenset(k for k in keys if isinstance(t._reads.get(object_key(*k)), InFlightRead))
 
 
 def _value_of(changes: list, tid: str, key: tuple) -> bytes | None:
