@@ -5,6 +5,8 @@ Each commit here queues behind a put in flight, so it is still in flight when re
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -108,3 +110,50 @@ def test_a_reader_of_a_write_that_failed_conflicts_and_writes_nothing(store, rea
 
     asyncio.run(run())
     assert store.get_many([A0, A2]) == [b"50", b"old"]
+
+
+def test_threads_moving_money_on_one_handle_keep_the_total(store):
+    """8 threads run transfers between 4 accounts through one handle (sync calls, each on an
+    event loop of its own), and a ninth audits: they read each other's writes in flight, and
+    every audit and the end hold the same total; each transfer committed is applied once."""
+    accounts = [("bank", f"a{i}") for i in range(4)]
+    store.put_many([lr.Put(*k, b"1000") for k in accounts])
+    store.put("bank", "moves", b"0")
+    done = threading.Event()
+    audits: list[int] = []
+
+    def transfer(t: lr.Transaction, a, b) -> None:
+        va, vb, moves = (int(v) for v in t.get_many([a, b, ("bank", "moves")]))
+        t.put(*a, b"%d" % (va - 1))
+        t.put(*b, b"%d" % (vb + 1))
+        t.put("bank", "moves", b"%d" % (moves + 1))
+
+    def mover(i: int) -> int:
+        committed = 0
+        for n in range(25):
+            a, b = accounts[(i + n) % 4], accounts[(i + 2 * n + 1) % 4]
+            if a != b:
+                store.run_transaction(lambda t: transfer(t, a, b), retries=50)
+                committed += 1
+        return committed
+
+    def auditor() -> None:
+        while not done.is_set():
+            try:
+                with store.transaction() as t:
+                    total = sum(int(v) for v in t.get_many(accounts))
+            except lr.ConflictError:  # what it read changed before it committed
+                continue
+            audits.append(total)
+
+    reads = store._in_flight_writes.counters["read"]
+    watcher = threading.Thread(target=auditor)
+    watcher.start()
+    with ThreadPoolExecutor(8) as pool:
+        committed = sum(pool.map(mover, range(8)))
+    done.set()
+    watcher.join()
+    assert audits and set(audits) == {4000}
+    assert sum(int(v) for v in store.get_many(accounts)) == 4000
+    assert int(store.get("bank", "moves")) == committed
+    assert store._in_flight_writes.counters["read"] > reads
