@@ -49,8 +49,11 @@ class InFlightWrites:
         self._by_key: dict[bytes, list[tuple[int, Change | None, bytes | None]]] = {}
         self._keys: dict[int, list[bytes]] = {}  # token -> the keys it writes, in flight
         self._readers: dict[int, list[int]] = {}  # token -> the commits that read it
-        #: Token -> (each written key's offset from the first SQN, the commit's outcome).
-        self._outcomes: OrderedDict[int, tuple[dict[bytes, int], Future]] = OrderedDict()
+        #: Token -> [each written key's offset from the first SQN, whether the commit
+        #: answered, its first SQN if it was written].
+        self._outcomes: OrderedDict[int, list] = OrderedDict()
+        #: Token -> the futures of those who wait for its commit's answer (:meth:`sqn_of`).
+        self._waiting: dict[int, list[Future]] = {}
         #: Key -> the SQN of its newest write that landed, for the newest ``keep`` keys.
         self._landed: OrderedDict[bytes, int] = OrderedDict()
         self._keep = keep
@@ -75,24 +78,26 @@ class InFlightWrites:
                 readable = change.op == OP_PUT and not change.expiry
                 self._by_key.setdefault(change.lkey, []).append(
                     (token, change if readable else None, value))
-            self._outcomes[token] = ({c.lkey: i for i, c in enumerate(writes)}, Future())
+            self._outcomes[token] = [{c.lkey: i for i, c in enumerate(writes)}, False, None]
             while len(self._outcomes) > self._keep:
                 self._outcomes.popitem(last=False)
         return token
 
     def _answer(self, token: int) -> tuple[bool, int | None]:
         """Whether a commit answered, and its first SQN if it was written (under the lock)."""
-        outcome = self._outcomes.get(token, (None, None))[1]
-        if outcome is None or not outcome.done():
-            return False, None
-        return True, outcome.result()
+        _, answered, first_sqn = self._outcomes.get(token, (None, False, None))
+        return answered, first_sqn
 
     def end(self, token: int, first_sqn: int | None) -> None:
         """A commit's outcome: its first SQN, or ``None`` if it was not written (or may not
         have been), which dooms the commits that read its writes."""
         ended = [token]
         with self._lock:
-            offsets, outcome = self._outcomes.get(token, ({}, None))
+            outcome = self._outcomes.get(token)
+            offsets = {} if outcome is None else outcome[0]
+            if outcome is not None:
+                outcome[1:] = [True, first_sqn]
+            waiting = self._waiting.pop(token, ())
             if first_sqn is not None:
                 for lkey, offset in offsets.items():
                     self._landed[lkey] = max(self._landed.pop(lkey, 0), first_sqn + offset)
@@ -109,8 +114,8 @@ class InFlightWrites:
                 readers = self._readers.pop(done, ())
                 if first_sqn is None:
                     ended += readers  # doomed: no longer read
-        if outcome is not None:
-            outcome.set_result(first_sqn)
+        for future in waiting:
+            future.set_result(first_sqn)
 
     def reads(self, lkeys: list[bytes]) -> dict[bytes, tuple[InFlightRead, bytes]]:
         """The keys of ``lkeys`` whose newest write is in flight, each as read from it."""
@@ -133,18 +138,24 @@ class InFlightWrites:
         with self._lock:
             return self._answer(token)[1] is not None
 
-    def missed(self, lkey: bytes, sqn: int | None) -> bool:
-        """Whether a read of ``lkey`` at ``sqn`` (``None``: absent) missed a write of this
-        process that landed (its commit answered as the read was served)."""
+    def missed(self, lkeys: list[bytes], sqns: list[int | None]) -> list[bytes]:
+        """The keys of ``lkeys``, read at ``sqns`` (``None``: absent), whose read missed a
+        write of this process that landed (its commit answered as the read was served)."""
         with self._lock:
-            return self._landed.get(lkey, 0) > (sqn or 0)
+            landed = self._landed
+            return [k for k, sqn in zip(lkeys, sqns) if landed.get(k, 0) > (sqn or 0)]
 
     async def sqn_of(self, read: InFlightRead) -> int | None:
         """The SQN that the write read got, once its commit answered (``None``: not written,
         not known, or forgotten)."""
         with self._lock:
-            offsets, outcome = self._outcomes.get(read.token, ({}, None))
-        if outcome is None:
-            return None
-        first = await asyncio.wrap_future(outcome)
+            outcome = self._outcomes.get(read.token)
+            if outcome is None:
+                return None
+            offsets, answered, first = outcome
+            if not answered:
+                waiter: Future = Future()
+                self._waiting.setdefault(read.token, []).append(waiter)
+        if not answered:
+            first = await asyncio.wrap_future(waiter)
         return None if first is None else first + offsets[read.change.lkey]

@@ -221,8 +221,8 @@ class Transaction(RangeReads):
             newest = self._in_flight(wanted)  # writes sent meanwhile are newer
             failed = [k for k, (r, _) in in_flight.items()  # read in flight, then failed
                       if k not in newest and not self._flight.landed(r.token)]
-            missed = [k for k, h in zip(rest, heads)  # a write landed meanwhile
-                      if k not in newest and self._flight.missed(k, None if h is None else h.sqn)]
+            missed = [k for k in self._flight.missed(rest, [_version(h) for h in heads])
+                      if k not in newest]  # a write of its process landed meanwhile
             for lkey in failed:
                 del in_flight[lkey]
             in_flight.update(newest)
