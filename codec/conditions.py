@@ -61,14 +61,15 @@ class Depends(NamedTuple):
 #: The condition of a change whose write is not known (failed, or forgotten): never holds.
 UNKNOWN_WRITE = (1 << 63) - 1
 
-#: A token -> the SQN its part's write of a key got (``None``: not known).
-WrittenBy = Callable[[int, bytes], int | None]
+#: ``(token, key)`` -> the SQN that the part with that token wrote the key at (``None``: not
+#: known).
+SqnOfWrite = Callable[[int, bytes], int | None]
 
 
 def check_parts(changes: Sequence[Change], counts: Sequence[int],
                 known: Callable[[bytes], LedgerEntry | None], first_sqn: int,
                 now_s: float, deps: Sequence[Depends | None] | None = None,
-                written_by: WrittenBy = lambda token, lkey: None
+                written_by: SqnOfWrite = lambda token, lkey: None
                 ) -> list[ConditionFailedError | None]:
     """Check the conditions of several callers' parts (``counts`` changes each, in order), each
     on its own, as :func:`check_conditions` does for one. A part sees the parts before it that
@@ -102,7 +103,7 @@ def check_parts(changes: Sequence[Change], counts: Sequence[int],
     return failures
 
 
-def resolved(part: Sequence[Change], dep: Depends, written_by: WrittenBy) -> list[Change]:
+def resolved(part: Sequence[Change], dep: Depends, written_by: SqnOfWrite) -> list[Change]:
     """``part`` with each read of a write in flight made a condition on that write's SQN
     (:data:`UNKNOWN_WRITE` if it is not known)."""
     part = list(part)
